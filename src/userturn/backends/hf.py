@@ -1,0 +1,171 @@
+"""The transformers backend: left-padded batches through ``model.generate``.
+
+Sampling draws each row's token with that row's own ``torch.Generator``, seeded from the request.
+A row's sample therefore does not depend on which other requests share its batch, so a resumed
+run (different batches) reproduces the samples of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..errors import ModelError
+from ..models import ModelRef
+from ..records import Generation, GenerationParams, Request
+from ..render import ChatTemplate, prompt_token_ids
+
+
+class TransformersBackend:
+    def __init__(self, ref: ModelRef, *, batch_size: int = 8, device: str | None = None,
+                 trust_remote_code: bool = False) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.spec, self.revision, self.batch_size = ref.spec, ref.revision, batch_size
+        self.chunk_size = batch_size
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(ref.path, trust_remote_code=trust_remote_code)
+            self.model = AutoModelForCausalLM.from_pretrained(
+                ref.path, dtype=torch.float32 if self.device == "cpu" else "auto",
+                trust_remote_code=trust_remote_code,
+            ).to(self.device).eval()
+        except OSError as exc:
+            raise ModelError(f"cannot load model {ref.spec!r}: {str(exc).splitlines()[0]}") from exc
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.template = ChatTemplate.from_tokenizer(self.tokenizer, ref.spec)
+        self._special = sorted(self.tokenizer.all_special_tokens, key=len, reverse=True)
+
+    def complete(self, requests: Sequence[Request]) -> list[Generation]:
+        results: list[Generation | None] = [None] * len(requests)
+        # A batch shares decoding parameters and stop markers; keep the caller's order within.
+        groups: dict[tuple, list[int]] = {}
+        for index, request in enumerate(requests):
+            groups.setdefault((request.params, request.stop), []).append(index)
+        for (params, stop), indices in groups.items():
+            for start in range(0, len(indices), self.batch_size):
+                batch = indices[start:start + self.batch_size]
+                outputs = self._generate_batch([requests[i] for i in batch], params, stop)
+                for index, output in zip(batch, outputs):
+                    results[index] = output
+        return [r for r in results if r is not None]
+
+    def _generate_batch(self, requests: Sequence[Request], params: GenerationParams,
+                        stop: tuple[str, ...]) -> list[Generation]:
+        import torch
+
+        encoded = [prompt_token_ids(self.tokenizer, r.prompt) for r in requests]
+        batch = self.tokenizer.pad({"input_ids": encoded}, return_tensors="pt").to(self.device)
+        stop_ids, stop_strings = self._split_stops(stop)
+        kwargs: dict[str, Any] = {}
+        if not params.greedy:
+            kwargs["logits_processor"] = [
+                _SeededSampler(params, [r.seed for r in requests], self.device)]
+        if stop_strings:
+            kwargs["stopping_criteria"] = [_StopOnStrings(self.tokenizer, stop_strings, batch["input_ids"].shape[1])]
+        config = self.model.generation_config.__class__.from_dict(
+            {**self.model.generation_config.to_dict(), "do_sample": False, "temperature": None,
+             "top_p": None, "top_k": None, "max_new_tokens": params.max_tokens,
+             "max_length": None, "eos_token_id": stop_ids,
+             "pad_token_id": self.tokenizer.pad_token_id}
+        )
+        try:
+            with torch.inference_mode():
+                output = self.model.generate(**batch, generation_config=config, **kwargs)
+        except (RuntimeError, ValueError) as exc:  # stored per request, counted, retried on re-run
+            message = f"{type(exc).__name__}: {exc}"
+            return [Generation("", "", "error", len(e), 0, message) for e in encoded]
+        new_tokens = output[:, batch["input_ids"].shape[1]:].tolist()
+        return [self._finish(tokens, len(ids), stop, set(stop_ids))
+                for tokens, ids in zip(new_tokens, encoded)]
+
+    def _split_stops(self, stop: tuple[str, ...]) -> tuple[list[int], list[str]]:
+        """Single-token stops become EOS ids (cheap); longer ones are matched as text."""
+        ids = {i for i in _as_list(self.model.generation_config.eos_token_id)}
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        strings = []
+        for marker in stop:
+            tokens = self.tokenizer(marker, add_special_tokens=False)["input_ids"]
+            if len(tokens) == 1:
+                ids.add(tokens[0])
+            else:
+                strings.append(marker)
+        return sorted(ids), strings
+
+    def _finish(self, tokens: list[int], prompt_tokens: int, stop: tuple[str, ...],
+                stop_ids: set[int]) -> Generation:
+        end = next((i + 1 for i, t in enumerate(tokens) if t in stop_ids), len(tokens))
+        tokens = tokens[:end]
+        while tokens and tokens[-1] == self.tokenizer.pad_token_id and tokens[-1] not in stop_ids:
+            tokens.pop()  # padding after a row stopped on a stop string
+        raw = self.tokenizer.decode(tokens, skip_special_tokens=False)
+        hits = [(raw.find(m), m) for m in stop if m in raw]
+        if hits:
+            position, marker = min(hits)
+            raw, visible, reason = raw[:position + len(marker)], raw[:position], "stop"
+        elif tokens and tokens[-1] in stop_ids:
+            visible, reason = self.tokenizer.decode(tokens[:-1], skip_special_tokens=False), "stop"
+        else:
+            visible, reason = raw, "length"
+        for special in self._special:
+            visible = visible.replace(special, "")
+        return Generation(visible.strip(), raw, reason, prompt_tokens, len(tokens))
+
+
+def _as_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+class _SeededSampler:
+    """Temperature/top-p sampling with one generator per row, as a logits processor.
+
+    It leaves only the sampled token finite, so ``generate`` (run greedy) picks exactly it.
+    """
+
+    def __init__(self, params: GenerationParams, seeds: Sequence[int], device: str) -> None:
+        import torch
+
+        self.temperature, self.top_p = params.temperature, params.top_p
+        self.generators = [torch.Generator(device).manual_seed(s) for s in seeds]
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            probs = _nucleus(probs, self.top_p)
+        picks = torch.stack([torch.multinomial(p, 1, generator=g)
+                             for p, g in zip(probs, self.generators)])
+        only = torch.full_like(scores, float("-inf"))
+        return only.scatter_(1, picks, 0.0)
+
+
+def _nucleus(probs: Any, top_p: float) -> Any:
+    import torch
+
+    sorted_probs, order = torch.sort(probs, descending=True, dim=-1)
+    keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < top_p  # always keeps the top token
+    filtered = torch.zeros_like(probs).scatter_(1, order, sorted_probs * keep)
+    return filtered / filtered.sum(dim=-1, keepdim=True)
+
+
+class _StopOnStrings:
+    """Stops a row once its generated text contains a multi-token stop marker."""
+
+    def __init__(self, tokenizer: Any, markers: Sequence[str], prompt_length: int) -> None:
+        self.tokenizer, self.markers, self.prompt_length = tokenizer, list(markers), prompt_length
+        self.window = 4 + max(len(tokenizer(m, add_special_tokens=False)["input_ids"]) for m in markers)
+
+    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        import torch
+
+        tails = input_ids[:, max(self.prompt_length, input_ids.shape[1] - self.window):]
+        texts = self.tokenizer.batch_decode(tails, skip_special_tokens=False)
+        done = [any(m in text for m in self.markers) for text in texts]
+        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+

@@ -1,0 +1,173 @@
+"""The ``userturn`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .errors import UserturnError
+from .models import EMBEDDED
+
+EXAMPLE_QUERY = ("A baker makes 24 muffins in the morning and 18 in the afternoon. She sells 35. "
+                 "How many muffins are left?")
+EXAMPLE_ANSWER = ("She makes 24 + 18 = 42 muffins. After selling 35, she has 42 - 35 = 7 left.\n"
+                  "#### 7")
+
+
+def _parser() -> argparse.ArgumentParser:
+    models = "; ".join(f"{name}: {text}" for name, text in EMBEDDED.items())
+    parser = argparse.ArgumentParser(
+        prog="userturn",
+        description="The user-turn generation probe: after [user query, assistant answer], open a "
+                    "USER turn in the model's own chat template, let the model write it, and "
+                    "measure how often it is a genuine follow-up.",
+        epilog=f"Embedded offline models: {models}. Any local model folder or hub id works too.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run (or resume) an experiment and print the table",
+                         description="Run the probe. Settings come from CONFIG (YAML) if given, "
+                         "then from flags. Re-running the same command resumes a killed run and "
+                         "makes no model calls for a finished one.")
+    run.add_argument("config", nargs="?", type=Path, help="experiment YAML file")
+    run.add_argument("--model", dest="models", action="append",
+                     help="model spec (repeatable); default: smollm2")
+    run.add_argument("--dataset", dest="datasets", action="append",
+                     help="gsm_symbolic (offline), gsm8k (hub), or a .jsonl/.json/.parquet file")
+    run.add_argument("--limit", type=int, help="items per dataset (default 20)")
+    run.add_argument("--temperatures", type=_floats, help="comma list, 0 = greedy (default 0,1.0)")
+    run.add_argument("--samples", type=int, help="user turns per item at each T > 0 (default 4)")
+    run.add_argument("--top-p", dest="top_p", type=float)
+    run.add_argument("--max-tokens", dest="max_tokens", type=int, help="assistant turn budget")
+    run.add_argument("--user-max-tokens", dest="user_max_tokens", type=int,
+                     help="user turn budget")
+    run.add_argument("--seed", type=int, help="run seed (default 0)")
+    run.add_argument("--batch-size", dest="batch_size", type=int)
+    run.add_argument("--system-prompt", dest="system_prompt")
+    run.add_argument("--output", "-o", type=Path, help="run folder (default runs/demo)")
+    run.set_defaults(handler=_run)
+
+    render = sub.add_parser("render", help="show the exact probe prompt of a model",
+                            description="Print the prompt that opens a user turn after "
+                            "[system?, user, assistant], with special tokens visible, the stop "
+                            "markers that end the user turn, and the template hash.")
+    render.add_argument("--model", required=True, help="model spec, e.g. smollm2")
+    render.add_argument("--query", default=EXAMPLE_QUERY)
+    render.add_argument("--answer", default=EXAMPLE_ANSWER)
+    render.add_argument("--system", default=None, help="optional system prompt")
+    render.set_defaults(handler=_render)
+
+    report = sub.add_parser("report", help="print the tables of a run folder")
+    report.add_argument("run", type=Path)
+    report.set_defaults(handler=_report)
+
+    export = sub.add_parser("export", help="export user turns with labels to JSONL, CSV or Parquet")
+    export.add_argument("run", type=Path)
+    export.add_argument("--format", choices=("jsonl", "csv", "parquet"), default="jsonl")
+    export.add_argument("--out", type=Path, help="file to write (default: RUN/user_turns.FORMAT)")
+    export.set_defaults(handler=_export)
+    return parser
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of numbers, got {text!r}") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    console = Console()
+    try:
+        return args.handler(args, console)
+    except UserturnError as exc:
+        Console(stderr=True).print(f"[bold red]userturn: error:[/] {exc}", markup=True,
+                                   highlight=False)
+        return 2
+    except KeyboardInterrupt:
+        Console(stderr=True).print("interrupted: everything finished so far is stored; run the "
+                                   "same command again to resume")
+        return 130
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    from .config import load_experiment
+    from .pipeline import run_experiment
+    from .summary import assistant_errors, print_summary, summarize
+
+    keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
+            "user_max_tokens", "seed", "batch_size", "system_prompt", "output")
+    experiment = load_experiment(args.config, {k: getattr(args, k) for k in keys})
+    with _progress_bars() as progress:
+        store = run_experiment(experiment, progress=progress)
+    print_summary(summarize(store), console, assistant_failures=assistant_errors(store))
+    console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
+    store.close()
+    return 0
+
+
+@contextmanager
+def _progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True)) as bars:
+        def start(description: str, total: int) -> Callable[[int], None]:
+            task = bars.add_task(description, total=total)
+            return lambda n: bars.advance(task, n)
+
+        yield start
+
+
+def _render(args: argparse.Namespace, console: Console) -> int:
+    from .backends import load_template
+    from .render import render_user_turn
+
+    template = load_template(args.model)
+    system = [{"role": "system", "content": args.system}] if args.system else []
+    messages = [*system, {"role": "user", "content": args.query},
+                {"role": "assistant", "content": args.answer}]
+    prompt = render_user_turn(template, messages)
+    out = console.file
+    out.write(f"model: {args.model}\ntemplate hash: {prompt.template_hash}\n")
+    if prompt.system_merged:
+        out.write("note: the template has no system role; the system text was merged into the "
+                  "first user message\n")
+    out.write("----- prompt (exact text; the model writes the user turn after the last line) "
+              "-----\n")
+    out.write(prompt.text)
+    out.write("\n----- end of prompt -----\n")
+    out.write(f"stop markers (end of the user turn): {list(prompt.stop)}\n")
+    return 0
+
+
+def _report(args: argparse.Namespace, console: Console) -> int:
+    from .store import RunStore
+    from .summary import assistant_errors, print_summary, summarize
+
+    store = RunStore.open(args.run)
+    print_summary(summarize(store), console, assistant_failures=assistant_errors(store))
+    store.close()
+    return 0
+
+
+def _export(args: argparse.Namespace, console: Console) -> int:
+    from .export import export_user_turns
+    from .store import RunStore
+
+    store = RunStore.open(args.run)
+    out = args.out or args.run / f"user_turns.{args.format}"
+    count = export_user_turns(store, out, args.format)
+    store.close()
+    console.print(f"wrote {count} user turns to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

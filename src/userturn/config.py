@@ -1,0 +1,90 @@
+"""The experiment config: one typed object, from a YAML file, with CLI flags on top."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+DEFAULT_MODEL = "smollm2"
+DEFAULT_DATASET = "gsm_symbolic"
+
+
+class Experiment(BaseModel):
+    """Models x datasets x temperatures x samples. Greedy (temperature 0) gets one sample."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL], min_length=1)
+    datasets: list[str] = Field(default_factory=lambda: [DEFAULT_DATASET], min_length=1)
+    limit: int | None = Field(default=20, ge=1, description="items per dataset; null for all")
+    temperatures: list[float] = Field(default_factory=lambda: [0.0, 1.0], min_length=1)
+    samples: int = Field(default=4, ge=1, description="user turns per item at each T > 0")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(default=256, ge=1, description="assistant turn budget")
+    user_max_tokens: int = Field(default=96, ge=1, description="generated user turn budget")
+    seed: int = Field(default=0, ge=0, description="run seed; every sample's seed derives from it")
+    batch_size: int = Field(default=8, ge=1)
+    system_prompt: str | None = None
+    output: Path = Path("runs/demo")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _singular_names(cls, data: Any) -> Any:
+        """Accept ``model:`` and ``dataset:`` for a single one."""
+        if isinstance(data, dict):
+            data = dict(data)
+            for single, plural in (("model", "models"), ("dataset", "datasets")):
+                if single in data:
+                    if plural in data:
+                        raise ValueError(f"give either {single} or {plural}, not both")
+                    value = data.pop(single)
+                    data[plural] = value if isinstance(value, list) else [value]
+        return data
+
+    @field_validator("temperatures")
+    @classmethod
+    def _temperatures(cls, values: list[float]) -> list[float]:
+        if any(t < 0 for t in values):
+            raise ValueError("temperatures must be >= 0 (0 means greedy)")
+        return sorted(set(values))
+
+    def samples_at(self, temperature: float) -> int:
+        return 1 if temperature <= 0 else self.samples
+
+
+def load_experiment(path: Path | None, overrides: Mapping[str, Any]) -> Experiment:
+    """The config file (if any) with non-None overrides on top, validated."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_yaml(Path(path))
+    for key, value in overrides.items():
+        if value is not None:
+            data.pop(key.rstrip("s") if key in ("models", "datasets") else "", None)
+            data[key] = value
+    try:
+        return Experiment.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "config"
+        raise ConfigError(f"invalid config ({where}): {first['msg']}") from None
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path} is not valid YAML{where}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of settings, not {type(data).__name__}")
+    return data

@@ -1,0 +1,25 @@
+"""The few error types a user can cause. The CLI prints them as one line and exits 2."""
+
+
+class UserturnError(Exception):
+    """Misuse: a bad config, an unknown model, a missing file. Never a model's failure."""
+
+
+class ConfigError(UserturnError):
+    """The experiment config or a CLI flag is invalid."""
+
+
+class ModelError(UserturnError):
+    """A model cannot be found or loaded."""
+
+
+class TemplateError(UserturnError):
+    """A chat template cannot render the probe (for example it cannot open a user turn)."""
+
+
+class DatasetError(UserturnError):
+    """A dataset cannot be found, read or parsed."""
+
+
+class StoreError(UserturnError):
+    """A run folder is unusable (for example it holds a run of a different experiment)."""

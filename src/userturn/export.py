@@ -1,0 +1,64 @@
+"""Export a run's user turns (with query, answer, labels, task score) for pandas or DuckDB users."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import UserturnError
+from .store import RunStore
+
+COLUMNS = ("model", "dataset", "item_id", "context", "temperature", "sample_index", "query",
+           "answer", "answer_correct", "user_turn", "raw_user_turn", "finish_reason", "error",
+           "label", "label_source", "rationale", "prompt", "key")
+
+
+def user_turn_records(store: RunStore, label_source: str = "rules") -> list[dict[str, Any]]:
+    queries: dict[str, dict[str, str]] = {}
+    records = []
+    for turn in store.user_turns(label_source):
+        if turn["dataset"] not in queries:
+            queries[turn["dataset"]] = {
+                item_id: [m for m in data["messages"] if m["role"] == "user"][-1]["content"]
+                for item_id, data in store.items(turn["dataset"]).items()}
+        records.append({
+            **{k: turn[k] for k in ("model", "dataset", "item_id", "context", "temperature",
+                                    "sample_index", "answer", "finish_reason", "error", "label",
+                                    "rationale", "prompt", "key")},
+            "query": queries[turn["dataset"]].get(turn["item_id"]),
+            "answer_correct": None if turn["correct"] is None else bool(turn["correct"]),
+            "user_turn": turn["text"], "raw_user_turn": turn["raw_text"],
+            "label_source": label_source if turn["label"] is not None else None,
+        })
+    return [{column: record[column] for column in COLUMNS} for record in records]
+
+
+def export_user_turns(store: RunStore, out: Path, fmt: str) -> int:
+    """Write the records to ``out`` atomically (a temporary file renamed into place)."""
+    records = user_turn_records(store)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    if fmt == "jsonl":
+        with partial.open("w", encoding="utf-8") as handle:
+            for record in records:
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    elif fmt == "csv":
+        with partial.open("w", encoding="utf-8", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+            writer.writeheader()
+            writer.writerows(records)
+    elif fmt == "parquet":
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UserturnError("Parquet export needs pyarrow: pip install 'userturn[export]'") from None
+        table = pa.Table.from_pylist(records) if records else pa.table({c: [] for c in COLUMNS})
+        pq.write_table(table, partial)
+    else:
+        raise UserturnError(f"unknown export format {fmt!r}")
+    os.replace(partial, out)
+    return len(records)

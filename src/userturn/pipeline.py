@@ -1,0 +1,229 @@
+"""The probe as one straight line.
+
+    load items -> render assistant prompt -> generate a (greedy) -> score task accuracy on a
+    -> render OPEN USER TURN after [q, a] -> generate user turns (greedy and sampled)
+    -> classify (rules) -> statistics
+
+Every stage writes to the run store before the next one reads it, so a killed run resumes where it
+stopped and a finished run re-run makes no model calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from . import __version__
+from .backends import Backend, load_backend
+from .config import Experiment
+from .data import Dataset, load_dataset
+from .errors import TemplateError
+from .records import Case, GenerationParams, Item, Message, Request
+from .render import Prompt, render_assistant_turn, render_user_turn
+from .rules import RulesClassifier
+from .store import RunStore, generation_key
+
+Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One planned generation: its request and where it sits in the experiment."""
+
+    key: str
+    request: Request
+    sample_index: int
+    dataset: str
+    item_id: str
+    context: str
+    temperature: float = 0.0
+    assistant_key: str | None = None
+
+
+def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = None,
+                   progress: Progress | None = None) -> RunStore:
+    """Run (or resume) an experiment into ``exp.output`` and return its open store."""
+    progress = progress or _silent
+    datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed) for spec in exp.datasets]
+    if backends is None:
+        backends = {spec: load_backend(spec, batch_size=exp.batch_size) for spec in exp.models}
+    for backend in backends.values():  # misuse fails here, before the run folder is written
+        _check_renders(backend, datasets[0].items[0], exp)
+    store = RunStore.create(exp.output)
+    store.set_meta({"config": exp.model_dump(mode="json"), "versions": _versions(),
+                    "started": time.time(), "models": _model_meta(backends)})
+    store.keep_plan(list(backends), [dataset.name for dataset in datasets])
+    for dataset in datasets:
+        store.put_items(dataset.name, [_item_record(item) for item in dataset.items])
+    for backend in backends.values():
+        for dataset in datasets:
+            answers = _assistant_stage(store, backend, dataset, exp, progress)
+            _user_stage(store, backend, dataset, answers, exp, progress)
+    _classify_stage(store, backends)
+    store.set_meta({"finished": time.time()})
+    return store
+
+
+def _silent(description: str, total: int) -> Callable[[int], None]:
+    return lambda n: None
+
+
+def _conversation(item: Item, exp: Experiment) -> list[Message]:
+    system = [{"role": "system", "content": exp.system_prompt}] if exp.system_prompt else []
+    return [*system, *item.messages]
+
+
+def _check_renders(backend: Backend, item: Item, exp: Experiment) -> None:
+    messages = _conversation(item, exp)
+    render_assistant_turn(backend.template, messages)
+    render_user_turn(backend.template, [*messages, {"role": "assistant", "content": "42"}])
+
+
+def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, exp: Experiment,
+                     progress: Progress) -> dict[str, tuple[str, str]]:
+    """Greedy assistant answers; returns item id -> (generation key, answer text)."""
+    params = GenerationParams(temperature=0.0, max_tokens=exp.max_tokens)
+    jobs = []
+    for item in dataset.items:
+        prompt = render_assistant_turn(backend.template, _conversation(item, exp))
+        request = Request(prompt.text, params, prompt.stop, seed=0)
+        key = _key("assistant", backend, prompt, request, 0)
+        jobs.append(Job(key, request, 0, dataset.name, item.id, context=""))
+    _replan(store, "assistant", backend.spec, dataset.name, jobs)
+    rows = _generate(store, backend, "assistant", jobs, progress,
+                     f"{backend.spec} · {dataset.name} · assistant turns")
+    _score(store, dataset, rows)
+    return {job.item_id: (job.key, rows[job.key]["text"]) for job in jobs
+            if rows[job.key]["error"] is None}
+
+
+def _score(store: RunStore, dataset: Dataset, rows: Mapping[str, Any]) -> None:
+    done = store.scored_keys(dataset.scorer.name)
+    items = {item.id: item for item in dataset.items}
+    scores = [(key, dataset.scorer.name, dataset.scorer.score(items[row["item_id"]], row["text"]))
+              for key, row in rows.items() if key not in done and row["error"] is None]
+    store.put_scores(scores)
+
+
+def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
+                answers: Mapping[str, tuple[str, str]], exp: Experiment,
+                progress: Progress) -> None:
+    jobs: list[Job] = []
+    for item in dataset.items:
+        if item.id not in answers:
+            continue  # the assistant turn failed: counted as an error, retried on re-run
+        assistant_key, answer = answers[item.id]
+        messages = [*_conversation(item, exp), {"role": "assistant", "content": answer}]
+        prompt = render_user_turn(backend.template, messages)
+        context = hashlib.sha256(f"{assistant_key}|self|none".encode()).hexdigest()[:16]
+        for temperature in exp.temperatures:
+            params = GenerationParams(temperature, exp.top_p, exp.user_max_tokens)
+            for sample in range(exp.samples_at(temperature)):
+                seed = _sample_seed(exp.seed, backend.spec, dataset.name, item.id, context,
+                                    temperature, sample) if temperature > 0 else 0
+                request = Request(prompt.text, params, prompt.stop, seed)
+                key = _key("user", backend, prompt, request, sample)
+                jobs.append(Job(key, request, sample, dataset.name, item.id, context,
+                                temperature, assistant_key))
+    _replan(store, "user", backend.spec, dataset.name, jobs)
+    _generate(store, backend, "user", jobs, progress,
+              f"{backend.spec} · {dataset.name} · user turns")
+
+
+def _sample_seed(run_seed: int, *parts: Any) -> int:
+    """Every sampled generation gets its own seed, derived from its key: reusing one seed across
+    items draws each item's first token from the same point of its distribution."""
+    text = json.dumps([run_seed, *parts])
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
+
+
+def _key(role: str, backend: Backend, prompt: Prompt, request: Request, sample: int) -> str:
+    return generation_key(role, backend.spec, backend.revision, prompt.template_hash, request,
+                          sample)
+
+
+def _replan(store: RunStore, role: str, model: str, dataset: str, jobs: Sequence[Job]) -> None:
+    rows = [{"key": job.key, "role": role, "model": model, "dataset": job.dataset,
+             "item_id": job.item_id, "context": job.context, "temperature": job.temperature,
+             "sample_index": job.sample_index, "assistant_key": job.assistant_key}
+            for job in jobs]
+    store.replace_plan(rows, role=role, model=model, dataset=dataset)
+
+
+def _generate(store: RunStore, backend: Backend, role: str, jobs: Sequence[Job],
+              progress: Progress, description: str) -> dict[str, Any]:
+    """Generate what the store lacks, chunk by chunk, committing each chunk; return all rows."""
+    keys = [job.key for job in jobs]
+    finished = store.finished_keys(keys)
+    missing = [job for job in jobs if job.key not in finished]
+    # Similar lengths batch with less padding; the order does not change any result.
+    missing.sort(key=lambda job: len(job.request.prompt), reverse=True)
+    advance = progress(description, len(jobs))
+    advance(len(jobs) - len(missing))
+    for start in range(0, len(missing), backend.chunk_size):
+        chunk = missing[start:start + backend.chunk_size]
+        generations = backend.complete([job.request for job in chunk])
+        store.put_generations([
+            (job.key, role, backend.spec, backend.revision, backend.template.hash, job.request,
+             job.sample_index, generation) for job, generation in zip(chunk, generations)])
+        advance(len(chunk))
+    rows = store.generations(keys)
+    return {job.key: {**dict(rows[job.key]), "item_id": job.item_id} for job in jobs}
+
+
+def _classify_stage(store: RunStore, backends: Mapping[str, Backend]) -> None:
+    """Rules label every user turn they have not labelled at this version."""
+    rules = RulesClassifier()
+    done = store.labelled_keys(rules.name, rules.version)
+    headers = {spec: _assistant_header(b) for spec, b in backends.items()}
+    labels, queries = [], {}
+    for turn in store.user_turns(rules.name):
+        if turn["key"] in done or turn["error"] is not None:
+            continue
+        if turn["dataset"] not in queries:
+            queries[turn["dataset"]] = _queries(store, turn["dataset"])
+        query = queries[turn["dataset"]][turn["item_id"]]
+        case = Case(query, turn["answer"] or "", turn["text"], turn["raw_text"],
+                    headers.get(turn["model"], ""))
+        labels.append((turn["key"], rules.version, rules.classify(case)))
+    store.put_labels(labels)
+
+
+def _assistant_header(backend: Backend) -> str:
+    try:
+        from .render import derive_markers
+
+        return derive_markers(backend.template).assistant_header.strip()
+    except TemplateError:
+        return ""
+
+
+def _queries(store: RunStore, dataset: str) -> dict[str, str]:
+    return {item_id: [m for m in record["messages"] if m["role"] == "user"][-1]["content"]
+            for item_id, record in store.items(dataset).items()}
+
+
+def _item_record(item: Item) -> dict[str, Any]:
+    return {"id": item.id, "messages": [dict(m) for m in item.messages],
+            "reference": item.reference, "metadata": dict(item.metadata)}
+
+
+def _model_meta(backends: Mapping[str, Backend]) -> dict[str, Any]:
+    return {spec: {"revision": b.revision, "template_hash": b.template.hash}
+            for spec, b in backends.items()}
+
+
+def _versions() -> dict[str, str]:
+    versions = {"userturn": __version__, "python": platform.python_version()}
+    for package in ("torch", "transformers", "tokenizers", "numpy"):
+        try:
+            from importlib.metadata import version
+
+            versions[package] = version(package)
+        except Exception:  # not installed: nothing to record
+            pass
+    return versions

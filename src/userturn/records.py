@@ -1,0 +1,107 @@
+"""The values that flow through the probe: items, generations, labels, scores.
+
+Plain frozen dataclasses: they are compared, hashed and stored, never mutated.
+Messages are plain ``{"role": ..., "content": ...}`` dicts, as every chat template expects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+Message = Mapping[str, str]
+
+LabelName = Literal[
+    "follow_up", "generic", "new_query", "restatement", "assistant_drift", "meta", "empty"
+]
+LABELS: tuple[str, ...] = (
+    "follow_up", "generic", "new_query", "restatement", "assistant_drift", "meta", "empty"
+)
+FinishReason = Literal["stop", "length", "error"]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One dataset row: the conversation so far (ending in the user query) and its reference."""
+
+    id: str
+    messages: tuple[Message, ...]
+    reference: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def query(self) -> str:
+        for message in reversed(self.messages):
+            if message["role"] == "user":
+                return message["content"]
+        raise ValueError(f"item {self.id} has no user message")
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    """Decoding parameters of one completion. temperature 0 means greedy."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    max_tokens: int = 256
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """One completion of a raw prompt: one sample, with its own seed."""
+
+    prompt: str
+    params: GenerationParams
+    stop: tuple[str, ...] = ()
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What a backend returned for one request. A failure is data: ``error`` is set, text empty."""
+
+    text: str
+    raw_text: str
+    finish_reason: FinishReason
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """What a classifier sees: the query, the assistant's answer and the generated user turn.
+
+    ``raw_user_turn`` keeps special tokens; ``assistant_header`` is the template's assistant role
+    header (for example ``<|im_start|>assistant``), whose appearance means the model spoke as the
+    assistant.
+    """
+
+    query: str
+    answer: str
+    user_turn: str
+    raw_user_turn: str = ""
+    assistant_header: str = ""
+
+
+@dataclass(frozen=True)
+class Label:
+    """One classification of a user turn. ``label`` None means the source could not decide."""
+
+    label: LabelName | None
+    source: str
+    rationale: str = ""
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Score:
+    """Task accuracy of one assistant answer."""
+
+    correct: bool
+    extracted: str | None
+    reference: str | None

@@ -1,0 +1,274 @@
+"""Rendering the probe with the model's own chat template, and opening a USER turn.
+
+Chat templates are written to open an assistant turn. We never hand-write a template per model:
+we render the model's own template with a unique sentinel as the content of a final user message,
+cut at the sentinel, and check the result. The turn markers (where a user turn ends, what the
+assistant header looks like) are derived the same way, from sentinel conversations, because they
+differ between families and often differ from ``eos_token``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from .errors import TemplateError
+from .records import Message
+
+# Plain ASCII letters and digits: survives trim, escaping and every template we know unchanged.
+SENTINELS = ("qZ7userturnSentinelA", "qZ7userturnSentinelB", "qZ7userturnSentinelC")
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A model's chat template source plus the special tokens it refers to."""
+
+    source: str
+    model: str
+    bos_token: str | None = None
+    eos_token: str | None = None
+    # Extra template variables, e.g. {"enable_thinking": False} for Qwen3-style templates.
+    variables: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer: Any, model: str, **variables: Any) -> ChatTemplate:
+        source = getattr(tokenizer, "chat_template", None)
+        if isinstance(source, dict):  # several named templates: the probe uses the default one
+            source = source.get("default")
+        if not source:
+            raise TemplateError(f"model {model} has no chat template; userturn probes chat models")
+        return cls(
+            source=source,
+            model=model,
+            bos_token=tokenizer.bos_token,
+            eos_token=tokenizer.eos_token,
+            variables=dict(variables),
+        )
+
+    def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
+        """Render exactly as transformers' ``apply_chat_template(tokenize=False)`` would."""
+        import jinja2
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        special = {"bos_token": self.bos_token or "", "eos_token": self.eos_token or ""}
+        try:
+            rendered, _ = render_jinja_template(
+                conversations=[[dict(m) for m in messages]],
+                chat_template=self.source,
+                add_generation_prompt=add_generation_prompt,
+                **special,
+                **dict(self.variables),
+            )
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"chat template of {self.model} failed: {exc}") from exc
+        return rendered[0]
+
+
+@dataclass(frozen=True)
+class TurnMarkers:
+    """Role markers of a template, derived from sentinel renders (whitespace kept)."""
+
+    user_end: str  # text a template puts after a user message, e.g. "<|im_end|>\n"; may be ""
+    assistant_header: str  # e.g. "<|im_start|>assistant\n"; "" for [INST]-style templates
+    assistant_end: str  # after a final assistant message, e.g. "<|im_end|>\n"
+    assistant_to_user: str  # what closes an assistant turn and opens a user turn
+    user_header: str = ""  # e.g. "<|im_start|>user\n"
+
+    @property
+    def user_stop(self) -> tuple[str, ...]:
+        """Strings that end a generated user turn: the user end-of-turn, else the next header."""
+        return _unique([self.user_end.strip() or self.assistant_header.strip(),
+                        self.assistant_header.strip()])
+
+    @property
+    def assistant_stop(self) -> tuple[str, ...]:
+        """The assistant end-of-turn, else (templates without one) the next user header."""
+        return _unique([self.assistant_end.strip() or self.user_header.strip()])
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """An exact prompt for a backend, with the markers that end the turn it opens."""
+
+    text: str
+    stop: tuple[str, ...]
+    template_hash: str
+    assistant_header: str
+    system_merged: bool = False
+
+
+def _unique(values: Sequence[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(v for v in values if v))
+
+
+def _between(text: str, start: str, end: str | None) -> str:
+    begin = text.index(start) + len(start)
+    return text[begin:] if end is None else text[begin:text.index(end, begin)]
+
+
+def derive_markers(template: ChatTemplate) -> TurnMarkers:
+    a, b, c = SENTINELS
+    turns = [{"role": "user", "content": a}, {"role": "assistant", "content": b},
+             {"role": "user", "content": c}]
+    three = template.render(turns)
+    opened = template.render(turns, add_generation_prompt=True)
+    two = template.render(turns[:2])
+    if not all(s in three for s in SENTINELS) or b not in two:
+        raise TemplateError(
+            f"chat template of {template.model} drops or rewrites message content; "
+            "it cannot render a user turn after an assistant turn"
+        )
+    user_end = _drop_final_eos(_between(three, c, None), template.eos_token)
+    assistant_end = _drop_final_eos(_between(two, b, None), template.eos_token)
+    user_to_assistant = _between(three, a, b)
+    if user_end.strip() and user_end == user_to_assistant:
+        # The template writes the assistant header after EVERY user message (so it follows the
+        # sentinel too): the end-of-turn is what user and assistant turns end with alike.
+        user_end = _common_prefix(user_end, assistant_end) or user_end
+    header = user_to_assistant[len(user_end):] if user_to_assistant.startswith(user_end) else ""
+    header = header or user_to_assistant
+    # The generation prompt may say more than history does (an empty think block, gpt-oss's
+    # channel): the header proper is what both agree on.
+    generated = _between(opened, c, None)
+    generated = generated[len(user_end):] if generated.startswith(user_end) else generated
+    header = _common_prefix(header, generated) or header
+    to_user = _between(three, b, c)
+    return TurnMarkers(
+        user_end=user_end,
+        assistant_header=header,
+        assistant_end=assistant_end,
+        assistant_to_user=to_user,
+        user_header=to_user[len(assistant_end):] if to_user.startswith(assistant_end) else to_user,
+    )
+
+
+def _drop_final_eos(text: str, eos: str | None) -> str:
+    """Some templates (Phi-3) write EOS after the last message of a finished conversation; that
+    EOS ends the document, not the turn. Keep it when it IS the end-of-turn (ChatML, Llama 3)."""
+    stripped = text.rstrip()
+    if eos and stripped.endswith(eos) and stripped[: -len(eos)].strip():
+        return stripped[: -len(eos)]
+    return text
+
+
+def _common_prefix(first: str, second: str) -> str:
+    size = 0
+    while size < min(len(first), len(second)) and first[size] == second[size]:
+        size += 1
+    return first[:size]
+
+
+def visible_text(content: str) -> str:
+    """Assistant content as templates show it in history: thinking removed."""
+    content = _THINK_BLOCK.sub("", content)
+    if "</think>" in content:  # a block whose opening tag was in the prompt
+        content = content.split("</think>", 1)[1]
+    return content.strip()
+
+
+def _render_with_system_fallback(
+    template: ChatTemplate, messages: Sequence[Message], add_generation_prompt: bool
+) -> tuple[str, bool]:
+    """Render; if the template refuses a system role, merge the system text into the first user
+    message (what templates without a system role document users to do)."""
+    try:
+        return template.render(messages, add_generation_prompt), False
+    except TemplateError:
+        if not messages or messages[0]["role"] != "system":
+            raise
+    merged = _merge_system(messages)
+    return template.render(merged, add_generation_prompt), True
+
+
+def _merge_system(messages: Sequence[Message]) -> list[Message]:
+    system, rest = messages[0]["content"], [dict(m) for m in messages[1:]]
+    for message in rest:
+        if message["role"] == "user":
+            message["content"] = f"{system}\n\n{message['content']}"
+            break
+    return rest
+
+
+def render_assistant_turn(template: ChatTemplate, messages: Sequence[Message]) -> Prompt:
+    """The ordinary prompt: the conversation so far, then the template's assistant header."""
+    if not messages or messages[-1]["role"] != "user":
+        raise TemplateError("an assistant-turn prompt needs a conversation ending in a user message")
+    markers = derive_markers(template)
+    text, merged = _render_with_system_fallback(template, messages, add_generation_prompt=True)
+    return Prompt(text, markers.assistant_stop, template.hash, markers.assistant_header, merged)
+
+
+def render_user_turn(template: ChatTemplate, messages: Sequence[Message]) -> Prompt:
+    """The probe's prompt: ``[system?, user, assistant]`` rendered, then an OPEN user turn.
+
+    Raises TemplateError naming the model when the template cannot open a user turn, when the
+    previous assistant turn is not closed, or when an assistant header would follow.
+    """
+    if not messages or messages[-1]["role"] != "assistant":
+        raise TemplateError("the probe needs a conversation ending in an assistant message")
+    markers = derive_markers(template)
+    sentinel = SENTINELS[2]
+    conversation = [*messages, {"role": "user", "content": sentinel}]
+    rendered, merged = _render_with_system_fallback(template, conversation, False)
+    if rendered.count(sentinel) != 1:
+        raise TemplateError(
+            f"chat template of {template.model} cannot open a user turn after an assistant "
+            "turn (the final user message is not rendered)"
+        )
+    prefix = rendered[: rendered.index(sentinel)]
+    if not merged and _system_moved_into_open_turn(prefix, messages, markers):
+        # [INST]-style templates prepend the system text to the LAST user message, which here is
+        # the turn the model is to write. Put it where the model saw it when answering instead.
+        rendered = template.render([*_merge_system(messages), conversation[-1]])
+        prefix, merged = rendered[: rendered.index(sentinel)], True
+    _check_open_user_turn(template.model, prefix, messages[-1]["content"], markers)
+    return Prompt(prefix, markers.user_stop, template.hash, markers.assistant_header, merged)
+
+
+def _system_moved_into_open_turn(prefix: str, messages: Sequence[Message],
+                                 markers: TurnMarkers) -> bool:
+    if messages[0]["role"] != "system" or not messages[0]["content"].strip():
+        return False
+    closing = markers.assistant_to_user.strip()
+    opened_at = prefix.rfind(closing) if closing else -1
+    return opened_at >= 0 and messages[0]["content"].strip() in prefix[opened_at:]
+
+
+def _check_open_user_turn(model: str, prefix: str, answer: str, markers: TurnMarkers) -> None:
+    shown = visible_text(answer)
+    anchor = shown[-40:]
+    end = prefix.rfind(anchor) if anchor else len(prefix) - len(markers.assistant_to_user)
+    if end < 0:
+        raise TemplateError(
+            f"chat template of {model} rewrote the assistant answer; cannot locate it in the prompt"
+        )
+    tail = prefix[end + len(anchor):]
+    closing = markers.assistant_to_user.strip()
+    if closing and closing not in tail:
+        raise TemplateError(
+            f"chat template of {model}: the assistant turn is not closed before the user turn"
+        )
+    header = markers.assistant_header.strip()
+    if header and header in tail[tail.find(closing) + len(closing):]:
+        raise TemplateError(f"chat template of {model}: an assistant header follows the user turn")
+
+
+def prompt_token_ids(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of a rendered prompt, with BOS exactly once.
+
+    Templates usually write BOS themselves; tokenizing with special tokens on would add a second.
+    When the template did not write it but the tokenizer normally adds it, add it once.
+    """
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    bos_id, bos = tokenizer.bos_token_id, tokenizer.bos_token
+    adds_bos = bos_id is not None and tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos_id]
+    if adds_bos and not (bos and text.startswith(bos)) and ids[:1] != [bos_id]:
+        ids.insert(0, bos_id)
+    return ids

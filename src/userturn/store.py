@@ -1,0 +1,209 @@
+"""The run store: one SQLite database per run folder.
+
+Generations are content-addressed: the key covers everything that changes a generation's
+distribution (model, revision, template hash, rendered prompt, decoding parameters, stop markers,
+sample index, seed), so a finished generation is never made twice and a sampled one is never served
+for another sample index. Every chunk of results is committed in one transaction: a run killed at
+any moment restarts where it stopped, losing at most the chunk in flight and never half of one.
+The ``plan`` table lists the generations the current experiment is made of; reports read through it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from .errors import StoreError
+from .records import Generation, Label, Request, Score
+
+DB_NAME = "userturn.db"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS items (
+  dataset TEXT NOT NULL, item_id TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (dataset, item_id));
+CREATE TABLE IF NOT EXISTS generations (
+  key TEXT PRIMARY KEY, role TEXT NOT NULL, model TEXT NOT NULL, revision TEXT NOT NULL,
+  template_hash TEXT NOT NULL, prompt TEXT NOT NULL, stop TEXT NOT NULL,
+  temperature REAL NOT NULL, top_p REAL NOT NULL, max_tokens INTEGER NOT NULL,
+  sample_index INTEGER NOT NULL, seed INTEGER NOT NULL,
+  text TEXT NOT NULL, raw_text TEXT NOT NULL, finish_reason TEXT NOT NULL,
+  prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, error TEXT,
+  created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS plan (
+  key TEXT PRIMARY KEY, role TEXT NOT NULL, model TEXT NOT NULL, dataset TEXT NOT NULL,
+  item_id TEXT NOT NULL, context TEXT NOT NULL, temperature REAL NOT NULL,
+  sample_index INTEGER NOT NULL, assistant_key TEXT);
+CREATE TABLE IF NOT EXISTS scores (
+  key TEXT NOT NULL, scorer TEXT NOT NULL, correct INTEGER NOT NULL, extracted TEXT,
+  reference TEXT, PRIMARY KEY (key, scorer));
+CREATE TABLE IF NOT EXISTS labels (
+  key TEXT NOT NULL, source TEXT NOT NULL, version TEXT NOT NULL, label TEXT, rationale TEXT,
+  error TEXT, created REAL NOT NULL, PRIMARY KEY (key, source));
+"""
+
+
+def generation_key(role: str, model: str, revision: str, template_hash: str, request: Request,
+                   sample_index: int) -> str:
+    payload = {
+        "role": role, "model": model, "revision": revision, "template": template_hash,
+        "prompt": request.prompt, "params": asdict(request.params), "stop": list(request.stop),
+        "sample_index": sample_index, "seed": request.seed,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+class RunStore:
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / DB_NAME
+        self.db = sqlite3.connect(self.path, timeout=30)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+
+    @classmethod
+    def create(cls, folder: Path) -> RunStore:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        return cls(folder)
+
+    @classmethod
+    def open(cls, folder: Path) -> RunStore:
+        if not (Path(folder) / DB_NAME).exists():
+            raise StoreError(f"{folder} is not a userturn run folder (no {DB_NAME})")
+        return cls(folder)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- metadata and items -------------------------------------------------------------------
+    def set_meta(self, values: Mapping[str, Any]) -> None:
+        with self.db:
+            self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                                [(k, json.dumps(v)) for k, v in values.items()])
+
+    def meta(self) -> dict[str, Any]:
+        return {r["key"]: json.loads(r["value"]) for r in self.db.execute("SELECT * FROM meta")}
+
+    def put_items(self, dataset: str, items: Iterable[Mapping[str, Any]]) -> None:
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO items VALUES (?, ?, ?)",
+                [(dataset, i["id"], json.dumps(i)) for i in items])
+
+    def items(self, dataset: str) -> dict[str, dict[str, Any]]:
+        rows = self.db.execute("SELECT item_id, data FROM items WHERE dataset = ?", (dataset,))
+        return {r["item_id"]: json.loads(r["data"]) for r in rows}
+
+    # -- the plan -----------------------------------------------------------------------------
+    def replace_plan(self, rows: Sequence[Mapping[str, Any]], *, role: str, model: str,
+                     dataset: str) -> None:
+        """The plan of one role, model and dataset, replaced as a whole."""
+        with self.db:
+            self.db.execute("DELETE FROM plan WHERE role = ? AND model = ? AND dataset = ?",
+                            (role, model, dataset))
+            self.db.executemany(
+                "INSERT OR REPLACE INTO plan VALUES (:key, :role, :model, :dataset, :item_id, "
+                ":context, :temperature, :sample_index, :assistant_key)", rows)
+
+    def keep_plan(self, models: Sequence[str], datasets: Sequence[str]) -> None:
+        """Drop planned rows of models or datasets the current experiment no longer has."""
+        marks_m, marks_d = ",".join("?" * len(models)), ",".join("?" * len(datasets))
+        with self.db:
+            self.db.execute(f"DELETE FROM plan WHERE model NOT IN ({marks_m}) "
+                            f"OR dataset NOT IN ({marks_d})", [*models, *datasets])
+
+    # -- generations --------------------------------------------------------------------------
+    def finished_keys(self, keys: Sequence[str]) -> set[str]:
+        """Keys already generated without error (errors are retried on the next run)."""
+        found: set[str] = set()
+        for start in range(0, len(keys), 500):
+            chunk = keys[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self.db.execute(
+                f"SELECT key FROM generations WHERE error IS NULL AND key IN ({marks})", chunk)
+            found.update(r["key"] for r in rows)
+        return found
+
+    def put_generations(self, rows: Sequence[tuple[str, str, str, str, str, Request, int,
+                                                   Generation]]) -> None:
+        """Store (key, role, model, revision, template_hash, request, sample_index, generation)."""
+        now = time.time()
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO generations VALUES "
+                "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                [(key, role, model, revision, template, req.prompt, json.dumps(list(req.stop)),
+                  req.params.temperature, req.params.top_p, req.params.max_tokens, sample,
+                  req.seed, gen.text, gen.raw_text, gen.finish_reason, gen.prompt_tokens,
+                  gen.completion_tokens, gen.error, now)
+                 for key, role, model, revision, template, req, sample, gen in rows])
+
+    def generations(self, keys: Sequence[str]) -> dict[str, sqlite3.Row]:
+        out: dict[str, sqlite3.Row] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self.db.execute(f"SELECT * FROM generations WHERE key IN ({marks})", chunk)
+            out.update((r["key"], r) for r in rows)
+        return out
+
+    # -- scores and labels --------------------------------------------------------------------
+    def put_scores(self, rows: Sequence[tuple[str, str, Score]]) -> None:
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?)",
+                [(key, scorer, int(s.correct), s.extracted, s.reference) for key, scorer, s in rows])
+
+    def put_labels(self, rows: Sequence[tuple[str, str, Label]]) -> None:
+        """Store (key, version, label); one label per key and source, the newest wins."""
+        now = time.time()
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO labels VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(key, lab.source, version, lab.label, lab.rationale, lab.error, now)
+                 for key, version, lab in rows])
+
+    def labelled_keys(self, source: str, version: str) -> set[str]:
+        rows = self.db.execute("SELECT key FROM labels WHERE source = ? AND version = ?",
+                               (source, version))
+        return {r["key"] for r in rows}
+
+    def scored_keys(self, scorer: str) -> set[str]:
+        return {r["key"] for r in self.db.execute("SELECT key FROM scores WHERE scorer = ?",
+                                                  (scorer,))}
+
+    # -- reading a run ------------------------------------------------------------------------
+    def user_turns(self, label_source: str = "rules") -> list[dict[str, Any]]:
+        """Every planned user turn joined with its generation, label and the task score of the
+        assistant answer it follows: the one table statistics and reports read."""
+        query = """
+        SELECT p.model, p.dataset, p.item_id, p.context, p.temperature, p.sample_index,
+               p.key, g.text, g.raw_text, g.finish_reason, g.error, g.prompt,
+               l.label, l.rationale, l.error AS label_error,
+               a.text AS answer, s.correct
+        FROM plan p
+        JOIN generations g ON g.key = p.key
+        LEFT JOIN labels l ON l.key = p.key AND l.source = ?
+        LEFT JOIN generations a ON a.key = p.assistant_key
+        LEFT JOIN scores s ON s.key = p.assistant_key
+        WHERE p.role = 'user'
+        ORDER BY p.model, p.dataset, p.temperature, p.item_id, p.sample_index
+        """
+        return [dict(r) for r in self.db.execute(query, (label_source,))]
+
+    def assistant_turns(self) -> list[dict[str, Any]]:
+        query = """
+        SELECT p.model, p.dataset, p.item_id, p.key, g.text, g.error, g.finish_reason,
+               s.correct, s.extracted, s.reference
+        FROM plan p JOIN generations g ON g.key = p.key
+        LEFT JOIN scores s ON s.key = p.key
+        WHERE p.role = 'assistant' ORDER BY p.model, p.dataset, p.item_id
+        """
+        return [dict(r) for r in self.db.execute(query)]

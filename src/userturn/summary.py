@@ -1,0 +1,100 @@
+"""The run's headline table: per model, dataset and temperature, the genuine follow-up rate with a
+95% interval bootstrapped over items, the label distribution, n, errors, and task accuracy."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from .records import LABELS
+from .stats import Rate, clustered_rate
+from .store import RunStore
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    dataset: str
+    temperature: float
+    items: int
+    turns: int
+    follow_up: Rate  # over labelled turns; undecided and errored turns are counted beside it
+    labels: dict[str, int] = field(default_factory=dict)
+    undecided: int = 0
+    errors: int = 0
+    accuracy: Rate | None = None
+
+
+def summarize(store: RunStore, label_source: str = "rules") -> list[Row]:
+    turns = store.user_turns(label_source)
+    accuracy = _accuracy(store)
+    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = defaultdict(list)
+    for turn in turns:
+        groups[(turn["model"], turn["dataset"], turn["temperature"])].append(turn)
+    rows = []
+    for (model, dataset, temperature), group in sorted(groups.items()):
+        ok = [t for t in group if t["error"] is None]
+        labelled = [t for t in ok if t["label"] is not None]
+        rows.append(Row(
+            model=model, dataset=dataset, temperature=temperature,
+            items=len({t["item_id"] for t in group}), turns=len(group),
+            follow_up=clustered_rate((t["item_id"], t["label"] == "follow_up") for t in labelled),
+            labels=dict(Counter(t["label"] for t in labelled)),
+            undecided=len(ok) - len(labelled), errors=len(group) - len(ok),
+            accuracy=accuracy.get((model, dataset)),
+        ))
+    return rows
+
+
+def _accuracy(store: RunStore) -> dict[tuple[str, str], Rate]:
+    scored: dict[tuple[str, str], list[tuple[str, bool]]] = defaultdict(list)
+    for turn in store.assistant_turns():
+        if turn["correct"] is not None:
+            scored[(turn["model"], turn["dataset"])].append((turn["item_id"], bool(turn["correct"])))
+    return {key: clustered_rate(pairs) for key, pairs in scored.items()}
+
+
+def assistant_errors(store: RunStore) -> int:
+    return sum(1 for turn in store.assistant_turns() if turn["error"] is not None)
+
+
+def _pct(rate: Rate | None) -> str:
+    if rate is None or rate.n == 0:
+        return "-"
+    return f"{100 * rate.value:.1f}% [{100 * rate.low:.1f}, {100 * rate.high:.1f}]"
+
+
+def print_summary(rows: list[Row], console: Console, *, assistant_failures: int = 0) -> None:
+    table = Table(title="Genuine follow-up rate (95% CI, bootstrap over items)")
+    for name in ("model", "dataset", "T", "items", "turns", "follow-up rate", "undecided",
+                 "errors", "task accuracy"):
+        table.add_column(name, justify="left" if name in ("model", "dataset") else "right")
+    for row in rows:
+        table.add_row(row.model, row.dataset, _temperature(row.temperature), str(row.items),
+                      str(row.turns), _pct(row.follow_up), str(row.undecided), str(row.errors),
+                      _pct(row.accuracy))
+    console.print(table)
+    labels = Table(title="Labels of the generated user turns (counts)")
+    for name in ("model", "dataset", "T", *LABELS, "undecided"):
+        labels.add_column(name.replace("_", " "), justify="left" if name in ("model", "dataset") else "right")
+    for row in rows:
+        labels.add_row(row.model, row.dataset, _temperature(row.temperature),
+                       *(str(row.labels.get(label, 0)) for label in LABELS), str(row.undecided))
+    console.print(labels)
+    notes = []
+    if any(row.undecided for row in rows):
+        notes.append("follow-up rate is over labelled turns; 'undecided' turns are those the rules "
+                     "leave to an LLM judge")
+    if assistant_failures:
+        notes.append(f"{assistant_failures} assistant turn(s) failed; their items have no user "
+                     "turns yet (re-run to retry)")
+    for note in notes:
+        console.print(f"[dim]note: {note}[/dim]")
+
+
+def _temperature(value: float) -> str:
+    return "greedy" if value <= 0 else f"{value:g}"
