@@ -88,12 +88,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.handler(args, console)
     except UserturnError as exc:
-        Console(stderr=True).print(f"[bold red]userturn: error:[/] {exc}", markup=True,
-                                   highlight=False)
+        # One plain line (no wrapping), so it reads well and greps well.
+        print(f"userturn: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        Console(stderr=True).print("interrupted: everything finished so far is stored; run the "
-                                   "same command again to resume")
+        print("userturn: interrupted; everything finished so far is stored: run the same "
+              "command again to resume", file=sys.stderr)
         return 130
 
 

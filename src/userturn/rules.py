@@ -19,7 +19,6 @@ import unicodedata
 import zlib
 from collections import Counter
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 from typing import Callable
 
 from userturn.records import Case, Label
@@ -31,7 +30,7 @@ _SPECIAL = re.compile(
     rf"<\|im_start\|>{_ROLES}?|<\|start_header_id\|>{_ROLES}?<\|end_header_id\|>|<start_of_turn>"
     rf"{_ROLES}?|<\|start\|>{_ROLES}?|<\|[^<>|\n]{{1,40}}\|>|</?s>|</?think>|\[/?INST\]|<</?SYS>>"
     r"|<(?:bos|eos|pad|unk|end_of_turn|mask)>", re.I)
-_CJK = re.compile(r"([\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af])")
+_CJK = re.compile(r"([\u3400-\u9fff])")  # Han characters: one token each
 _WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
 _NUM = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 _NUMBER_WORDS = {w: str(i) for i, w in enumerate(
@@ -43,7 +42,7 @@ too very is are was were be been being am do does did done have has had having i
 our you your yours he him his she her it its they them their this that these those there here what
 which who whom whose when where why how many much more most some any all each every no not nor
 only own same other such can could will would shall should may might must just also now up down
-out over under again once very s t don't i'm it's that's let's what's how's there's get got go
+out over under again once very s t don't without within onto upon via per i'm it's that's let's what's how's there's get got go
 de la el los las que y en un una es por para con se le les des et est une du der die das und ist
 ein eine zu mit il lo di che non""".split())
 _GENERIC = set("""thanks thank thx ty you so much a lot for the your help helping helpful great ok
@@ -51,7 +50,7 @@ okay k alright got it i see cool nice awesome perfect good very really that this
 was is clear clearer understand understood now wow amazing excellent appreciate appreciated sure
 yes yeah yep fine noted oh ah hmm can could would explain more elaborate further please tell me
 about detail details brilliant fantastic wonderful lovely sounds glad to know learned something new
-interesting super answer response explanation information info all right much! gracias muchas
+interesting super answer response explanation information info all right that's it's gracias muchas
 merci beaucoup danke vielen dank grazie obrigado спасибо 谢 好 ありがとう 감사합니다""".split())
 _SHORT_OK = {"ok", "k", "no", "hi", "oh", "ty", "ya", "好", "谢", "是"}
 _REPLY_WORDS = {"yes", "yeah", "yep", "sure", "please", "no", "ok", "okay", "alright", "fine"}
@@ -68,7 +67,7 @@ _DRIFT_OPEN = re.compile(
     r"|approach)|to (?:solve|find|determine|calculate|compute|figure out|answer|work out)\b|step 1\b"
     r"|here(?:'s| is| are) (?:the|a) (?:step-by-step |detailed |complete |full |corrected )?"
     r"(?:solution|answer|explanation|breakdown|calculation|steps)|(?:great|good) question"
-    r"|you(?:'re| are) (?:very )?welcome|glad (?:i could|to) help|as an ai\b|the (?:final )?answer is"
+    r"|you(?:'re| are) (?:very )?welcome|glad (?:i could|to) help|as an ai\b"
     r"|i apologi[sz]e for (?:the|any|my))", re.I)
 _DRIFT_ANY = re.compile(
     r"i hope (?:this|that) helps|let me know if you (?:have|need|want|'d like|would like)|feel free "
@@ -76,12 +75,13 @@ _DRIFT_ANY = re.compile(
 _ANSWER_MARK = re.compile(r"####\s*\$?-?\d|\\boxed\{|\b(?:so|therefore|thus|hence),? the (?:final )?"
                           r"answer is|\bthe final answer is|^answer\s*:", re.I)
 _EQUATION = re.compile(r"\d\s*(?:[-+*/×÷x]\s*\$?\d[\d,.]*\s*)+=\s*\$?-?\d")
-_CONNECTIVE = re.compile(r"^\W{0,4}(?:so|therefore|thus|hence|first|next|then|finally|now|step \d)"
-                         r"\b", re.I)
+_CONNECTIVE = re.compile(r"^\W{0,4}(?:so|therefore|thus|hence|first|next|then|finally|now|step \d|"
+                         r"the (?:final )?answer is)\b", re.I)
 _META = re.compile(
-    r"(?:^|[.!?:]\s+|\n)\W{0,4}(?:(?:so|okay|ok|well|hmm),?\s+)?the user(?:'s)? (?:is asking|is "
+    r"(?:^|[.!?:]\s+|\n)\W{0,4}(?:(?:so|okay|ok|well|hmm|alright),?\s+){0,2}the user(?:'s)? (?:is asking|is "
     r"requesting|is looking|is trying|is interested|is curious|wants|wanted|asks|asked|has asked|"
-    r"seems|needs|would like|might|may|would|could|likely|query|question|request|response)\b"
+    r"seems|needs|would like|might|may|would|could|likely|query|question|request|response|has provided|"
+    r"provided|has given|gave|has shared)\b"
     r"|\bin this conversation\b|\bthe assistant(?:'s)? (?:answer|response|solution|has|is|provided|"
     r"gave|explained|answered|correctly|incorrectly|should|did)\b|^\W{0,4}the assistant\b"
     r"|here(?:'s| is) (?:a|an|one) (?:possible|potential|sample|example|likely|realistic|natural|"
@@ -93,7 +93,8 @@ _META = re.compile(
     r"(?:system|instructions?)\s*:|\b(?:i|we) (?:need|should|have|want) to (?:respond|reply|write|"
     r"generate|come up with|craft) (?:a|an|the|as)\b|\bhow (?:should|do|would) i respond\b", re.I)
 _USER_CUE = re.compile(r"\b(?:you|your|you're|thanks|thank|i think|i thought|i believe|i got|i get|"
-                       r"i don't|i'm not sure|i'm confused|wait|hmm|why|how come)\b", re.I)
+                       r"i don't|i'm not sure|i'm confused|wait|hmm|why|how come|great job|good job|"
+                       r"well done|correct|you got it)\b", re.I)
 _REQUEST = re.compile(
     r"\?|\b(?:why|how|can you|could you|would you|please|i think|should be|shouldn't|wrong|mistake|"
     r"incorrect|not right|don't understand|you said|you wrote|you forgot|you missed|what if|show me|"
@@ -102,18 +103,24 @@ _REQUEST = re.compile(
 _REF_CUE = re.compile(
     r"\b(?:you|your|why|how come|how did|where did|where does|what does|that|this|those|these|it|"
     r"step|wait|but|shouldn't|should be|i think|i got|i get|i thought|wrong|mistake|incorrect|error|"
-    r"instead|mean|explain|clarify)\b", re.I)
+    r"instead|mean|explain|clarify|por qué|pourquoi|warum|perché)\b|为什么", re.I)
+_STRONG_REF = re.compile(r"\b(?:why|how come|how did|you said|you wrote|you mentioned|you used|"
+                         r"your|that|this|those|these|wait|but|instead|wrong|mistake|mean)\b", re.I)
 _DISPUTE = re.compile(r"\b(?:i think|i believe|i got|should be|shouldn't|wrong|mistake|incorrect|"
                       r"not right|isn't it|instead)\b", re.I)
 _CUTOFF = re.compile(r"\b(?:stopped|cut off|got cut|cut short|mid-?sentence|incomplete|unfinished|"
                      r"didn't finish|not finished|continue|finish|keep going|go on|rest of|complete "
                      r"(?:it|the)|what's next|next step)\b", re.I)
-_NEW_START = re.compile(r"^\W{0,4}(?:what|how|who|where|when|which|why|can|could|would|is|are|do|"
-                        r"does|write|tell|give|list|describe|explain|translate|create|generate|"
-                        r"compose|name|suggest|recommend|calculate|solve|find|if|a|an|[A-Z][a-z]+ "
+_NEW_START = re.compile(r"^\W{0,4}(?:(?i:what|how|who|where|when|which|why|can|could|would|is|are|"
+                        r"do|does|write|tell|give|list|describe|explain|translate|create|generate|"
+                        r"compose|name|suggest|recommend|calculate|solve|find|if|a|an)|[A-Z][a-z]+ "
                         r"(?:has|had|is|was|buys|bought|wants|earns|reads|runs))\b")
 _DEICTIC = re.compile(r"\b(?:this|that|these|those|it|them|same|instead|again|above|previous|your|"
-                      r"you said|what about|what if|how about)\b", re.I)
+                      r"you said|what about|what if|how about)\b", re.I)  # looked for in 8 words
+_REACTS = re.compile(r"\b(?:steps?|answer|solution|result|explain|explanation|calculation|example|"
+                     r"did you|you (?:made|got|did|said|wrote|used|forgot|missed|mean)|mistake|wrong|"
+                     r"incorrect|i got|i think|should be|correct|right|again|instead|also|else)\b",
+                     re.I)
 _NOT_ARTIFACT = set("answer step solution result total explain question help thanks calculation "
                     "problem first second third final number example correct wrong right mean "
                     "understand sure more again part".split())
@@ -129,10 +136,10 @@ def _words(text: str) -> list[str]:
 
 def _stem(word: str) -> str:
     for suffix in ("'s", "ing", "ed", "s", "ly"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 2:
             word = word[: -len(suffix)]
             break
-    return (word[:-1] if len(word) > 3 and word.endswith("e") else word)[:6]
+    return (word[:-1] if len(word) >= 3 and word.endswith("e") else word)[:6]
 
 
 def _content(words: list[str]) -> list[str]:
@@ -143,7 +150,8 @@ def _content(words: list[str]) -> list[str]:
 def _numbers(text: str, words: list[str]) -> set[str]:
     found = {n.replace(",", "") for n in _NUM.findall(text)}
     found = {n.rstrip("0").rstrip(".") if "." in n else n for n in found}
-    return {n.lstrip("0") or "0" for n in found} | {_NUMBER_WORDS[w] for w in words if w in _NUMBER_WORDS}
+    return {re.sub(r"^0+(?=\d)", "", n) for n in found} | {
+        _NUMBER_WORDS[w] for w in words if w in _NUMBER_WORDS}
 
 
 def _sentences(text: str) -> list[str]:
@@ -244,8 +252,8 @@ def _rule_empty(v: _View) -> Verdict | None:
             return None, "undecided: only emoji or symbols, which may be an acknowledgement"
         return "empty", "only punctuation or symbols"
     core = text.lower().strip(" .!?,;:'\"")
-    if sum(c.isalnum() for c in text) <= 2 and core not in _SHORT_OK and not (
-            core.isdigit() and v.answer_asks):
+    if sum(c.isalnum() for c in text) <= 2 and core not in _SHORT_OK and not _CJK.search(
+            text) and not (core.isdigit() and v.answer_asks):
         return "empty", "a stray fragment of one or two characters"
     if _degenerate(text, v.words):
         first = _words(v.first)
@@ -266,36 +274,36 @@ def _rule_opening(v: _View) -> Verdict | None:
 
 
 # ---- 4. the body: meta narration, or assistant-side text that dominates -------------------------
-def _assistant_sentence(sentence: str) -> bool:
+def _assistant_sentence(sentence: str) -> int:
+    """2: clearly assistant-side; 1: weakly (a connective or "The answer is" with a number); 0: not."""
     if _DRIFT_ANY.search(sentence):
-        return True
+        return 2
     if "?" in sentence or _USER_CUE.search(sentence):
-        return False
-    return bool(_DRIFT_OPEN.match(sentence) or _ANSWER_MARK.search(sentence) or _EQUATION.search(
-        sentence) or (_CONNECTIVE.match(sentence) and re.search(r"\d", sentence)))
+        return 0
+    if _DRIFT_OPEN.match(sentence) or _ANSWER_MARK.search(sentence) or _EQUATION.search(sentence):
+        return 2
+    return int(bool(_CONNECTIVE.match(sentence) and re.search(r"\d", sentence)))
 
 
-def _answer_copy(v: _View) -> float:
-    """Share of the turn's word 4-grams that come from the answer but not from the query."""
-    grams = _ngrams(v.words, 4)
-    if len(v.words) < 12 or not grams:
-        return 0.0
+def _copied(words: list[str], v: _View) -> float:
+    """Share of these words' 4-grams that come from the answer but not from the query."""
+    grams = _ngrams(words, 4)
     copied = _ngrams(v.answer_words, 4) - _ngrams(v.query_words, 4)
-    return len(grams & copied) / len(grams)
+    return len(grams & copied) / len(grams) if grams else 0.0
 
 
 def _rule_body(v: _View) -> Verdict | None:
     if _META.search(v.text) and not v.opens_user:
         return "meta", "talks about the user, the assistant or the conversation from outside"
-    sentences = _sentences(v.text)
-    side = sum(len(_words(s)) for s in sentences if _assistant_sentence(s))
+    kinds = [(_assistant_sentence(s), len(_words(s))) for s in _sentences(v.text)]
+    side = sum(n for kind, n in kinds if kind) if any(k == 2 for k, _ in kinds) else 0
     share = side / max(1, len(v.words))
-    if side and (share >= 0.6 or (not v.opens_user and share >= 0.3)):
+    if side and (share > 0.5 or (not v.opens_user and share >= 0.3)):
         return "assistant_drift", "mostly assistant-side text (solving, answer marks or closings)"
     if side:
         return None, "undecided: user-side text mixed with some assistant-style text"
-    if _answer_copy(v) >= 0.5:
-        if v.opens_user:
+    if len(v.words) >= 12 and _copied(v.words, v) >= 0.5:
+        if v.opens_user and _copied(_words(v.first), v) < 0.5:
             return None, "undecided: quotes much of the answer inside a user-voiced turn"
         return "assistant_drift", "a coherent copy of a large part of the assistant's answer"
     return None
@@ -310,18 +318,15 @@ def _rule_role_label(v: _View) -> Verdict | None:
 
 # ---- 6. restatement: mostly the query's words, nothing taken from the answer --------------------
 def _rule_restatement(v: _View) -> Verdict | None:
-    answer_taken = sum(s in v.answer_only for s in v.user)
-    if answer_taken > max(1, 0.1 * len(v.user)):
-        return None
-    ratio = SequenceMatcher(None, v.text.lower(), v.query_text.strip().lower()).ratio()
-    if ratio >= 0.85 and len(v.words) >= 3:
-        return "restatement", "nearly identical to the original query"
-    if len(v.query) < 3 or len(v.user) < 3:
+    taken = sum(s in v.answer_only for s in v.user)
+    if v.numbers & v.answer_numbers - v.query_numbers or taken > max(1, 0.1 * len(v.user)):
+        return None  # takes a result or content from the answer: it reacts to the answer
+    if len(v.user) < 3 or not v.query:
         return None
     coverage = len(set(v.user) & v.query) / len(v.query)
     purity = sum(s in v.query for s in v.user) / len(v.user)
-    if coverage >= 0.6 and purity >= 0.75:
-        return "restatement", f"repeats {coverage:.0%} of the query's content words"
+    if coverage >= 0.6 and purity >= 0.8:
+        return "restatement", f"repeats {coverage:.0%} of the query's content words and adds little"
     return None
 
 
@@ -340,7 +345,8 @@ def _rule_follow_up(v: _View) -> Verdict | None:
         return None
     if v.answer_truncated and _CUTOFF.search(v.text) and len(v.words) <= 25:
         return "follow_up", "asks for the missing part of an answer that was cut off"
-    if not _REQUEST.search(v.text) or not _REF_CUE.search(v.text):
+    replying = v.answer_asks and v.words[0] in _REPLY_WORDS
+    if not _REQUEST.search(v.text) or not (replying or _REF_CUE.search(v.text)):
         return None
     new_numbers = v.numbers - v.query_numbers - v.answer_numbers
     if len(new_numbers) >= 2 and not _DISPUTE.search(v.text):
@@ -349,14 +355,15 @@ def _rule_follow_up(v: _View) -> Verdict | None:
     words = {s for s in v.user if s in v.answer_only and len(s) >= 4 and s not in _NOT_ARTIFACT}
     if numbers:
         return "follow_up", f"questions the answer's number(s) {', '.join(sorted(numbers))}"
-    if words:
+    if len(words) >= 2 or (words and (replying or _STRONG_REF.search(v.text))):
         return "follow_up", f"questions the answer's specific content ({', '.join(sorted(words))})"
     return None
 
 
 # ---- 9. new_query: a question or request sharing no content with the query or the answer -------
 def _rule_new_query(v: _View) -> Verdict | None:
-    if v.answer_asks or _DEICTIC.search(v.first) or len(v.words) > 150:
+    opening = " ".join(v.text.split()[:8])
+    if v.answer_asks or _DEICTIC.search(opening) or _REACTS.search(v.text) or len(v.words) > 150:
         return None
     if not ("?" in v.text or _NEW_START.match(v.text)):
         return None
@@ -365,9 +372,11 @@ def _rule_new_query(v: _View) -> Verdict | None:
     if query_english >= 0.2 and english < 0.1:
         return None  # another language: shared words cannot be judged
     user = set(v.user)
-    shared = len(user & (v.query | v.answer_only)) / max(1, len(user))
+    common = len(user & (v.query | v.answer_only))
+    shared = common / max(1, len(user))
     fresh = v.numbers - v.query_numbers - v.answer_numbers
-    if len(user) >= 2 and shared == 0 and not (v.numbers & (v.query_numbers | v.answer_numbers)):
+    unrelated = common == 0 or (common == 1 and len(user) >= 5)  # one word: a homonym, at most
+    if (len(user) >= 2 or len(fresh) >= 2) and unrelated and fresh == v.numbers:
         return "new_query", "a question or request sharing no content words with query or answer"
     if len(fresh) >= 2 and fresh == v.numbers and len(user) >= 5 and shared <= 0.34 and len(
             v.words) >= 12:

@@ -14,6 +14,10 @@ from .records import LABELS
 from .stats import Rate, clustered_rate
 from .store import RunStore
 
+LABEL_HEADERS = {"follow_up": "follow-up", "generic": "generic", "new_query": "new",
+                 "restatement": "restate", "assistant_drift": "drift", "meta": "meta",
+                 "empty": "empty"}
+
 
 @dataclass(frozen=True)
 class Row:
@@ -65,13 +69,13 @@ def assistant_errors(store: RunStore) -> int:
 def _pct(rate: Rate | None) -> str:
     if rate is None or rate.n == 0:
         return "-"
-    return f"{100 * rate.value:.1f}% [{100 * rate.low:.1f}, {100 * rate.high:.1f}]"
+    return f"{100 * rate.value:.0f}% [{100 * rate.low:.0f}-{100 * rate.high:.0f}]"
 
 
 def print_summary(rows: list[Row], console: Console, *, assistant_failures: int = 0) -> None:
-    table = Table(title="Genuine follow-up rate (95% CI, bootstrap over items)")
-    for name in ("model", "dataset", "T", "items", "turns", "follow-up rate", "undecided",
-                 "errors", "task accuracy"):
+    table = Table(title="Genuine follow-up rate, 95% CI bootstrapped over items")
+    for name in ("model", "dataset", "T", "items", "turns", "follow-up", "undecided", "errors",
+                 "accuracy"):
         table.add_column(name, justify="left" if name in ("model", "dataset") else "right")
     for row in rows:
         table.add_row(row.model, row.dataset, _temperature(row.temperature), str(row.items),
@@ -79,21 +83,21 @@ def print_summary(rows: list[Row], console: Console, *, assistant_failures: int 
                       _pct(row.accuracy))
     console.print(table)
     labels = Table(title="Labels of the generated user turns (counts)")
-    for name in ("model", "dataset", "T", *LABELS, "undecided"):
-        labels.add_column(name.replace("_", " "), justify="left" if name in ("model", "dataset") else "right")
+    for name in ("model", "dataset", "T", *LABEL_HEADERS.values(), "undecided"):
+        labels.add_column(name, justify="left" if name in ("model", "dataset") else "right")
     for row in rows:
         labels.add_row(row.model, row.dataset, _temperature(row.temperature),
                        *(str(row.labels.get(label, 0)) for label in LABELS), str(row.undecided))
     console.print(labels)
-    notes = []
+    notes = ["follow-up is the share of labelled turns; accuracy is the task score of the "
+             "greedy assistant answer"]
     if any(row.undecided for row in rows):
-        notes.append("follow-up rate is over labelled turns; 'undecided' turns are those the rules "
-                     "leave to an LLM judge")
+        notes.append("undecided turns are those the rules leave to an LLM judge")
     if assistant_failures:
         notes.append(f"{assistant_failures} assistant turn(s) failed; their items have no user "
                      "turns yet (re-run to retry)")
     for note in notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(f"[dim]{note}[/dim]")
 
 
 def _temperature(value: float) -> str:

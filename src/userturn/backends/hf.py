@@ -20,7 +20,9 @@ class TransformersBackend:
                  trust_remote_code: bool = False) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()  # our own bars report progress; theirs interleave
         self.spec, self.revision, self.batch_size = ref.spec, ref.revision, batch_size
         self.chunk_size = batch_size
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")

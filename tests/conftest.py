@@ -1,0 +1,34 @@
+"""Shared fixtures: the tiny real model (built once per session) and a small offline dataset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from userturn.backends.hf import TransformersBackend
+from userturn.models import resolve_model
+
+QUESTIONS = [
+    ("Tom has 3 boxes of 12 pencils. He gives away 10 pencils. How many are left?", "26"),
+    ("A shop sells 45 apples on Monday and twice as many on Tuesday. How many in total?", "135"),
+    ("Mia reads 20 pages a day for 6 days. How many pages does she read?", "120"),
+    ("A train travels 60 km per hour for 3 hours. How far does it go?", "180"),
+    ("Sam had $50 and spent $18 on a book. How much money does he have left?", "32"),
+    ("There are 7 rows of 8 chairs. How many chairs are there?", "56"),
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_backend() -> TransformersBackend:
+    return TransformersBackend(resolve_model("tiny"), batch_size=4)
+
+
+@pytest.fixture
+def gsm_file(tmp_path: Path) -> Path:
+    """A local GSM8K-format JSONL file of six items."""
+    path = tmp_path / "mini_gsm.jsonl"
+    rows = [{"question": q, "answer": f"Work it out.\n#### {a}"} for q, a in QUESTIONS]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path

@@ -1,0 +1,136 @@
+"""The command line as a user meets it: misuse gets one clear line and exit 2, nothing half-done."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from userturn.cli import main
+from userturn.config import Experiment, load_experiment
+from userturn.errors import ConfigError
+from userturn.models import resolve_model
+
+TINY = ["--model", "tiny", "--limit", "2", "--samples", "1", "--max-tokens", "8",
+        "--user-max-tokens", "8"]
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_line_error(code: int, err: str, needle: str) -> None:
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "userturn: error:" in lines[0] and needle in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_unknown_model_is_one_line_and_writes_nothing(capsys, tmp_path):
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "run", "--model", "no-such-model", "--output", str(out))
+    assert_one_line_error(code, err, "unknown model 'no-such-model'")
+    assert not out.exists()
+
+
+def test_missing_dataset_file_is_one_line_and_writes_nothing(capsys, tmp_path):
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "run", *TINY, "--dataset", str(tmp_path / "nope.jsonl"),
+                           "--output", str(out))
+    assert_one_line_error(code, err, "nope.jsonl")
+    assert not out.exists()
+
+
+def test_missing_and_malformed_config_files(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "run", str(tmp_path / "absent.yaml"))
+    assert_one_line_error(code, err, "config file not found")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models: [tiny\nlimit: 3\n")
+    code, _, err = run_cli(capsys, "run", str(bad))
+    assert_one_line_error(code, err, "not valid YAML")
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("model: tiny\nsamples: 0\n")
+    code, _, err = run_cli(capsys, "run", str(wrong))
+    assert_one_line_error(code, err, "samples")
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("model: tiny\ntemperature: [0.7]\n")
+    code, _, err = run_cli(capsys, "run", str(typo))
+    assert_one_line_error(code, err, "temperature")
+
+
+def test_template_that_cannot_open_a_user_turn(capsys, tmp_path, tiny_backend):
+    folder = tmp_path / "broken-model"
+    shutil.copytree(resolve_model("tiny").path, folder)
+    # A template that renders only up to the last assistant message.
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}{% if m['role'] == 'assistant' or loop.index0 == 0 %}"
+        "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}{% endfor %}")
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "run", "--model", str(folder), *TINY[2:], "--output", str(out))
+    assert_one_line_error(code, err, str(folder))
+    assert "chat template" in err
+    assert not out.exists()
+
+
+def test_config_file_with_flags_on_top(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("model: tiny\ndataset: gsm_symbolic\nlimit: 5\ntemperatures: [1.0, 0, 0.7]\n")
+    exp = load_experiment(path, {"limit": 3, "samples": None, "models": ["smollm2"]})
+    assert exp.models == ["smollm2"] and exp.datasets == ["gsm_symbolic"]
+    assert exp.limit == 3 and exp.samples == Experiment().samples
+    assert exp.temperatures == [0.0, 0.7, 1.0]
+    assert exp.samples_at(0.0) == 1 and exp.samples_at(0.7) == exp.samples
+    with pytest.raises(ConfigError, match="temperatures"):
+        load_experiment(None, {"temperatures": [-1.0]})
+    with pytest.raises(ConfigError, match="either model or models"):
+        load_experiment(_yaml(tmp_path, "model: a\nmodels: [b]\n"), {})
+
+
+def _yaml(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_render_shows_the_exact_prompt_stop_markers_and_hash(capsys, tiny_backend):
+    code, out, _ = run_cli(capsys, "render", "--model", "tiny", "--query", "What is 6 x 7?",
+                           "--answer", "6 x 7 = 42.")
+    assert code == 0
+    prompt = out.split("-----\n", 1)[1].split("\n----- end of prompt", 1)[0]
+    assert prompt == ("<|im_start|>user\nWhat is 6 x 7?<|im_end|>\n<|im_start|>assistant\n"
+                      "6 x 7 = 42.<|im_end|>\n<|im_start|>user\n")
+    assert "stop markers (end of the user turn): ['<|im_end|>', '<|im_start|>assistant']" in out
+    assert f"template hash: {tiny_backend.template.hash}" in out
+
+
+def test_run_report_and_export_end_to_end(capsys, tmp_path, tiny_backend):
+    out = tmp_path / "run"
+    code, printed, _ = run_cli(capsys, "run", *TINY, "--output", str(out))
+    assert code == 0
+    assert "Genuine follow-up rate" in printed and "greedy" in printed
+    code, reported, _ = run_cli(capsys, "report", str(out))
+    assert code == 0 and "Genuine follow-up rate" in reported
+    code, exported, _ = run_cli(capsys, "export", str(out), "--format", "jsonl")
+    assert code == 0 and "wrote 4 user turns" in exported
+    assert len((out / "user_turns.jsonl").read_text().splitlines()) == 4
+
+
+def test_report_on_a_folder_that_is_not_a_run(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "report", str(tmp_path))
+    assert_one_line_error(code, err, "not a userturn run folder")
+
+
+def test_help_explains_the_commands():
+    result = subprocess.run([sys.executable, "-m", "userturn.cli", "--help"],
+                            capture_output=True, text=True, check=True)
+    for word in ("run", "render", "report", "export", "smollm2"):
+        assert word in result.stdout
