@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,9 @@ def materialize_embedded(name: str) -> tuple[Path, str]:
 def _build_into(name: str, folder: Path) -> None:
     # Build in a temporary folder and rename: a killed conversion never leaves a half folder.
     folder.parent.mkdir(parents=True, exist_ok=True)
+    if name != "tiny":
+        print(f"userturn: preparing the embedded model {name} once (about 30 s): "
+              f"{folder}", file=sys.stderr)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
         if name == "tiny":
@@ -138,6 +142,9 @@ def _convert_smollm2(folder: Path) -> str:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     gguf = smollm2_gguf()
     digest = hashlib.sha256()
     with gguf.open("rb") as handle:

@@ -3,12 +3,29 @@
 Several user turns sampled from the same item are not independent, so the interval of a rate comes
 from a bootstrap over items (clustered): each resample draws items with replacement and keeps all
 of an item's turns, and the rate is pooled (sum of hits over sum of turns).
+
+Comparisons on the same items (perturbed vs original, trained vs base, model A vs B) are paired:
+an item that is easy for one side is usually easy for the other, so resampling the two sides
+independently would charge the comparison with the between-item variance twice and give intervals
+that are far too wide. The paired statistics below resample (or test) the items jointly:
+
+- :func:`paired_difference`: difference of pooled rates on the shared items, paired clustered
+  bootstrap (several samples per item on each side).
+- :func:`mcnemar_exact`: exact McNemar test for one binary outcome per item on each side (e.g.
+  greedy follow-up yes/no before vs after).
+- :func:`rank_correlation`: Spearman's rho with a bootstrap interval over paired points (e.g. task
+  accuracy vs follow-up rate across models).
+- :func:`joint_table`: follow-up rate when the item's answer was right vs wrong.
+
+Everything here is numpy and the standard library; all intervals are percentile bootstrap intervals
+with a fixed ``seed``, so results are reproducible.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Hashable, Iterable
+from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -46,3 +63,279 @@ def clustered_rate(pairs: Iterable[tuple[Hashable, bool]], *, resamples: int = 2
     tail = (1 - level) / 2
     low, high = np.quantile(rates, [tail, 1 - tail])
     return Rate(total_hits, total, float(low), float(high))
+
+
+# --------------------------------------------------------------------------------------------
+# Paired statistics
+# --------------------------------------------------------------------------------------------
+
+_NAN = float("nan")
+
+
+def _check_bootstrap(resamples: int, level: float) -> None:
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be strictly between 0 and 1, got {level}")
+
+
+def _per_item(pairs: Iterable[tuple[Hashable, Any]]) -> dict[Hashable, list[int]]:
+    """``item -> [hits, samples]``, in order of first appearance."""
+    per_item: dict[Hashable, list[int]] = {}
+    for item, hit in pairs:
+        counts = per_item.setdefault(item, [0, 0])
+        counts[0] += int(bool(hit))
+        counts[1] += 1
+    return per_item
+
+
+def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
+    tail = (1 - level) / 2
+    low, high = np.quantile(values, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``delta = b.value - a.value`` on the shared items, with a paired bootstrap interval.
+
+    ``a`` and ``b`` are the pooled rates of each side over the shared items only (their intervals
+    are the marginal ones from the same resamples, i.e. what :func:`clustered_rate` gives on the
+    shared items of that side when the items come in the same order). ``items`` is the number of
+    shared items; ``dropped_a`` / ``dropped_b`` count the distinct items present on that side only
+    (left out of everything)."""
+
+    a: Rate
+    b: Rate
+    delta: float
+    low: float
+    high: float
+    items: int
+    dropped_a: int
+    dropped_b: int
+
+
+def paired_difference(a: Iterable[tuple[Hashable, bool]], b: Iterable[tuple[Hashable, bool]], *,
+                      resamples: int = 2000, seed: int = 0, level: float = 0.95) -> Difference:
+    """Difference of pooled rates, ``b`` minus ``a``, on the items both sides share.
+
+    Each side is an iterable of ``(item, hit)`` observations; an item may have several samples,
+    and the two sides may have different numbers of samples per item (the rate of a side is
+    pooled: its hits over its samples). Items present on one side only are dropped and counted.
+
+    Assumes items are the independent units and samples within an item are not (clustered), and
+    that the two sides are measured on the same items, so item difficulty is shared (paired). The
+    interval is a percentile bootstrap in which every resample draws shared items with replacement
+    and uses the *same* drawn items for both sides, each keeping all of its samples on each side;
+    the between-item variation then cancels in the difference instead of being counted twice, as
+    it would be by two independent clustered intervals.
+
+    With no shared item everything is NaN; with one, the interval is the degenerate ``delta``.
+    """
+    _check_bootstrap(resamples, level)
+    per_a, per_b = _per_item(a), _per_item(b)
+    shared = [item for item in per_a if item in per_b]
+    dropped_a = len(per_a) - len(shared)
+    dropped_b = len(per_b) - len(shared)
+    if not shared:
+        empty = Rate(0, 0, _NAN, _NAN)
+        return Difference(empty, empty, _NAN, _NAN, _NAN, 0, dropped_a, dropped_b)
+    hits_a, sizes_a = np.array([per_a[item] for item in shared], dtype=float).T
+    hits_b, sizes_b = np.array([per_b[item] for item in shared], dtype=float).T
+    total_a, total_b = int(sizes_a.sum()), int(sizes_b.sum())
+    value_a, value_b = hits_a.sum() / total_a, hits_b.sum() / total_b
+    delta = float(value_b - value_a)
+    if len(shared) == 1:
+        return Difference(Rate(int(hits_a.sum()), total_a, float(value_a), float(value_a)),
+                          Rate(int(hits_b.sum()), total_b, float(value_b), float(value_b)),
+                          delta, delta, delta, 1, dropped_a, dropped_b)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(shared), size=(resamples, len(shared)))
+    rates_a = hits_a[draws].sum(axis=1) / sizes_a[draws].sum(axis=1)
+    rates_b = hits_b[draws].sum(axis=1) / sizes_b[draws].sum(axis=1)
+    low, high = _percentiles(rates_b - rates_a, level)
+    return Difference(Rate(int(hits_a.sum()), total_a, *_percentiles(rates_a, level)),
+                      Rate(int(hits_b.sum()), total_b, *_percentiles(rates_b, level)),
+                      delta, low, high, len(shared), dropped_a, dropped_b)
+
+
+@dataclass(frozen=True)
+class McNemar:
+    """Paired 2x2 table of one binary outcome per shared item, and the exact McNemar p-value.
+
+    ``b01``: a False, b True; ``b10``: a True, b False; ``b00`` / ``b11``: concordant.
+    ``dropped_a`` / ``dropped_b`` count the items present on that side only."""
+
+    b00: int
+    b01: int
+    b10: int
+    b11: int
+    p_value: float
+    dropped_a: int = 0
+    dropped_b: int = 0
+
+    @property
+    def items(self) -> int:
+        return self.b00 + self.b01 + self.b10 + self.b11
+
+    @property
+    def discordant(self) -> int:
+        return self.b01 + self.b10
+
+
+def _binomial_half_cdf(k: int, n: int) -> float:
+    """P(X <= k) for X ~ Binomial(n, 1/2), exactly (integer sums, one rounding at the end)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    return sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+
+
+def mcnemar_exact(a: Mapping[Hashable, bool], b: Mapping[Hashable, bool]) -> McNemar:
+    """Exact (binomial) McNemar test of ``a`` vs ``b``: one binary outcome per item on each side.
+
+    Only items in both mappings count (the others are counted in ``dropped_a`` / ``dropped_b``).
+    Under the null hypothesis that the outcome is as likely to switch one way as the other, the
+    number of ``b01`` switches among the ``b01 + b10`` discordant items is Binomial(discordant,
+    1/2); the two-sided p-value is ``min(1, 2 * P(X <= min(b01, b10)))``, and 1.0 when no item is
+    discordant. Concordant items carry no information about the difference, which is why the test
+    is paired: item difficulty shared by both sides cancels. Assumes items are independent and
+    each has one outcome per side (greedy decoding); with several samples per item use
+    :func:`paired_difference`. The exact test is conservative (its size is at most the level).
+    """
+    b00 = b01 = b10 = b11 = 0
+    for item, outcome_a in a.items():
+        if item not in b:
+            continue
+        before, after = bool(outcome_a), bool(b[item])
+        if before and after:
+            b11 += 1
+        elif before:
+            b10 += 1
+        elif after:
+            b01 += 1
+        else:
+            b00 += 1
+    shared = b00 + b01 + b10 + b11
+    discordant = b01 + b10
+    p_value = 1.0 if discordant == 0 else min(1.0, 2 * _binomial_half_cdf(min(b01, b10),
+                                                                          discordant))
+    return McNemar(b00, b01, b10, b11, p_value, len(a) - shared,
+                   sum(1 for item in b if item not in a))
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """Spearman's ``rho`` over ``n`` paired points with a percentile bootstrap interval
+    ``[low, high]``. ``dropped`` counts the pairs left out because a value was not finite."""
+
+    rho: float
+    low: float
+    high: float
+    n: int
+    dropped: int = 0
+
+
+def _pearson_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Row-wise Pearson correlation of 2-D arrays; NaN for rows where either side is constant."""
+    dx = x - x.mean(axis=-1, keepdims=True)
+    dy = y - y.mean(axis=-1, keepdims=True)
+    sxx, syy = (dx * dx).sum(axis=-1), (dy * dy).sum(axis=-1)
+    sxy = (dx * dy).sum(axis=-1)
+    # Ranks are multiples of 1/2, so a constant row has exactly zero spread.
+    ok = (sxx > 0) & (syy > 0)
+    out = np.full(x.shape[0], np.nan)
+    out[ok] = sxy[ok] / np.sqrt(sxx[ok] * syy[ok])
+    return np.clip(out, -1.0, 1.0)
+
+
+def _row_average_ranks(codes: np.ndarray) -> np.ndarray:
+    """1-based average ranks (ties share the mean of their positions) of each row of a 2-D array
+    of non-negative integer codes, vectorized: one global sort of ``row * span + code``."""
+    rows, n = codes.shape
+    span = int(codes.max()) + 1
+    keys = (np.arange(rows)[:, None] * span + codes).ravel()
+    ordered = np.sort(keys)
+    offsets = (np.arange(rows) * n)[:, None]
+    below = np.searchsorted(ordered, keys, side="left").reshape(rows, n) - offsets
+    upto = np.searchsorted(ordered, keys, side="right").reshape(rows, n) - offsets
+    return (below + 1 + upto) / 2
+
+
+def rank_correlation(x: Sequence[float], y: Sequence[float], *, resamples: int = 2000,
+                     seed: int = 0, level: float = 0.95) -> Correlation:
+    """Spearman's rank correlation of paired points ``(x[i], y[i])``, with a bootstrap interval.
+
+    rho is the Pearson correlation of the ranks, ties getting the average of the ranks they span.
+    The interval is a percentile bootstrap over the paired points (each resample draws points
+    with replacement, keeping each ``x`` with its ``y``); resamples in which one side is constant
+    have no correlation and are skipped. Assumes the points are independent units (e.g. one per
+    model: task accuracy vs follow-up rate); with a handful of points the interval is wide and
+    only indicative.
+
+    Pairs with a non-finite value (e.g. the NaN rate of a model with no labelled turn) are left
+    out and counted in ``dropped``. With fewer than 3 remaining points, or a constant side, rho and
+    the interval are NaN; this never raises. ``x`` and ``y`` of different lengths is an error.
+    """
+    _check_bootstrap(resamples, level)
+    xs, ys = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
+    if xs.shape != ys.shape:
+        raise ValueError(f"x and y must have the same length, got {xs.size} and {ys.size}")
+    finite = np.isfinite(xs) & np.isfinite(ys)
+    xs, ys = xs[finite], ys[finite]
+    n, dropped = int(xs.size), int((~finite).sum())
+    if n < 3:
+        return Correlation(_NAN, _NAN, _NAN, n, dropped)
+    # Integer codes keep the order and ties of the values, so a resample's ranks come from codes.
+    code_x = np.unique(xs, return_inverse=True)[1].ravel()
+    code_y = np.unique(ys, return_inverse=True)[1].ravel()
+    rho = float(_pearson_rows(_row_average_ranks(code_x[None, :]),
+                              _row_average_ranks(code_y[None, :]))[0])
+    if math.isnan(rho):
+        return Correlation(_NAN, _NAN, _NAN, n, dropped)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n, size=(resamples, n))
+    rhos = _pearson_rows(_row_average_ranks(code_x[draws]), _row_average_ranks(code_y[draws]))
+    rhos = rhos[~np.isnan(rhos)]
+    if rhos.size == 0:
+        return Correlation(rho, _NAN, _NAN, n, dropped)
+    low, high = _percentiles(rhos, level)
+    return Correlation(rho, low, high, n, dropped)
+
+
+def joint_table(pairs: Iterable[tuple[Hashable, bool, bool]], *, resamples: int = 2000,
+                seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+    """Follow-up rate when the item's answer was right vs wrong: ``(item, correct, hit)`` triples,
+    one per sampled user turn (``correct`` is the task score of the assistant answer the turn
+    reacts to, so it normally repeats across an item's samples).
+
+    Returns a dict:
+
+    - ``"correct"`` / ``"wrong"``: :class:`Rate` of follow-ups among the turns after a right /
+      wrong answer, clustered by item (bootstrap over items, as in :func:`clustered_rate`);
+    - ``"items_correct"`` / ``"items_wrong"``: distinct items with turns in that stratum;
+      ``"items_mixed"``: items in both (possible only when the assistant answer varies across an
+      item's samples; such an item is a cluster in each stratum);
+    - ``"counts"``: turns per cell, ``{"correct_hit", "correct_miss", "wrong_hit", "wrong_miss"}``.
+
+    The two rates come from different items, so they are not paired: compare them with their own
+    intervals, not with :func:`paired_difference`.
+    """
+    _check_bootstrap(resamples, level)
+    strata: dict[bool, list[tuple[Hashable, bool]]] = {True: [], False: []}
+    counts = {"correct_hit": 0, "correct_miss": 0, "wrong_hit": 0, "wrong_miss": 0}
+    for item, correct, hit in pairs:
+        correct, hit = bool(correct), bool(hit)
+        strata[correct].append((item, hit))
+        counts[("correct" if correct else "wrong") + ("_hit" if hit else "_miss")] += 1
+    items_right = {item for item, _ in strata[True]}
+    items_wrong = {item for item, _ in strata[False]}
+    return {
+        "correct": clustered_rate(strata[True], resamples=resamples, seed=seed, level=level),
+        "wrong": clustered_rate(strata[False], resamples=resamples, seed=seed, level=level),
+        "items_correct": len(items_right),
+        "items_wrong": len(items_wrong),
+        "items_mixed": len(items_right & items_wrong),
+        "counts": counts,
+    }

