@@ -51,7 +51,25 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--batch-size", dest="batch_size", type=int)
     run.add_argument("--system-prompt", dest="system_prompt")
     run.add_argument("--output", "-o", type=Path, help="run folder (default runs/demo)")
+    run.add_argument("--judge", help="LLM judge for what the rules leave undecided, e.g. "
+                     "openai/gpt-5.4-mini (key from OPENAI_API_KEY)")
+    run.add_argument("--judge-scope", dest="judge_scope", choices=("undecided", "all"))
+    run.add_argument("--judge-base-url", dest="judge_base_url",
+                     help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     run.set_defaults(handler=_run)
+
+    judge = sub.add_parser("judge", help="label a finished run's user turns with an LLM judge",
+                           description="(Re)label saved user turns with a judge, without "
+                           "generating anything. Several judges live side by side in one run; "
+                           "the last one judged counts in reports unless --labels says otherwise.")
+    judge.add_argument("run", type=Path)
+    judge.add_argument("--judge", required=True, help="e.g. openai/gpt-5.4-mini")
+    judge.add_argument("--scope", choices=("undecided", "all"), default="undecided",
+                       help="judge only what the rules leave undecided (default), or all turns")
+    judge.add_argument("--base-url", help="an OpenAI-compatible server (default: OPENAI_BASE_URL "
+                       "or the OpenAI API)")
+    judge.add_argument("--concurrency", type=int, default=8)
+    judge.set_defaults(handler=_judge)
 
     render = sub.add_parser("render", help="show the exact probe prompt of a model",
                             description="Print the prompt that opens a user turn after "
@@ -65,7 +83,18 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="print the tables of a run folder")
     report.add_argument("run", type=Path)
+    report.add_argument("--labels", type=_names, help="label sources in priority order, e.g. "
+                        "rules,judge:openai/gpt-5.4-mini@rubric1 (default: the run's own)")
     report.set_defaults(handler=_report)
+
+    agreement = sub.add_parser("agreement", help="Cohen's kappa between humans, judges and rules",
+                               description="Pairwise agreement between every two label sources "
+                               "of a run: kappa with a 95% interval bootstrapped over items, the "
+                               "confusion matrix, per-label precision and recall.")
+    agreement.add_argument("run", type=Path)
+    agreement.add_argument("--sources", type=_names, help="compare only these label sources, "
+                           "the first as reference, e.g. human:ana,rules")
+    agreement.set_defaults(handler=_agreement)
 
     export = sub.add_parser("export", help="export user turns with labels to JSONL, CSV or Parquet")
     export.add_argument("run", type=Path)
@@ -73,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--out", type=Path, help="file to write (default: RUN/user_turns.FORMAT)")
     export.set_defaults(handler=_export)
     return parser
+
+
+def _names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
 
 
 def _floats(text: str) -> list[float]:
@@ -100,14 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace, console: Console) -> int:
     from .config import load_experiment
     from .pipeline import run_experiment
-    from .summary import assistant_errors, print_summary, summarize
 
     keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
-            "user_max_tokens", "seed", "batch_size", "system_prompt", "output")
+            "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
+            "judge_scope", "judge_base_url")
     experiment = load_experiment(args.config, {k: getattr(args, k) for k in keys})
     with _progress_bars() as progress:
         store = run_experiment(experiment, progress=progress)
-    print_summary(summarize(store), console, assistant_failures=assistant_errors(store))
+    _print_tables(store, console)
     console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
     store.close()
     return 0
@@ -149,12 +182,45 @@ def _render(args: argparse.Namespace, console: Console) -> int:
 
 def _report(args: argparse.Namespace, console: Console) -> int:
     from .store import RunStore
-    from .summary import assistant_errors, print_summary, summarize
 
     store = RunStore.open(args.run)
-    print_summary(summarize(store), console, assistant_failures=assistant_errors(store))
+    _print_tables(store, console, args.labels)
     store.close()
     return 0
+
+
+def _judge(args: argparse.Namespace, console: Console) -> int:
+    from .judge import judge_from_spec
+    from .pipeline import judge_turns
+    from .store import RunStore
+
+    store = RunStore.open(args.run)  # before the judge: a wrong folder is the likelier mistake
+    judge = judge_from_spec(args.judge, base_url=args.base_url)
+    judge.concurrency = args.concurrency
+    with _progress_bars() as progress:
+        sent = judge_turns(store, judge, args.scope, progress)
+    console.print(f"{judge.name}: {sent} user turn(s) judged (none generated)")
+    _print_tables(store, console)
+    store.close()
+    return 0
+
+
+def _agreement(args: argparse.Namespace, console: Console) -> int:
+    from .agreement import pairwise_agreement, print_agreement
+    from .store import RunStore
+
+    store = RunStore.open(args.run)
+    print_agreement(pairwise_agreement(store, sources=args.sources), console)
+    store.close()
+    return 0
+
+
+def _print_tables(store, console: Console, labels: Sequence[str] | None = None) -> None:
+    from .summary import assistant_errors, print_summary, summarize
+
+    sources = labels or store.label_sources()
+    print_summary(summarize(store, sources), console, assistant_failures=assistant_errors(store))
+    console.print(f"[dim]labels from: {' , then '.join(sources)}[/dim]")
 
 
 def _export(args: argparse.Namespace, console: Console) -> int:

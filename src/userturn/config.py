@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -31,6 +31,12 @@ class Experiment(BaseModel):
     batch_size: int = Field(default=8, ge=1)
     system_prompt: str | None = None
     output: Path = Path("runs/demo")
+    judge: str | None = Field(default=None, description="e.g. openai/gpt-5.4-mini; key from "
+                              "OPENAI_API_KEY, never from this file")
+    judge_scope: Literal["undecided", "all"] = Field(
+        default="undecided", description="judge only what the rules leave undecided, or all")
+    judge_base_url: str | None = None
+    judge_concurrency: int = Field(default=8, ge=1)
 
     @model_validator(mode="before")
     @classmethod

@@ -16,10 +16,10 @@ COLUMNS = ("model", "dataset", "item_id", "context", "temperature", "sample_inde
            "label", "label_source", "rationale", "prompt", "key")
 
 
-def user_turn_records(store: RunStore, label_source: str = "rules") -> list[dict[str, Any]]:
+def user_turn_records(store: RunStore) -> list[dict[str, Any]]:
     queries: dict[str, dict[str, str]] = {}
     records = []
-    for turn in store.user_turns(label_source):
+    for turn in store.user_turns():
         if turn["dataset"] not in queries:
             queries[turn["dataset"]] = {
                 item_id: [m for m in data["messages"] if m["role"] == "user"][-1]["content"]
@@ -27,11 +27,10 @@ def user_turn_records(store: RunStore, label_source: str = "rules") -> list[dict
         records.append({
             **{k: turn[k] for k in ("model", "dataset", "item_id", "context", "temperature",
                                     "sample_index", "answer", "finish_reason", "error", "label",
-                                    "rationale", "prompt", "key")},
+                                    "rationale", "label_source", "prompt", "key")},
             "query": queries[turn["dataset"]].get(turn["item_id"]),
             "answer_correct": None if turn["correct"] is None else bool(turn["correct"]),
             "user_turn": turn["text"], "raw_user_turn": turn["raw_text"],
-            "label_source": label_source if turn["label"] is not None else None,
         })
     return [{column: record[column] for column in COLUMNS} for record in records]
 

@@ -22,6 +22,7 @@ from .backends import Backend, load_backend
 from .config import Experiment
 from .data import Dataset, load_dataset
 from .errors import TemplateError
+from .judge import Judge, judge_from_spec
 from .records import Case, GenerationParams, Item, Message, Request
 from .render import Prompt, render_assistant_turn, render_user_turn
 from .rules import RulesClassifier
@@ -53,6 +54,7 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
         backends = {spec: load_backend(spec, batch_size=exp.batch_size) for spec in exp.models}
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)
+    judge = _judge(exp)
     store = RunStore.create(exp.output)
     store.set_meta({"config": exp.model_dump(mode="json"), "versions": _versions(),
                     "started": time.time(), "models": _model_meta(backends)})
@@ -64,8 +66,51 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
             answers = _assistant_stage(store, backend, dataset, exp, progress)
             _user_stage(store, backend, dataset, answers, exp, progress)
     _classify_stage(store, backends)
+    if judge is not None:
+        judge_turns(store, judge, exp.judge_scope, progress)
     store.set_meta({"finished": time.time()})
     return store
+
+
+def _judge(exp: Experiment) -> Judge | None:
+    if exp.judge is None:
+        return None
+    judge = judge_from_spec(exp.judge, base_url=exp.judge_base_url)
+    judge.concurrency = exp.judge_concurrency
+    return judge
+
+
+def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | None = None,
+                chunk: int = 32) -> int:
+    """Label the run's user turns with an LLM judge: those the rules left undecided, or all.
+
+    Cached by judge name (which carries the rubric version) and generation key: turns this judge
+    already labelled are not sent again. Labels are committed chunk by chunk. Returns the number
+    of turns sent. The run's label sources become rules-then-judge (or the judge alone).
+    """
+    rules = {t["key"]: t["label"] for t in store.user_turns("rules")}
+    done = store.labelled_keys(judge.name, judge.version)
+    turns = [t for t in store.user_turns(judge.name) if t["error"] is None
+             and t["key"] not in done and (scope == "all" or rules.get(t["key"]) is None)]
+    advance = (progress or _silent)(f"judge {judge.name}", len(turns))
+    queries: dict[str, dict[str, str]] = {}
+    for start in range(0, len(turns), chunk):
+        batch = turns[start:start + chunk]
+        cases = [_case(store, queries, turn, "") for turn in batch]
+        labels = judge.classify_many(cases)
+        store.put_labels([(t["key"], judge.version, label) for t, label in zip(batch, labels)])
+        advance(len(batch))
+    sources = ["rules", judge.name] if scope == "undecided" else [judge.name]
+    store.set_meta({"label_sources": sources})
+    return len(turns)
+
+
+def _case(store: RunStore, queries: dict[str, dict[str, str]], turn: Mapping[str, Any],
+          assistant_header: str) -> Case:
+    if turn["dataset"] not in queries:
+        queries[turn["dataset"]] = _queries(store, turn["dataset"])
+    return Case(queries[turn["dataset"]][turn["item_id"]], turn["answer"] or "", turn["text"],
+                turn["raw_text"], assistant_header)
 
 
 def _silent(description: str, total: int) -> Callable[[int], None]:
@@ -180,15 +225,12 @@ def _classify_stage(store: RunStore, backends: Mapping[str, Backend]) -> None:
     rules = RulesClassifier()
     done = store.labelled_keys(rules.name, rules.version)
     headers = {spec: _assistant_header(b) for spec, b in backends.items()}
-    labels, queries = [], {}
+    labels: list[tuple[str, str, Any]] = []
+    queries: dict[str, dict[str, str]] = {}
     for turn in store.user_turns(rules.name):
         if turn["key"] in done or turn["error"] is not None:
             continue
-        if turn["dataset"] not in queries:
-            queries[turn["dataset"]] = _queries(store, turn["dataset"])
-        query = queries[turn["dataset"]][turn["item_id"]]
-        case = Case(query, turn["answer"] or "", turn["text"], turn["raw_text"],
-                    headers.get(turn["model"], ""))
+        case = _case(store, queries, turn, headers.get(turn["model"], ""))
         labels.append((turn["key"], rules.version, rules.classify(case)))
     store.put_labels(labels)
 

@@ -170,6 +170,20 @@ class RunStore:
                 [(key, lab.source, version, lab.label, lab.rationale, lab.error, now)
                  for key, version, lab in rows])
 
+    def delete_label(self, key: str, source: str) -> None:
+        with self.db:
+            self.db.execute("DELETE FROM labels WHERE key = ? AND source = ?", (key, source))
+
+    def labels_by_source(self) -> dict[str, dict[str, str | None]]:
+        """source -> {generation key -> label (None: undecided or invalid)}, planned turns only."""
+        rows = self.db.execute(
+            "SELECT l.source, l.key, l.label FROM labels l JOIN plan p ON p.key = l.key "
+            "WHERE p.role = 'user'")
+        out: dict[str, dict[str, str | None]] = {}
+        for row in rows:
+            out.setdefault(row["source"], {})[row["key"]] = row["label"]
+        return out
+
     def labelled_keys(self, source: str, version: str) -> set[str]:
         rows = self.db.execute("SELECT key FROM labels WHERE source = ? AND version = ?",
                                (source, version))
@@ -180,23 +194,52 @@ class RunStore:
                                                   (scorer,))}
 
     # -- reading a run ------------------------------------------------------------------------
-    def user_turns(self, label_source: str = "rules") -> list[dict[str, Any]]:
-        """Every planned user turn joined with its generation, label and the task score of the
-        assistant answer it follows: the one table statistics and reports read."""
+    def label_sources(self) -> list[str]:
+        """Which labellers decide a turn's label, first non-empty wins (set by run and judge)."""
+        return self.meta().get("label_sources", ["rules"])
+
+    def user_turns(self, labels: str | Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Every planned user turn joined with its generation, the answer it follows, that
+        answer's task score, and its label: the one table statistics and reports read.
+
+        ``labels`` names the label sources in priority order (default: the run's own); a turn
+        takes the first non-empty label, and ``label_error`` keeps the first error (e.g. a
+        judge's invalid verdict) when none of them labelled it.
+        """
+        sources = self.label_sources() if labels is None else (
+            [labels] if isinstance(labels, str) else list(labels))
         query = """
         SELECT p.model, p.dataset, p.item_id, p.context, p.temperature, p.sample_index,
                p.key, g.text, g.raw_text, g.finish_reason, g.error, g.prompt,
-               l.label, l.rationale, l.error AS label_error,
                a.text AS answer, s.correct
         FROM plan p
         JOIN generations g ON g.key = p.key
-        LEFT JOIN labels l ON l.key = p.key AND l.source = ?
         LEFT JOIN generations a ON a.key = p.assistant_key
         LEFT JOIN scores s ON s.key = p.assistant_key
         WHERE p.role = 'user'
         ORDER BY p.model, p.dataset, p.temperature, p.item_id, p.sample_index
         """
-        return [dict(r) for r in self.db.execute(query, (label_source,))]
+        turns = [dict(r) for r in self.db.execute(query)]
+        found = self._labels(sources)
+        for turn in turns:
+            turn.update(label=None, rationale=None, label_error=None, label_source=None)
+            for source in sources:
+                label = found.get((turn["key"], source))
+                if label is None:
+                    continue
+                if label["label"] is not None:
+                    turn.update(label=label["label"], rationale=label["rationale"],
+                                label_source=source, label_error=None)
+                    break
+                turn["label_error"] = turn["label_error"] or label["error"]
+        return turns
+
+    def _labels(self, sources: Sequence[str]) -> dict[tuple[str, str], sqlite3.Row]:
+        if not sources:
+            return {}
+        marks = ",".join("?" * len(sources))
+        rows = self.db.execute(f"SELECT * FROM labels WHERE source IN ({marks})", list(sources))
+        return {(r["key"], r["source"]): r for r in rows}
 
     def assistant_turns(self) -> list[dict[str, Any]]:
         query = """

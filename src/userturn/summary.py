@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -28,13 +28,16 @@ class Row:
     turns: int
     follow_up: Rate  # over labelled turns; undecided and errored turns are counted beside it
     labels: dict[str, int] = field(default_factory=dict)
-    undecided: int = 0
-    errors: int = 0
+    undecided: int = 0  # no labeller decided (the rules leave hard cases to a judge)
+    invalid: int = 0  # a judge failed or answered out of the label set
+    errors: int = 0  # the generation itself failed
     accuracy: Rate | None = None
 
 
-def summarize(store: RunStore, label_source: str = "rules") -> list[Row]:
-    turns = store.user_turns(label_source)
+def summarize(store: RunStore, labels: Sequence[str] | None = None) -> list[Row]:
+    """One row per model, dataset and temperature; ``labels``: label sources in priority order
+    (default: the run's own)."""
+    turns = store.user_turns(labels)
     accuracy = _accuracy(store)
     groups: dict[tuple[str, str, float], list[dict[str, Any]]] = defaultdict(list)
     for turn in turns:
@@ -48,7 +51,9 @@ def summarize(store: RunStore, label_source: str = "rules") -> list[Row]:
             items=len({t["item_id"] for t in group}), turns=len(group),
             follow_up=clustered_rate((t["item_id"], t["label"] == "follow_up") for t in labelled),
             labels=dict(Counter(t["label"] for t in labelled)),
-            undecided=len(ok) - len(labelled), errors=len(group) - len(ok),
+            undecided=sum(1 for t in ok if t["label"] is None and not t["label_error"]),
+            invalid=sum(1 for t in ok if t["label"] is None and t["label_error"]),
+            errors=len(group) - len(ok),
             accuracy=accuracy.get((model, dataset)),
         ))
     return rows
@@ -74,13 +79,13 @@ def _pct(rate: Rate | None) -> str:
 
 def print_summary(rows: list[Row], console: Console, *, assistant_failures: int = 0) -> None:
     table = Table(title="Genuine follow-up rate, 95% CI bootstrapped over items")
-    for name in ("model", "dataset", "T", "items", "turns", "follow-up", "undecided", "errors",
-                 "accuracy"):
+    for name in ("model", "dataset", "T", "items", "turns", "follow-up", "undecided", "invalid",
+                 "errors", "accuracy"):
         table.add_column(name, justify="left" if name in ("model", "dataset") else "right")
     for row in rows:
         table.add_row(row.model, row.dataset, _temperature(row.temperature), str(row.items),
-                      str(row.turns), _pct(row.follow_up), str(row.undecided), str(row.errors),
-                      _pct(row.accuracy))
+                      str(row.turns), _pct(row.follow_up), str(row.undecided), str(row.invalid),
+                      str(row.errors), _pct(row.accuracy))
     console.print(table)
     labels = Table(title="Labels of the generated user turns (counts)")
     for name in ("model", "dataset", "T", *LABEL_HEADERS.values(), "undecided"):

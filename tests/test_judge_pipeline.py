@@ -1,0 +1,93 @@
+"""The judge inside a run and on a finished run, against a real local OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from openai_fake import Drop, FakeOpenAI
+from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn
+
+from userturn.backends.fake import ScriptedBackend
+from userturn.cli import main
+from userturn.pipeline import run_experiment
+from userturn.records import Request
+from userturn.summary import summarize
+
+
+def script(request: Request) -> str:
+    """Greedy user turns are clear (generic); sampled ones are ambiguous (rules: undecided)."""
+    if not is_user_turn(request):
+        return "#### 26"
+    return "Thanks!" if request.params.temperature == 0 else "Is that right? I am not sure."
+
+
+def generations(folder) -> int:
+    with sqlite3.connect(folder / "userturn.db") as db:
+        return db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+
+
+def test_run_with_judge_sends_only_undecided_turns(gsm_file, tmp_path):
+    with FakeOpenAI() as fake:
+        fake.verdict = lambda messages: {"label": "new_query", "rationale": "Ignores the answer."}
+        exp = experiment(gsm_file, tmp_path, judge="openai/judge-a", judge_base_url=fake.url)
+        store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+        assert len(fake.requests) == ITEMS * SAMPLES  # the greedy "Thanks!" turns are rules' own
+    greedy, sampled = summarize(store)
+    assert greedy.labels == {"generic": ITEMS}
+    assert sampled.labels == {"new_query": ITEMS * SAMPLES} and sampled.undecided == 0
+    turn = next(t for t in store.user_turns() if t["temperature"] > 0)
+    assert turn["label_source"] == "judge:openai/judge-a@rubric1"
+    assert turn["rationale"] == "Ignores the answer."
+    assert store.label_sources() == ["rules", "judge:openai/judge-a@rubric1"]
+    # Both labels are stored: the rules' undecided one and the judge's.
+    sources = store.labels_by_source()
+    assert set(sources) == {"rules", "judge:openai/judge-a@rubric1"}
+    assert all(label is None for key, label in sources["rules"].items()
+               if key in sources["judge:openai/judge-a@rubric1"])
+
+
+def test_rejudging_a_finished_run_generates_nothing_and_is_cached(gsm_file, tmp_path, capsys):
+    exp = experiment(gsm_file, tmp_path)
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    before = generations(exp.output)
+    with FakeOpenAI() as fake:
+        fake.verdict = lambda messages: {"label": "follow_up", "rationale": "Reacts to it."}
+        code = main(["judge", str(exp.output), "--judge", "openai/judge-b", "--base-url", fake.url,
+                     "--scope", "all"])
+        assert code == 0 and len(fake.requests) == ITEMS * (1 + SAMPLES)
+        again = main(["judge", str(exp.output), "--judge", "openai/judge-b", "--base-url",
+                      fake.url, "--scope", "all"])
+        assert again == 0 and len(fake.requests) == ITEMS * (1 + SAMPLES)  # cached: no new call
+    out = capsys.readouterr().out
+    assert "0 user turn(s) judged" in out and "100%" in out
+    assert generations(exp.output) == before
+    # Reports choose which labeller counts.
+    assert main(["report", str(exp.output), "--labels", "rules"]) == 0
+    rules_view = capsys.readouterr().out
+    assert "labels from: rules" in rules_view
+
+
+def test_unreachable_judge_is_counted_invalid_and_the_run_goes_on(gsm_file, tmp_path):
+    with FakeOpenAI() as fake:
+        fake.always(Drop())
+        exp = experiment(gsm_file, tmp_path, judge="openai/down", judge_base_url=fake.url)
+        store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+    greedy, sampled = summarize(store)
+    assert sampled.invalid == ITEMS * SAMPLES and sampled.undecided == 0
+    assert greedy.labels == {"generic": ITEMS}
+    errors = [t["label_error"] for t in store.user_turns() if t["temperature"] > 0]
+    assert all(e.startswith("request failed") for e in errors)
+
+
+def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys):
+    with FakeOpenAI() as fake:
+        fake.verdict = lambda messages: {"label": "generic", "rationale": "Only thanks."}
+        exp = experiment(gsm_file, tmp_path, judge="openai/judge-c", judge_base_url=fake.url,
+                         judge_scope="all")
+        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    capsys.readouterr()
+    assert main(["agreement", str(exp.output)]) == 0
+    out = capsys.readouterr().out
+    # The rules labelled the greedy "Thanks!" turns generic, as did the judge: n = ITEMS, agreed.
+    assert "judge:openai/judge-c@rubric1" in out and "rules" in out
+    assert f"{ITEMS}" in out and "100" in out
