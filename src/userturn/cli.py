@@ -87,6 +87,21 @@ def _parser() -> argparse.ArgumentParser:
                         "rules,judge:openai/gpt-5.4-mini@rubric1 (default: the run's own)")
     report.set_defaults(handler=_report)
 
+    annotate = sub.add_parser("annotate", help="label a sample of user turns by hand in the browser",
+                              description="Serve a local page on 127.0.0.1: one context at a time "
+                              "(query, answer, generated user turn), blind to every other label, "
+                              "keys 1-7 to label, u to undo. Every label is stored at once; "
+                              "closing the browser loses nothing and reopening continues.")
+    annotate.add_argument("run", type=Path)
+    annotate.add_argument("--annotator", required=True, help="your name; labels are stored as "
+                          "human:NAME")
+    annotate.add_argument("--size", type=int, help="sample size (default 100, stratified by "
+                          "the rules' label so rare labels are seen)")
+    annotate.add_argument("--seed", type=int)
+    annotate.add_argument("--port", type=int, default=0, help="default: a free port")
+    annotate.add_argument("--no-browser", action="store_true", help="only print the address")
+    annotate.set_defaults(handler=_annotate)
+
     agreement = sub.add_parser("agreement", help="Cohen's kappa between humans, judges and rules",
                                description="Pairwise agreement between every two label sources "
                                "of a run: kappa with a 95% interval bootstrapped over items, the "
@@ -203,6 +218,13 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     _print_tables(store, console)
     store.close()
     return 0
+
+
+def _annotate(args: argparse.Namespace, console: Console) -> int:
+    from .annotate import serve
+
+    return serve(args.run, args.annotator, size=args.size, seed=args.seed, port=args.port,
+                 open_browser=not args.no_browser)
 
 
 def _agreement(args: argparse.Namespace, console: Console) -> int:

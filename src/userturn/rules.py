@@ -49,8 +49,8 @@ yes yeah yep fine noted oh ah hmm can could would explain more elaborate further
 about detail details brilliant fantastic wonderful lovely sounds glad to know learned something
 new interesting super answer response explanation information info all right that's it's again
 helps helped explaining job work get bunch ton patience clearly simply simpler differently
-gracias muchas merci beaucoup danke
-vielen dank grazie obrigado спасибо 谢 好 ありがとう 감사합니다""".split())
+gracias muchas merci beaucoup danke vielen dank grazie obrigado спасибо 谢 好 ありがとう 감사합니다
+""".split())
 _SHORT_OK = {"ok", "k", "no", "hi", "oh", "ty", "ya"}
 _REPLY_WORDS = {"yes", "yeah", "yep", "sure", "please", "no", "ok", "okay", "alright", "fine"}
 _ANSWER_TALK = set("""answer step solution result total explain question help thanks calculation
