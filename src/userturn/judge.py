@@ -393,11 +393,35 @@ class Judge:
         return Label(label=None, source=self.name, rationale="", error=message)
 
 
+class BackendChatClient:
+    """Any userturn backend as a judge: the chat rendered with the model's own template (an
+    ordinary assistant turn) and generated greedily. No constrained decoding here, so the strict
+    parser and the re-ask carry the format."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend, self.name = backend, backend.spec
+
+    def chat(self, messages: list[dict], *, max_tokens: int,
+             json_schema: dict | None = None) -> str:
+        from .records import GenerationParams, Request
+        from .render import render_assistant_turn
+
+        prompt = render_assistant_turn(self.backend.template, messages)
+        request = Request(prompt.text, GenerationParams(0.0, 1.0, max_tokens), prompt.stop, 0)
+        (generation,) = self.backend.complete([request])
+        if generation.error:
+            raise ChatError(generation.error, retryable=False)
+        return generation.text
+
+
 def judge_from_spec(spec: str, *, base_url: str | None = None,
                     api_key: str | None = None) -> Judge:
-    """A judge from a spec like ``openai/gpt-5.4-mini`` (an OpenAI-compatible chat API)."""
+    """A judge from a spec: ``openai/MODEL`` is an OpenAI-compatible chat API (the paper used
+    gpt-5.4-mini); any other model spec (``smollm2``, a local folder) is a local model."""
     provider, _, model = spec.strip().partition("/")
-    if provider != "openai" or not model.strip() or any(c.isspace() for c in model):
+    if provider != "openai":
+        return _local_judge(spec)
+    if not model.strip() or any(c.isspace() for c in model):
         raise ConfigError(f"unknown judge {spec!r}: expected openai/MODEL, "
                           "for example openai/gpt-5.4-mini")
     client = OpenAIChatClient(model, base_url=base_url, api_key=api_key)
@@ -405,3 +429,16 @@ def judge_from_spec(spec: str, *, base_url: str | None = None,
         raise ConfigError(f"judge {spec} calls the OpenAI API: set OPENAI_API_KEY "
                           "(or give --judge-base-url for a local OpenAI-compatible server)")
     return Judge(client)
+
+
+def _local_judge(spec: str) -> Judge:
+    from .backends import load_backend
+    from .errors import ModelError
+
+    try:
+        backend = load_backend(spec, batch_size=1)
+    except ModelError as exc:
+        raise ConfigError(f"unknown judge {spec!r}: expected openai/MODEL (for example "
+                          f"openai/gpt-5.4-mini) or a local model ({exc})") from None
+    # One local model, one stream: threads would only contend for the same cores.
+    return Judge(BackendChatClient(backend), concurrency=1)

@@ -1,6 +1,6 @@
 """A deterministic, offline, rule-based classifier of generated user turns.
 
-The rules follow /work/shared/labels.md. They label only the CLEAR cases and return an undecided
+The rules follow docs/labels.md. They label only the CLEAR cases and return an undecided
 ``Label`` (``label=None``) for everything else, so that an LLM judge labels those later: a wrong
 confident label costs more than an undecided one. Deliberately left undecided: word salad and
 fluent gibberish (labels.md calls it ``empty``, but rules cannot tell it from prose), emoji-only
