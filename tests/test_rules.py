@@ -1,6 +1,6 @@
 """Table-driven tests of the rule-based classifier against realistic generated user turns.
 
-Every expectation follows /work/shared/labels.md. ``None`` means the rules must stay undecided (the
+Every expectation follows docs/labels.md. ``None`` means the rules must stay undecided (the
 case is ambiguous, or beyond what rules can judge) and leave it to the LLM judge.
 """
 
