@@ -340,3 +340,13 @@ def test_default_system_prompt_without_a_system_message(name):
     assert prompt.text.count(DEFAULT_SYSTEM[name]) == 1
     assert prompt.text.endswith("The answer is 72." + TAIL[name])
     assert prompt.stop[0] == USER_STOP[name] and not prompt.system_merged
+
+
+@pytest.mark.parametrize("answer", ["a", "t", "user", "assistant", "<", "|", "", "  "])
+@pytest.mark.parametrize("name", ["chatml_smollm2", "llama3", "gpt_oss", "mistral", "glm4"])
+def test_short_answers_that_also_occur_inside_the_markers(name, answer):
+    # Found by the benchmark: the answer "a" was located inside "<|im_start|>", after the
+    # closing marker, and the prompt was wrongly refused.
+    messages = [{"role": "user", "content": QUERY}, {"role": "assistant", "content": answer}]
+    prompt = render_user_turn(load(name), messages)
+    assert prompt.text.endswith(TAIL[name])

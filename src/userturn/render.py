@@ -242,21 +242,22 @@ def _system_moved_into_open_turn(prefix: str, messages: Sequence[Message],
 
 
 def _check_open_user_turn(model: str, prefix: str, answer: str, markers: TurnMarkers) -> None:
-    shown = visible_text(answer)
-    anchor = shown[-40:]
-    end = prefix.rfind(anchor) if anchor else len(prefix) - len(markers.assistant_to_user)
-    if end < 0:
-        raise TemplateError(
-            f"chat template of {model} rewrote the assistant answer; cannot locate it in the prompt"
-        )
-    tail = prefix[end + len(anchor):]
+    """The prompt must close the assistant turn after the answer, open a user turn, and show no
+    assistant header after that. The answer is looked for BEFORE the closing marker: a short
+    answer ("a") also occurs inside the markers themselves."""
     closing = markers.assistant_to_user.strip()
-    if closing and closing not in tail:
+    closed_at = prefix.rfind(closing) if closing else len(prefix)
+    if closed_at < 0:
         raise TemplateError(
             f"chat template of {model}: the assistant turn is not closed before the user turn"
         )
+    anchor = visible_text(answer)[-40:]
+    if anchor and prefix.rfind(anchor, 0, closed_at) < 0:
+        raise TemplateError(
+            f"chat template of {model} rewrote the assistant answer; cannot locate it in the prompt"
+        )
     header = markers.assistant_header.strip()
-    if header and header in tail[tail.find(closing) + len(closing):]:
+    if header and header in prefix[closed_at + len(closing):]:
         raise TemplateError(f"chat template of {model}: an assistant header follows the user turn")
 
 

@@ -26,7 +26,7 @@ class Row:
     temperature: float
     items: int
     turns: int
-    follow_up: Rate  # over labelled turns; undecided and errored turns are counted beside it
+    follow_up: Rate  # over labelled and undecided turns; invalid and failed ones are beside it
     labels: dict[str, int] = field(default_factory=dict)
     undecided: int = 0  # no labeller decided (the rules leave hard cases to a judge)
     invalid: int = 0  # a judge failed or answered out of the label set
@@ -46,10 +46,13 @@ def summarize(store: RunStore, labels: Sequence[str] | None = None) -> list[Row]
     for (model, dataset, temperature), group in sorted(groups.items()):
         ok = [t for t in group if t["error"] is None]
         labelled = [t for t in ok if t["label"] is not None]
+        # The rate is over every turn a labeller could look at: an undecided turn has not been
+        # judged a follow-up (a lower bound until a judge labels it); invalid verdicts are out.
+        counted = [t for t in ok if t["label"] is not None or not t["label_error"]]
         rows.append(Row(
             model=model, dataset=dataset, temperature=temperature,
             items=len({t["item_id"] for t in group}), turns=len(group),
-            follow_up=clustered_rate((t["item_id"], t["label"] == "follow_up") for t in labelled),
+            follow_up=clustered_rate((t["item_id"], t["label"] == "follow_up") for t in counted),
             labels=dict(Counter(t["label"] for t in labelled)),
             undecided=sum(1 for t in ok if t["label"] is None and not t["label_error"]),
             invalid=sum(1 for t in ok if t["label"] is None and t["label_error"]),
@@ -94,10 +97,12 @@ def print_summary(rows: list[Row], console: Console, *, assistant_failures: int 
         labels.add_row(row.model, row.dataset, _temperature(row.temperature),
                        *(str(row.labels.get(label, 0)) for label in LABELS), str(row.undecided))
     console.print(labels)
-    notes = ["follow-up is the share of labelled turns; accuracy is the task score of the "
+    notes = ["follow-up: share of user turns labelled follow_up; accuracy: task score of the "
              "greedy assistant answer"]
     if any(row.undecided for row in rows):
-        notes.append("undecided turns are those the rules leave to an LLM judge")
+        notes.append("undecided: turns the rules leave to an LLM judge; they count as not "
+                     "follow-up, so the rate is a lower bound until judged (userturn judge RUN "
+                     "--judge SPEC)")
     if assistant_failures:
         notes.append(f"{assistant_failures} assistant turn(s) failed; their items have no user "
                      "turns yet (re-run to retry)")
