@@ -134,3 +134,11 @@ def test_help_explains_the_commands():
                             capture_output=True, text=True, check=True)
     for word in ("run", "render", "report", "export", "smollm2"):
         assert word in result.stdout
+
+
+def test_unreachable_hub_model_is_one_line_and_writes_nothing(capsys, tmp_path):
+    out = tmp_path / "run"
+    code, _, err = run_cli(capsys, "run", "--model", "userturn-tests/no-such-model", "--limit",
+                           "1", "--output", str(out))
+    assert_one_line_error(code, err, "cannot load model 'userturn-tests/no-such-model'")
+    assert not out.exists()

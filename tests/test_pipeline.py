@@ -32,7 +32,8 @@ def script(request: Request) -> str:
             "The answer is 135." if "45 apples" in request.prompt else (
                 "So 20 * 6 = 120. #### 120" if correct else "#### 1"))
     if request.params.temperature > 0:
-        number = re.findall(r"\d+", request.prompt.rsplit("assistant", 1)[1])[-1]
+        numbers = re.findall(r"\d+", request.prompt.rsplit("assistant", 1)[1])
+        number = numbers[-1] if numbers else "that"
         return f"Why did you get {number}? I think it should be 27."
     return "Thank you!"
 

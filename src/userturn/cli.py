@@ -132,7 +132,9 @@ def _floats(text: str) -> list[float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    console = Console()
+    # In a terminal rich uses its width; piped to a file or CI log, it would wrap the tables at
+    # 80 columns, so give it room.
+    console = Console() if sys.stdout.isatty() else Console(width=160)
     try:
         return args.handler(args, console)
     except UserturnError as exc:

@@ -30,6 +30,13 @@ class Experiment(BaseModel):
     seed: int = Field(default=0, ge=0, description="run seed; every sample's seed derives from it")
     batch_size: int = Field(default=8, ge=1)
     system_prompt: str | None = None
+    answerers: list[str] = Field(
+        default_factory=lambda: ["self"], min_length=1,
+        description="where the assistant answer comes from: self (the probed model), reference "
+                    "(the dataset's solution), or another model spec (answerer x prober)")
+    perturbations: list[str] = Field(
+        default_factory=list, description="e.g. truncate:0.5, append_question:specific, "
+        "wrong_answer, swap, empty, refusal; the unperturbed context always runs too")
     output: Path = Path("runs/demo")
     judge: str | None = Field(default=None, description="e.g. openai/gpt-5.4-mini; key from "
                               "OPENAI_API_KEY, never from this file")
@@ -58,6 +65,13 @@ class Experiment(BaseModel):
         if any(t < 0 for t in values):
             raise ValueError("temperatures must be >= 0 (0 means greedy)")
         return sorted(set(values))
+
+    @field_validator("perturbations")
+    @classmethod
+    def _perturbations(cls, values: list[str]) -> list[str]:
+        from .perturb import parse_perturbations
+
+        return [p.spec for p in parse_perturbations(values)]
 
     def samples_at(self, temperature: float) -> int:
         return 1 if temperature <= 0 else self.samples

@@ -23,6 +23,7 @@ from .config import Experiment
 from .data import Dataset, load_dataset
 from .errors import TemplateError
 from .judge import Judge, judge_from_spec
+from .perturb import Perturbation, parse_perturbations
 from .records import Case, GenerationParams, Item, Message, Request
 from .render import Prompt, render_assistant_turn, render_user_turn
 from .rules import RulesClassifier
@@ -43,6 +44,8 @@ class Job:
     context: str
     temperature: float = 0.0
     assistant_key: str | None = None
+    answerer: str = "self"
+    perturbation: str = "none"
 
 
 def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = None,
@@ -50,8 +53,11 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     """Run (or resume) an experiment into ``exp.output`` and return its open store."""
     progress = progress or _silent
     datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed) for spec in exp.datasets]
+    perturbations = parse_perturbations(exp.perturbations)
+    answer_models = _answer_models(exp)
     if backends is None:
-        backends = {spec: load_backend(spec, batch_size=exp.batch_size) for spec in exp.models}
+        backends = {spec: load_backend(spec, batch_size=exp.batch_size)
+                    for spec in dict.fromkeys([*exp.models, *answer_models])}
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)
     judge = _judge(exp)
@@ -61,15 +67,36 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     store.keep_plan(list(backends), [dataset.name for dataset in datasets])
     for dataset in datasets:
         store.put_items(dataset.name, [_item_record(item) for item in dataset.items])
-    for backend in backends.values():
-        for dataset in datasets:
-            answers = _assistant_stage(store, backend, dataset, exp, progress)
-            _user_stage(store, backend, dataset, answers, exp, progress)
+    for dataset in datasets:
+        # Each answer is generated once per answering model and shared by every prober,
+        # temperature and perturbation that uses it.
+        answers = {spec: _assistant_stage(store, backends[spec], dataset, exp, progress)
+                   for spec in answer_models}
+        references = _reference_answers(dataset)
+        for spec in exp.models:
+            sets = {answerer: answers[spec] if answerer == "self" else
+                    references if answerer == "reference" else answers[answerer]
+                    for answerer in exp.answerers}
+            _user_stage(store, backends[spec], dataset, sets, perturbations, exp, progress)
     _classify_stage(store, backends)
     if judge is not None:
         judge_turns(store, judge, exp.judge_scope, progress)
     store.set_meta({"finished": time.time()})
     return store
+
+
+def _answer_models(exp: Experiment) -> list[str]:
+    """Models whose greedy answers the probe needs: the probers' own (answerer ``self``) and
+    every other model named as an answerer."""
+    own = exp.models if "self" in exp.answerers else []
+    others = [a for a in exp.answerers if a not in ("self", "reference")]
+    return list(dict.fromkeys([*own, *others]))
+
+
+def _reference_answers(dataset: Dataset) -> dict[str, tuple[str | None, str]]:
+    """The dataset's own solution as the assistant answer (no generation, no score)."""
+    return {item.id: (None, str(item.metadata.get("solution") or item.reference or ""))
+            for item in dataset.items}
 
 
 def _judge(exp: Experiment) -> Judge | None:
@@ -155,28 +182,58 @@ def _score(store: RunStore, dataset: Dataset, rows: Mapping[str, Any]) -> None:
 
 
 def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
-                answers: Mapping[str, tuple[str, str]], exp: Experiment,
+                answer_sets: Mapping[str, Mapping[str, tuple[str | None, str]]],
+                perturbations: Sequence[Perturbation], exp: Experiment,
                 progress: Progress) -> None:
+    """Plan and generate the user turns of one prober on one dataset: for every answerer, the
+    original context and each perturbed one, at every temperature and sample."""
     jobs: list[Job] = []
-    for item in dataset.items:
-        if item.id not in answers:
-            continue  # the assistant turn failed: counted as an error, retried on re-run
-        assistant_key, answer = answers[item.id]
-        messages = [*_conversation(item, exp), {"role": "assistant", "content": answer}]
-        prompt = render_user_turn(backend.template, messages)
-        context = hashlib.sha256(f"{assistant_key}|self|none".encode()).hexdigest()[:16]
-        for temperature in exp.temperatures:
-            params = GenerationParams(temperature, exp.top_p, exp.user_max_tokens)
-            for sample in range(exp.samples_at(temperature)):
-                seed = _sample_seed(exp.seed, backend.spec, dataset.name, item.id, context,
-                                    temperature, sample) if temperature > 0 else 0
-                request = Request(prompt.text, params, prompt.stop, seed)
-                key = _key("user", backend, prompt, request, sample)
-                jobs.append(Job(key, request, sample, dataset.name, item.id, context,
-                                temperature, assistant_key))
+    contexts: list[tuple[str, str, str]] = []
+    for answerer, answers in answer_sets.items():
+        texts = {item_id: text for item_id, (_, text) in answers.items()}
+        for item in dataset.items:
+            if item.id not in answers:
+                continue  # the assistant turn failed: counted as an error, retried on re-run
+            assistant_key, answer = answers[item.id]
+            for spec, shown in _variants(answer, item.id, texts, perturbations):
+                context = hashlib.sha256(
+                    f"{assistant_key}|{answerer}|{spec}|{shown}".encode()).hexdigest()[:16]
+                contexts.append((context, spec, shown))
+                messages = [*_conversation(item, exp), {"role": "assistant", "content": shown}]
+                prompt = render_user_turn(backend.template, messages)
+                jobs.extend(_user_jobs(backend, dataset, item, prompt, context, assistant_key,
+                                       answerer, spec, exp))
+    store.put_contexts(contexts)
     _replan(store, "user", backend.spec, dataset.name, jobs)
     _generate(store, backend, "user", jobs, progress,
               f"{backend.spec} · {dataset.name} · user turns")
+
+
+def _variants(answer: str, item_id: str, texts: Mapping[str, str],
+              perturbations: Sequence[Perturbation]) -> list[tuple[str, str]]:
+    """The original answer and every perturbation that applies to it, as (spec, answer)."""
+    variants = [("none", answer)]
+    for perturbation in perturbations:
+        changed = perturbation.apply(answer, item_id, texts)
+        if changed is not None:
+            variants.append((perturbation.spec, changed))
+    return variants
+
+
+def _user_jobs(backend: Backend, dataset: Dataset, item: Item, prompt: Prompt, context: str,
+               assistant_key: str | None, answerer: str, perturbation: str,
+               exp: Experiment) -> list[Job]:
+    jobs = []
+    for temperature in exp.temperatures:
+        params = GenerationParams(temperature, exp.top_p, exp.user_max_tokens)
+        for sample in range(exp.samples_at(temperature)):
+            seed = _sample_seed(exp.seed, backend.spec, dataset.name, item.id, context,
+                                temperature, sample) if temperature > 0 else 0
+            request = Request(prompt.text, params, prompt.stop, seed)
+            key = _key("user", backend, prompt, request, sample)
+            jobs.append(Job(key, request, sample, dataset.name, item.id, context, temperature,
+                            assistant_key, answerer, perturbation))
+    return jobs
 
 
 def _sample_seed(run_seed: int, *parts: Any) -> int:
@@ -194,7 +251,8 @@ def _key(role: str, backend: Backend, prompt: Prompt, request: Request, sample: 
 def _replan(store: RunStore, role: str, model: str, dataset: str, jobs: Sequence[Job]) -> None:
     rows = [{"key": job.key, "role": role, "model": model, "dataset": job.dataset,
              "item_id": job.item_id, "context": job.context, "temperature": job.temperature,
-             "sample_index": job.sample_index, "assistant_key": job.assistant_key}
+             "sample_index": job.sample_index, "assistant_key": job.assistant_key,
+             "answerer": job.answerer, "perturbation": job.perturbation}
             for job in jobs]
     store.replace_plan(rows, role=role, model=model, dataset=dataset)
 

@@ -6,11 +6,14 @@ confident label costs more than an undecided one. Deliberately left undecided: w
 fluent gibberish (labels.md calls it ``empty``, but rules cannot tell it from prose), emoji-only
 replies, a user opening mixed with an assistant-style continuation that does not dominate,
 role-labelled scripts ("User: ..."), short replies that may answer a question the assistant asked,
-"what if" variations and partial paraphrases of the query, new tasks on the query's topic,
-questions that share too little with the answer to be called grounded, requests to continue an
-answer that does not look cut off, a bare number or "The answer is 72." (an echo, an answer to
-the assistant, or drift), and a question that degenerates into repetition later. A thinking block
-counts as text: reasoning about how to respond reads as ``meta``.
+"what if" variations and partial paraphrases of the query, a task on the query's topic that is
+not one question mostly of its own words, questions that share too little with the answer to be
+called grounded, requests to continue an answer that does not look cut off, a bare number, "The
+answer is N." with an N other than the assistant's final answer (with that N it restates the
+answer: drift; "is not N" disputes it), and a question that degenerates into repetition later. A
+thinking block counts as text: reasoning about how to respond reads as ``meta``. A query's format
+instructions ("Give the result as your final answer.") are no task content, and "What is the
+answer to the question: X" is read as X.
 
 The assistant role header counts only when the model speaks after it: the pipeline stops on that
 header, and for deepseek, glm4 and [INST] templates it is the normal end of a user turn.
@@ -116,6 +119,8 @@ _META = _rx(
     r"^\W{0,4}possible follow-?up(?: question)?\s*:",
     r"^\W{0,4}you are (?:a|an) (?:helpful|friendly|expert|knowledgeable|ai|large language|smart|"
     r"honest|harmless)",
+    r"^\W{0,4}you are (?:a|an|the) (?:[\w-]+ ){0,3}(?:expert|specialist|assistant|tutor|teacher|"
+    r"consultant|advisor|chatbot) (?:in|at|on|for|who|that|with)\b[^?!]*$",  # a role prompt
     r"^\W{0,4}(?:###\s*)?(?:system|instructions?)\s*:",
     r"\b(?:i|we) (?:need|should|have|want) to (?:respond|reply|write|generate|come up with|craft) "
     r"(?:a|an|the|as)\b",
@@ -124,8 +129,10 @@ _USER_CUE = _rx(r"\b(?:you|your|you're|thanks|thank|i think|i thought|i believe|
                 r"i don't|i'm not sure|i'm confused|wait|hmm|why|how come|great job|good job|"
                 r"well done|correct|you got it)\b")
 _ASKS = _rx(r"\?", r"\b(?:can|could|would|will) you\b", r"\bplease\b")
+_QUESTION_OPEN = (r"^\W{0,4}(?:what|which|who|whose|where|when|why|how|does|do|did|is|are|was|"
+                  r"were)\b")  # a question without its question mark
 _REQUEST = _rx(
-    r"\?",
+    r"\?", _QUESTION_OPEN,
     r"\b(?:why|how|can you|could you|would you|please|i think|should be|shouldn't|wrong|mistake|"
     r"incorrect|not right|don't understand|you said|you wrote|you forgot|you missed|what if|"
     r"show me|explain)\b",
@@ -133,22 +140,34 @@ _REQUEST = _rx(
     r"fix|do)\b")
 _WHY = r"\b(?:por qué|pourquoi|warum|perché)\b|为什么"
 _STRONG_REF = _rx(r"\b(?:why|how come|how did|how do you|where did|where does|where do|did you|"
-                  r"you (?:said|wrote|mentioned|used|got|did)|your|wait|but|instead|wrong|mistake|"
+                  r"you (?:said|wrote|mentioned|used|got|did)|your|wait|instead|wrong|mistake|"
                   r"incorrect|not right|mean|shouldn't|should be|i think|i believe|i got)\b", _WHY)
 _REF_CUE = _rx(r"\b(?:you|that|this|those|these|it|step|explain|clarify|error)\b", _WHY)
 _CUTOFF = _rx(r"\b(?:stopped|cut off|got cut|cut short|mid-?sentence|incomplete|unfinished|"
               r"didn't finish|not finished|continue|finish|keep going|go on|rest of|"
               r"complete (?:it|the)|what's next|next step)\b")
-_NEW_START = _rx(
-    r"^\W{0,4}(?i:what|how|who|where|when|which|why|can|could|would|is|are|do|does|write|tell|"
-    r"give|list|describe|explain|translate|create|generate|compose|name|suggest|recommend|"
-    r"calculate|solve|find|if|a|an)\b",
-    r"^\W{0,4}[A-Z][a-z]+ (?:has|had|is|was|buys|bought|wants|earns|reads|runs)\b", flags=0)
-_DEICTIC = _rx(r"\b(?:this|that|these|those|it|them|same|instead|again|above|previous|your|"
+_NEW_ASK = _rx(r"^\W{0,4}(?:what|how|who|where|when|which|why|can|could|would|is|are|do|does|write|"
+               r"tell|give|list|describe|explain|translate|create|generate|compose|name|suggest|"
+               r"recommend|calculate|solve|find|rewrite|if|a|an)\b")
+_NEW_STORY = re.compile(  # "Tom has 7 marbles..."
+    r"^\W{0,4}[A-Z][a-z]+ (?:has|had|is|was|buys|bought|wants|earns|reads|runs)\b")
+_DEICTIC = _rx(r"\b(?:this|that(?! (?:a|an|the|every|each|she|he|they|there|his|her|\d))|these|"
+               r"those|it|them|same|instead|again|above|previous|your|"  # not "so that every"
                r"you said|what about|what if|how about)\b")  # looked for in the first 8 words
-_REACTS = _rx(r"\b(?:steps?|answer|solution|result|explain|explanation|calculation|example|"
+_REACTS = _rx(r"\b(?:(?:the|your|this|that|my|an?)(?: \w+)? answers?|"  # not "Answer his..."
+              r"steps?|solution|result|explain|explanation|calculation|example|"
               r"did you|you (?:made|got|did|said|wrote|used|forgot|missed|mean)|mistake|wrong|"
               r"incorrect|i got|i think|should be|correct|right|again|instead|also|else)\b")
+_MEANS = _rx(r"^\W{0,4}(?:so,? )?(?:does|doesn't|did) (?:that|this) mean\b",
+             r"^\W{0,4}so (?:that|this) means\b")
+_STATES_ANSWER = _rx(r"^\W{0,4}the (?:final )?answer is(?P<neg>\s+not|n't)?:?\s*\$?"
+                     r"(?P<n>-?\d[\d,]*(?:\.\d+)?)[^\w?]*$")
+_RESULT = _rx(r"(?:=|answer is:?|####|\\boxed\{)\s*\$?(-?\d[\d,]*(?:\.\d+)?)")  # results
+_FORMAT = _rx(  # a format instruction in the query ("Give the result as your final answer.")
+    r"^\W{0,4}(?:please,? )?(?:give|do not|don't|put|write|express|round|provide|present|state|"
+    r"return|show|enclose|include|answer)\b.{0,80}\b(?:answer|result|units?|decimal|boxed)\b")
+_WRAPPER = _rx(r"^\W{0,4}what(?: is|'s) the (?:answer|solution) to (?:the|this|the following)"
+               r"(?: [\w-]+){0,4}? (?:question|problem|puzzle|riddle)\s*[:-]\s*")  # frames the rest
 
 
 # ---- text helpers -------------------------------------------------------------------------------
@@ -199,7 +218,8 @@ def _numbers(text: str, spelled: Iterable[str] = ()) -> set[str]:
 
 
 def _sentences(text: str) -> list[str]:
-    return [s for s in re.split(r"(?<=[.!?。！？])\s+|\n+", text) if s.strip()]
+    ends = r"(?<!\bM[rs]\.)(?<!\bMrs\.)(?<!\bDr\.)(?<!\bvs\.)(?<=[.!?。！？])\s+"  # not "Ms. X"
+    return [s for s in re.split(ends + r"|\n+", text) if s.strip()]
 
 
 def _ngrams(words: list[str], n: int) -> set[tuple[str, ...]]:
@@ -212,8 +232,13 @@ class _View:
     def __init__(self, case: Case) -> None:
         self.case = case
         text = _strip_special(case.user_turn if case.user_turn.strip() else case.raw_user_turn)
-        self.text = text[:_MAX_CHARS]  # a longer turn is judged by its beginning: bounds the work
-        self.words, self.query_words = _words(self.text), _words(case.query)
+        text = text[:_MAX_CHARS]  # a longer turn is judged by its beginning: bounds the work
+        unwrapped = _WRAPPER.sub("", text, count=1)  # "What is the answer to this puzzle: X" is X
+        self.wrapped = unwrapped not in ("", text)
+        self.text = unwrapped if self.wrapped else text
+        # the task: the query without its format instructions, whose words no turn reacts to
+        task = " ".join(s for s in _sentences(case.query) if not _FORMAT.match(s)) or case.query
+        self.task, self.words, self.query_words = task, _words(self.text), _words(task)
         self.answer_words = _words(case.answer)
         sentences = _sentences(self.text)
         self.first = sentences[0][:400] if sentences else ""  # the first sentence
@@ -221,8 +246,10 @@ class _View:
         self.query = _Pool(_content(self.query_words))
         self.answer_only = _Pool(s for s in _content(self.answer_words) if s not in self.query)
         self.numbers = _numbers(self.text)  # digits only: a user's "one" is mostly a pronoun
-        self.query_numbers = _numbers(case.query, self.query_words)
+        self.query_numbers = _numbers(task, self.query_words)
         self.answer_numbers = _numbers(case.answer, self.answer_words)
+        results = _RESULT.findall(case.answer)  # the last "= N", "answer is N" or "#### N"
+        self.final = next(iter(_numbers(results[-1])), None) if results else None
         answer = case.answer.rstrip()
         self.answer_asks = "?" in answer[-300:]
         self.answer_truncated = answer[-1:].isalpha() or (answer != "" and answer[-1] in ",:;-+=(/")
@@ -258,10 +285,11 @@ def _degenerate(text: str, words: list[str]) -> bool:
     if (len(words) >= 4 and len(set(words)) == 1) or (
             len(words) >= 12 and len(_ngrams(words, 3)) < 0.4 * (len(words) - 2)):
         return True
-    lines = Counter(line.strip() for line in text.splitlines() if line.strip())
-    top = lines.most_common(1)[0][1] if lines else 0
-    if top >= 3 and top * 2 >= sum(lines.values()):
-        return True
+    for units, least in ((text.splitlines(), 3), (_sentences(text[:4000]), 4)):
+        counts = Counter(unit.strip() for unit in units if unit.strip())
+        top = counts.most_common(1)[0][1] if counts else 0
+        if top >= least and top * 2 >= sum(counts.values()):  # one line or sentence, looping
+            return True
     data = text.encode()
     return len(data) >= 300 and len(data) / len(zlib.compress(data, 9)) >= 3.5
 
@@ -278,10 +306,10 @@ def _rule_empty(v: _View) -> Verdict | None:
     if sum(c.isalnum() for c in text) <= 2 and core not in _SHORT_OK and not _HAN.search(text) \
             and not core.isdigit():  # "72" may echo or answer something: not a stray fragment
         return "empty", "a stray fragment of one or two characters"
-    if _degenerate(text, v.words):
+    if _degenerate(text, v.words) and not v.wrapped:  # "The answer to this problem: 1 + 1 + 1"
         first = _words(v.first)
         if len(first) >= 3 and len(set(first)) >= 0.8 * len(first) and text.count(v.first) == 1 \
-                and (_REQUEST.search(v.first) or _NEW_START.match(v.first)):
+                and (_REQUEST.search(v.first) or _NEW_ASK.match(v.first)):  # not a story
             return None, "undecided: a coherent question or request that degenerates later"
         return "empty", "degenerate repetition (looping tokens, words, lines or phrases)"
     return None
@@ -337,7 +365,19 @@ def _rule_body(v: _View) -> Verdict | None:
     return None
 
 
-# ---- 5. restatement: mostly the query's words, nothing taken from the answer --------------------
+# ---- 5. "The answer is N.": the assistant's final answer stated again, or disputed --------------
+def _rule_answer_statement(v: _View) -> Verdict | None:
+    found = _STATES_ANSWER.match(v.text)
+    if not found or v.final is None or _numbers(found["n"]) != {v.final}:
+        return None  # another number: a user's own result or the model solving anew
+    if found["neg"]:
+        return "follow_up", f"disputes the assistant's final answer {v.final}"
+    if v.answer_asks:
+        return None, "undecided: states the answer after the assistant asked a question"
+    return "assistant_drift", f"states the assistant's final answer {v.final} again, as the answer"
+
+
+# ---- 6. restatement: mostly the query's words, nothing taken from the answer --------------------
 def _rule_restatement(v: _View) -> Verdict | None:
     taken = sum(s in v.answer_only for s in v.user)
     if v.numbers & v.answer_numbers - v.query_numbers or taken > max(1, 0.1 * len(v.user)):
@@ -349,10 +389,24 @@ def _rule_restatement(v: _View) -> Verdict | None:
     purity = sum(s in v.query for s in v.user) / len(v.user)
     if coverage >= 0.6 and purity >= 0.8:
         return "restatement", f"repeats {coverage:.0%} of the query's content words and adds little"
+    question = set(_content(_words(_question(v.task))))  # asks the query's question again?
+    one_question = len(_sentences(v.text)) == 1 and re.match(_QUESTION_OPEN, v.text, re.I)
+    adds = [s for s in v.user if s not in v.query and s not in v.answer_only]  # "in a leap year"
+    if one_question and len(question) >= 3 and purity >= 0.8 and not adds:
+        coverage = sum(s in mine for s in question) / len(question)
+        if coverage >= 0.75:
+            return "restatement", f"asks the query's question again ({coverage:.0%} of its words)"
     return None
 
 
-# ---- 6. generic: only gratitude / acknowledgement words, nothing grounded -----------------------
+def _question(task: str) -> str:
+    """The task's last question, from its question word on ("..., how many ... ?")."""
+    asked = [s for s in _sentences(task) if "?" in s]
+    return re.split(r",\s*(?=(?:how|what|which|who|when|where)\b)", asked[-1], flags=re.I)[-1] \
+        if asked else ""
+
+
+# ---- 7. generic: only gratitude / acknowledgement words, nothing grounded -----------------------
 def _rule_generic(v: _View) -> Verdict | None:
     if not v.words or len(v.words) > 15 or any(w not in _GENERIC for w in v.words):
         return None
@@ -361,7 +415,7 @@ def _rule_generic(v: _View) -> Verdict | None:
     return "generic", "only gratitude or acknowledgement, not grounded in the answer"
 
 
-# ---- 7. follow_up: a user question/dispute grounded in the answer, or asking for a cut-off rest --
+# ---- 8. follow_up: a user question/dispute grounded in the answer, or asking for a cut-off rest --
 def _rule_follow_up(v: _View) -> Verdict | None:
     if len(v.words) > 60 or len(_sentences(v.text)) > 4:
         return None
@@ -371,9 +425,14 @@ def _rule_follow_up(v: _View) -> Verdict | None:
     strong = replying or bool(_STRONG_REF.search(v.text))
     if not _REQUEST.search(v.text) or not (strong or _REF_CUE.search(v.text)):
         return None
+    if _MEANS.match(v.text) and (v.numbers & v.answer_numbers
+                                 or set(v.user) & set(_content(v.answer_words))):
+        return "follow_up", "asks what the answer means for a number or thing in it"
     if len(v.numbers - v.query_numbers - v.answer_numbers) >= 2 and not strong:
         return None  # brings several numbers of its own: more like a new problem
     numbers = v.numbers & (v.answer_numbers - v.query_numbers)
+    strong = strong or any(re.search(rf"\b(?:this|that|your) \$?{re.escape(n)}\b", v.text, re.I)
+                           for n in numbers)  # "What does this 180 represent"
     words = sorted({s for s in v.user if s in v.answer_only and len(s) >= 4}
                    - {_stem(w) for w in _ANSWER_TALK})
     if numbers and (strong or len(v.words) <= 5):
@@ -383,27 +442,44 @@ def _rule_follow_up(v: _View) -> Verdict | None:
     return None
 
 
-# ---- 8. new_query: a question or request sharing no content with the query or the answer -------
+# ---- 9. new_query: a question or request sharing no content with the query or the answer -------
 def _rule_new_query(v: _View) -> Verdict | None:
     opening = " ".join(v.text.split()[:8])
     if v.answer_asks or _DEICTIC.search(opening) or _REACTS.search(v.text) or len(v.words) > 150:
         return None
-    if not ("?" in v.text or _NEW_START.match(v.text)):
+    if not ("?" in v.text or _NEW_ASK.match(v.text) or _NEW_STORY.match(v.text)):
         return None
-    stop_share = sum(w in _STOP for w in v.words) / max(1, len(v.words))
-    query_stop_share = sum(w in _STOP for w in v.query_words) / max(1, len(v.query_words))
-    if stop_share < 0.1 and query_stop_share >= 0.2:
-        return None  # another language than the query: shared words cannot be compared
+    if _other_language(v):
+        return None  # shared words cannot be compared
     user = set(v.user)
     common = sum(s in v.query or s in v.answer_only for s in user)
     fresh = v.numbers - v.query_numbers - v.answer_numbers
+    shared = {n for n in v.numbers - fresh if len(n) > 1}  # a shared digit 1-9 tells nothing
     unrelated = common == 0 or (common == 1 and len(user) >= 5)  # one word: a homonym at most
-    if (len(user) >= 2 or len(fresh) >= 2) and unrelated and fresh == v.numbers:
+    if len(user) + len(fresh) + v.wrapped >= 2 and unrelated and not shared:
         return "new_query", "a question or request sharing no content words with query or answer"
-    if len(fresh) >= 2 and fresh == v.numbers and len(user) >= 5 and common <= 0.15 * len(user) \
-            and len(v.words) >= 12:
+    asks = "?" in v.text or re.match(_QUESTION_OPEN, v.text, re.I)
+    if asks and len(fresh) >= 2 and len(shared) <= 1 and len(user) >= 4 and len(v.words) >= 12 \
+            and common <= max(1, 0.15 * len(user)):
         return "new_query", "a new word problem with its own numbers and little shared content"
+    if asks and _new_on_topic(v, user, shared):
+        return "new_query", "a new question on the query's topic that takes nothing from the answer"
     return None
+
+
+def _other_language(v: _View) -> bool:
+    words = [w for w in v.words if not w.isdigit()]  # "100 + 100 = ?" has no language
+    stop_share = sum(w in _STOP for w in words) / max(1, len(words))
+    query_stop_share = sum(w in _STOP for w in v.query_words) / max(1, len(v.query_words))
+    return bool(words) and stop_share < 0.1 and query_stop_share >= 0.2
+
+
+def _new_on_topic(v: _View, user: set[str], shared: set[str]) -> bool:
+    """One question, mostly about things of its own, nothing from the answer, no "why"."""
+    own = [s for s in user if s not in v.query and s not in v.answer_only]
+    return len(_sentences(v.text)) == 1 and len(own) >= max(3, 0.5 * len(user)) \
+        and not any(s in v.answer_only for s in user) and not shared - v.query_numbers \
+        and not _STRONG_REF.search(v.text)
 
 
 # The order, and why:
@@ -412,11 +488,12 @@ def _rule_new_query(v: _View) -> Verdict | None:
 # 3-4. voice before content: a re-solved problem or a narration about the user also shares words
 #    with the query and the answer, so the assistant / outside-narrator voice is decided first
 #    (the opening sentence first, as labels.md says the first sentences decide a mixed text).
-# 5-8. content, most certain first: restatement (the query's words) before generic (no content)
+# 5. "The answer is N." is judged by N: the assistant's final answer restated or disputed.
+# 6-9. content, most certain first: restatement (the query's words) before generic (no content)
 #    before follow_up (the answer's content) before new_query (no shared content), the least
 #    certain of all because "no shared words" can also mean a paraphrase. Then undecided.
 _RULES: tuple[Callable[[_View], Optional[Verdict]], ...] = (
-    _rule_header, _rule_empty, _rule_opening, _rule_body,
+    _rule_header, _rule_empty, _rule_opening, _rule_body, _rule_answer_statement,
     _rule_restatement, _rule_generic, _rule_follow_up, _rule_new_query,
 )
 
@@ -425,7 +502,7 @@ class RulesClassifier:
     """Labels the clear cases of labels.md; leaves the rest undecided for the judge."""
 
     name = "rules"
-    version = "1"  # bump when rules change; stored beside labels
+    version = "2"  # bump when rules change; stored beside labels
 
     def classify(self, case: Case) -> Label:
         try:

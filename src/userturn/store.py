@@ -38,7 +38,10 @@ CREATE TABLE IF NOT EXISTS generations (
 CREATE TABLE IF NOT EXISTS plan (
   key TEXT PRIMARY KEY, role TEXT NOT NULL, model TEXT NOT NULL, dataset TEXT NOT NULL,
   item_id TEXT NOT NULL, context TEXT NOT NULL, temperature REAL NOT NULL,
-  sample_index INTEGER NOT NULL, assistant_key TEXT);
+  sample_index INTEGER NOT NULL, assistant_key TEXT,
+  answerer TEXT NOT NULL DEFAULT 'self', perturbation TEXT NOT NULL DEFAULT 'none');
+CREATE TABLE IF NOT EXISTS contexts (
+  context TEXT PRIMARY KEY, perturbation TEXT NOT NULL, answer TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS scores (
   key TEXT NOT NULL, scorer TEXT NOT NULL, correct INTEGER NOT NULL, extracted TEXT,
   reference TEXT, PRIMARY KEY (key, scorer));
@@ -110,7 +113,8 @@ class RunStore:
                             (role, model, dataset))
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan VALUES (:key, :role, :model, :dataset, :item_id, "
-                ":context, :temperature, :sample_index, :assistant_key)", rows)
+                ":context, :temperature, :sample_index, :assistant_key, :answerer, "
+                ":perturbation)", rows)
 
     def keep_plan(self, models: Sequence[str], datasets: Sequence[str]) -> None:
         """Drop planned rows of models or datasets the current experiment no longer has."""
@@ -210,18 +214,22 @@ class RunStore:
             [labels] if isinstance(labels, str) else list(labels))
         query = """
         SELECT p.model, p.dataset, p.item_id, p.context, p.temperature, p.sample_index,
-               p.key, g.text, g.raw_text, g.finish_reason, g.error, g.prompt,
-               a.text AS answer, s.correct
+               p.answerer, p.perturbation, p.key, g.text, g.raw_text, g.finish_reason, g.error,
+               g.prompt, a.text AS original_answer, s.correct
         FROM plan p
         JOIN generations g ON g.key = p.key
         LEFT JOIN generations a ON a.key = p.assistant_key
         LEFT JOIN scores s ON s.key = p.assistant_key
         WHERE p.role = 'user'
-        ORDER BY p.model, p.dataset, p.temperature, p.item_id, p.sample_index
+        ORDER BY p.model, p.answerer, p.dataset, p.perturbation, p.temperature, p.item_id,
+                 p.sample_index
         """
         turns = [dict(r) for r in self.db.execute(query)]
+        contexts = self._context_answers()
         found = self._labels(sources)
         for turn in turns:
+            # The answer the user turn followed: the context's (perturbed or not) answer.
+            turn["answer"] = contexts.get(turn["context"], turn["original_answer"])
             turn.update(label=None, rationale=None, label_error=None, label_source=None)
             for source in sources:
                 label = found.get((turn["key"], source))
@@ -233,6 +241,15 @@ class RunStore:
                     break
                 turn["label_error"] = turn["label_error"] or label["error"]
         return turns
+
+    def put_contexts(self, rows: Sequence[tuple[str, str, str]]) -> None:
+        """Store (context id, perturbation spec, the answer shown in that context)."""
+        with self.db:
+            self.db.executemany("INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)", rows)
+
+    def _context_answers(self) -> dict[str, str]:
+        return {r["context"]: r["answer"]
+                for r in self.db.execute("SELECT context, answer FROM contexts")}
 
     def _labels(self, sources: Sequence[str]) -> dict[tuple[str, str], sqlite3.Row]:
         if not sources:

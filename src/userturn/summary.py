@@ -14,6 +14,7 @@ from .records import LABELS
 from .stats import Rate, clustered_rate
 from .store import RunStore
 
+NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors", "accuracy")
 LABEL_HEADERS = {"follow_up": "follow-up", "generic": "generic", "new_query": "new",
                  "restatement": "restate", "assistant_drift": "drift", "meta": "meta",
                  "empty": "empty"}
@@ -32,18 +33,22 @@ class Row:
     invalid: int = 0  # a judge failed or answered out of the label set
     errors: int = 0  # the generation itself failed
     accuracy: Rate | None = None
+    answerer: str = "self"
+    perturbation: str = "none"
 
 
 def summarize(store: RunStore, labels: Sequence[str] | None = None) -> list[Row]:
-    """One row per model, dataset and temperature; ``labels``: label sources in priority order
-    (default: the run's own)."""
+    """One row per model, answerer, dataset, perturbation and temperature; ``labels``: label
+    sources in priority order (default: the run's own)."""
     turns = store.user_turns(labels)
     accuracy = _accuracy(store)
-    groups: dict[tuple[str, str, float], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, str, float], list[dict[str, Any]]] = defaultdict(list)
     for turn in turns:
-        groups[(turn["model"], turn["dataset"], turn["temperature"])].append(turn)
+        groups[(turn["model"], turn["answerer"], turn["dataset"], turn["perturbation"],
+                turn["temperature"])].append(turn)
     rows = []
-    for (model, dataset, temperature), group in sorted(groups.items()):
+    for (model, answerer, dataset, perturbation, temperature), group in sorted(
+            groups.items(), key=lambda kv: (*kv[0][:3], kv[0][3] != "none", *kv[0][3:])):
         ok = [t for t in group if t["error"] is None]
         labelled = [t for t in ok if t["label"] is not None]
         # The rate is over every turn a labeller could look at: an undecided turn has not been
@@ -57,7 +62,8 @@ def summarize(store: RunStore, labels: Sequence[str] | None = None) -> list[Row]
             undecided=sum(1 for t in ok if t["label"] is None and not t["label_error"]),
             invalid=sum(1 for t in ok if t["label"] is None and t["label_error"]),
             errors=len(group) - len(ok),
-            accuracy=accuracy.get((model, dataset)),
+            accuracy=accuracy.get((model if answerer == "self" else answerer, dataset)),
+            answerer=answerer, perturbation=perturbation,
         ))
     return rows
 
@@ -81,20 +87,26 @@ def _pct(rate: Rate | None) -> str:
 
 
 def print_summary(rows: list[Row], console: Console, *, assistant_failures: int = 0) -> None:
+    # Answerer and perturbation columns appear only when the experiment varies them.
+    extra = [name for name, values in (("answerer", {r.answerer for r in rows}),
+                                       ("perturbation", {r.perturbation for r in rows}))
+             if values - {"self", "none"}]
     table = Table(title="Genuine follow-up rate, 95% CI bootstrapped over items")
-    for name in ("model", "dataset", "T", "items", "turns", "follow-up", "undecided", "invalid",
-                 "errors", "accuracy"):
-        table.add_column(name, justify="left" if name in ("model", "dataset") else "right")
+    for name in ("model", *extra, "dataset", "T", "items", "turns", "follow-up", "undecided",
+                 "invalid", "errors", "accuracy"):
+        table.add_column(name, justify="right" if name in NUMERIC else "left")
     for row in rows:
-        table.add_row(row.model, row.dataset, _temperature(row.temperature), str(row.items),
-                      str(row.turns), _pct(row.follow_up), str(row.undecided), str(row.invalid),
+        table.add_row(row.model, *(getattr(row, name) for name in extra), row.dataset,
+                      _temperature(row.temperature), str(row.items), str(row.turns),
+                      _pct(row.follow_up), str(row.undecided), str(row.invalid),
                       str(row.errors), _pct(row.accuracy))
     console.print(table)
     labels = Table(title="Labels of the generated user turns (counts)")
-    for name in ("model", "dataset", "T", *LABEL_HEADERS.values(), "undecided"):
-        labels.add_column(name, justify="left" if name in ("model", "dataset") else "right")
+    for name in ("model", *extra, "dataset", "T", *LABEL_HEADERS.values(), "undecided"):
+        labels.add_column(name, justify="left" if name in ("model", "dataset", *extra) else "right")
     for row in rows:
-        labels.add_row(row.model, row.dataset, _temperature(row.temperature),
+        labels.add_row(row.model, *(getattr(row, name) for name in extra), row.dataset,
+                       _temperature(row.temperature),
                        *(str(row.labels.get(label, 0)) for label in LABELS), str(row.undecided))
     console.print(labels)
     notes = ["follow-up: share of user turns labelled follow_up; accuracy: task score of the "
