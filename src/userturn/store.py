@@ -70,6 +70,16 @@ class RunStore:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Bring a store written by an earlier userturn up to this schema (columns only added)."""
+        columns = {r["name"] for r in self.db.execute("PRAGMA table_info(plan)")}
+        with self.db:
+            for name, default in (("answerer", "self"), ("perturbation", "none")):
+                if name not in columns:
+                    self.db.execute(f"ALTER TABLE plan ADD COLUMN {name} TEXT NOT NULL "
+                                    f"DEFAULT '{default}'")
 
     @classmethod
     def create(cls, folder: Path) -> RunStore:
