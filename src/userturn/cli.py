@@ -111,6 +111,15 @@ def _parser() -> argparse.ArgumentParser:
                            "the first as reference, e.g. human:ana,rules")
     agreement.set_defaults(handler=_agreement)
 
+    compare = sub.add_parser("compare", help="paired differences between two runs on shared items",
+                             description="B minus A on the items both runs share: follow-up rate "
+                             "per dataset, perturbation and temperature (paired bootstrap over "
+                             "items; exact McNemar for greedy) and task accuracy. For base vs "
+                             "post-trained checkpoints, or two models.")
+    compare.add_argument("run_a", type=Path)
+    compare.add_argument("run_b", type=Path)
+    compare.set_defaults(handler=_compare)
+
     export = sub.add_parser("export", help="export user turns with labels to JSONL, CSV or Parquet")
     export.add_argument("run", type=Path)
     export.add_argument("--format", choices=("jsonl", "csv", "parquet"), default="jsonl")
@@ -236,6 +245,18 @@ def _agreement(args: argparse.Namespace, console: Console) -> int:
     store = RunStore.open(args.run)
     print_agreement(pairwise_agreement(store, sources=args.sources), console)
     store.close()
+    return 0
+
+
+def _compare(args: argparse.Namespace, console: Console) -> int:
+    from .compare import compare_runs, print_comparison
+    from .store import RunStore
+
+    a, b = RunStore.open(args.run_a), RunStore.open(args.run_b)
+    comparisons, accuracy = compare_runs(a, b)
+    print_comparison(comparisons, accuracy, console, (str(args.run_a), str(args.run_b)))
+    a.close()
+    b.close()
     return 0
 
 

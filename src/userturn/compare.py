@@ -1,0 +1,174 @@
+"""Paired comparison of two runs on the items they share (base vs post-trained, model A vs B).
+
+Units are matched by dataset, answerer, perturbation and temperature; within a unit, items are
+matched by id. A run with one model is compared with the other run's one model whatever their
+names (the usual base-vs-checkpoint case); with several models, models pair by name. Differences
+are B minus A, with paired bootstrap intervals over shared items, and an exact McNemar test where
+each item has a single greedy sample.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from .errors import StoreError
+from .stats import Difference, McNemar, mcnemar_exact, paired_difference
+from .store import RunStore
+
+Unit = tuple[str, str, str, str, float]  # model pairing, dataset, answerer, perturbation, T
+
+
+@dataclass(frozen=True)
+class Comparison:
+    model_a: str
+    model_b: str
+    dataset: str
+    answerer: str
+    perturbation: str
+    temperature: float
+    follow_up: Difference
+    mcnemar: McNemar | None  # greedy, one sample per item on both sides
+
+
+@dataclass(frozen=True)
+class AccuracyComparison:
+    model_a: str
+    model_b: str
+    dataset: str
+    accuracy: Difference
+    mcnemar: McNemar
+
+
+def compare_runs(a: RunStore, b: RunStore, *, seed: int = 0) -> tuple[list[Comparison],
+                                                                        list[AccuracyComparison]]:
+    _check_same_items(a, b)
+    pairs = _model_pairs(_models(a), _models(b))
+    turns_a, turns_b = _by_unit(a.user_turns(), pairs, 0), _by_unit(b.user_turns(), pairs, 1)
+    shared = sorted(set(turns_a) & set(turns_b))
+    if not shared:
+        raise StoreError("the two runs share no model pairing, dataset, perturbation and "
+                         "temperature: nothing to compare")
+    comparisons = [_compare_unit(unit, turns_a[unit], turns_b[unit], seed) for unit in shared]
+    return comparisons, _compare_accuracy(a, b, pairs, seed)
+
+
+def _models(store: RunStore) -> list[str]:
+    return sorted({t["model"] for t in store.user_turns()})
+
+
+def _model_pairs(models_a: Sequence[str], models_b: Sequence[str]) -> list[tuple[str, str]]:
+    if len(models_a) == 1 and len(models_b) == 1:
+        return [(models_a[0], models_b[0])]
+    pairs = [(m, m) for m in models_a if m in models_b]
+    if not pairs:
+        raise StoreError(f"the runs' models do not pair: {list(models_a)} vs {list(models_b)} "
+                         "(runs with one model each pair whatever the names)")
+    return pairs
+
+
+def _by_unit(turns: Iterable[dict[str, Any]], pairs: Sequence[tuple[str, str]],
+             side: int) -> dict[Unit, list[dict[str, Any]]]:
+    names = {pair[side]: f"{pair[0]} → {pair[1]}" if pair[0] != pair[1] else pair[0]
+             for pair in pairs}
+    units: dict[Unit, list[dict[str, Any]]] = defaultdict(list)
+    for turn in turns:
+        if turn["model"] in names and turn["error"] is None:
+            unit = (names[turn["model"]], turn["dataset"], turn["answerer"],
+                    turn["perturbation"], turn["temperature"])
+            units[unit].append(turn)
+    return units
+
+
+def _compare_unit(unit: Unit, a: list[dict[str, Any]], b: list[dict[str, Any]],
+                  seed: int) -> Comparison:
+    pairing, dataset, answerer, perturbation, temperature = unit
+    model_a, _, model_b = pairing.partition(" → ")
+    hits_a = [(t["item_id"], t["label"] == "follow_up") for t in a]
+    hits_b = [(t["item_id"], t["label"] == "follow_up") for t in b]
+    test = None
+    if _one_per_item(a) and _one_per_item(b):
+        test = mcnemar_exact(dict(hits_a), dict(hits_b))
+    return Comparison(model_a, model_b or model_a, dataset, answerer, perturbation, temperature,
+                      paired_difference(hits_a, hits_b, seed=seed), test)
+
+
+def _one_per_item(turns: Sequence[dict[str, Any]]) -> bool:
+    return len({t["item_id"] for t in turns}) == len(turns)
+
+
+def _compare_accuracy(a: RunStore, b: RunStore, pairs: Sequence[tuple[str, str]],
+                      seed: int) -> list[AccuracyComparison]:
+    out = []
+    for model_a, model_b in pairs:
+        scored_a, scored_b = _scores(a, model_a), _scores(b, model_b)
+        for dataset in sorted(set(scored_a) & set(scored_b)):
+            hits_a, hits_b = scored_a[dataset], scored_b[dataset]
+            out.append(AccuracyComparison(
+                model_a, model_b, dataset,
+                paired_difference(hits_a.items(), hits_b.items(), seed=seed),
+                mcnemar_exact(hits_a, hits_b)))
+    return out
+
+
+def _scores(store: RunStore, model: str) -> dict[str, dict[str, bool]]:
+    scores: dict[str, dict[str, bool]] = defaultdict(dict)
+    for turn in store.assistant_turns():
+        if turn["model"] == model and turn["correct"] is not None:
+            scores[turn["dataset"]][turn["item_id"]] = bool(turn["correct"])
+    return scores
+
+
+def _check_same_items(a: RunStore, b: RunStore) -> None:
+    """Items shared by id must be the same items: a paired difference on different questions
+    that happen to share ids would be meaningless."""
+    datasets = {t["dataset"] for t in a.user_turns()} & {t["dataset"] for t in b.user_turns()}
+    for dataset in sorted(datasets):
+        items_a, items_b = a.items(dataset), b.items(dataset)
+        for item_id in sorted(set(items_a) & set(items_b)):
+            if items_a[item_id]["messages"] != items_b[item_id]["messages"]:
+                raise StoreError(f"the runs disagree on item {item_id} of {dataset}: same id, "
+                                 "different conversation; they cannot be compared item by item")
+
+
+def print_comparison(comparisons: Sequence[Comparison],
+                     accuracy: Sequence[AccuracyComparison], console: Console,
+                     names: tuple[str, str]) -> None:
+    table = Table(title=f"Follow-up rate, B minus A on shared items (A = {names[0]}, "
+                        f"B = {names[1]}; paired bootstrap 95% CI)")
+    for column in ("A", "B", "dataset", "answerer", "perturbation", "T", "items", "A rate",
+                   "B rate", "difference [95% CI]", "McNemar p", "dropped A/B"):
+        table.add_column(column, justify="left" if column in ("A", "B", "dataset", "answerer",
+                                                              "perturbation") else "right")
+    for c in comparisons:
+        d = c.follow_up
+        table.add_row(c.model_a, c.model_b, c.dataset, c.answerer, c.perturbation,
+                      "greedy" if c.temperature <= 0 else f"{c.temperature:g}", str(d.items),
+                      _pct(d.a.value), _pct(d.b.value), _delta(d),
+                      "-" if c.mcnemar is None else f"{c.mcnemar.p_value:.3g}",
+                      f"{d.dropped_a}/{d.dropped_b}")
+    console.print(table)
+    if accuracy:
+        acc = Table(title="Task accuracy of the greedy answer, B minus A on shared items")
+        for column in ("A", "B", "dataset", "items", "A", "B", "difference [95% CI]",
+                       "McNemar p"):
+            acc.add_column(column, justify="right")
+        for c in accuracy:
+            d = c.accuracy
+            acc.add_row(c.model_a, c.model_b, c.dataset, str(d.items), _pct(d.a.value),
+                        _pct(d.b.value), _delta(d), f"{c.mcnemar.p_value:.3g}")
+        console.print(acc)
+
+
+def _pct(value: float) -> str:
+    return "-" if value != value else f"{100 * value:.1f}%"
+
+
+def _delta(d: Difference) -> str:
+    if d.delta != d.delta:
+        return "-"
+    return f"{100 * d.delta:+.1f} pts [{100 * d.low:+.1f}, {100 * d.high:+.1f}]"
