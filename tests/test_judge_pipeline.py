@@ -91,3 +91,16 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
     # The rules labelled the greedy "Thanks!" turns generic, as did the judge: n = ITEMS, agreed.
     assert "judge:openai/judge-c@rubric1" in out and "rules" in out
     assert f"{ITEMS}" in out and "100" in out
+
+
+def test_a_local_transformers_model_can_judge_and_garbage_is_invalid_not_guessed(tiny_backend):
+    from userturn.judge import BackendChatClient, judge_from_spec
+    from userturn.records import Case
+
+    judge = judge_from_spec("tiny")
+    assert isinstance(judge.client, BackendChatClient) and judge.concurrency == 1
+    assert judge.name == "judge:tiny@rubric1"
+    (label,) = judge.classify_many([Case("What is 2+2?", "4", "Why 4?")])
+    # The random tiny model cannot write a JSON verdict: after the re-ask it is recorded as
+    # invalid, never turned into a guessed label.
+    assert label.label is None and label.error.startswith("invalid")

@@ -132,8 +132,8 @@ Q_SILAGE = (
     "kilograms less than twice the amount each llama needs. If there are 27 llamas and 17 alpacas, "
     "how many kilograms of silage does Robert need?" + _UNITS)
 A_SILAGE = (  # loops until max_tokens
-    "We can do this by multiplying 5 by 100, which is 100, and then multiplying 27 by 100, which is "
-    "200.\n\nSo, 100 x 200 = 20000 kilograms of silage is needed.\n\n" * 2
+    "We can do this by multiplying 5 by 100, which is 100, and then multiplying 27 by 100, which "
+    "is 200.\n\nSo, 100 x 200 = 20000 kilograms of silage is needed.\n\n" * 2
     + "We can do this by multiplying")
 Q_TAX = (
     "Olivia is trying to decide whether to do her financial planning herself or hire an tax "
@@ -411,7 +411,8 @@ CASES = [
       "The answer is 72.", None),  # may answer the assistant's question
     C("states-answer-asking", Q_CLIPS, A_CLIPS, "The answer is 72?", None),
     # labels.md: answering the problem is assistant_drift; the assistant's own final answer stated
-    # again as "The answer is N." is that (as "So the answer is 72." always was); "not N" disputes it
+    # again as "The answer is N." is that (as "So the answer is 72." always was); "not N" disputes
+    # it. Any other N (a dispute or a new solution) and a reply to a question stay undecided.
     C("states-the-answer", Q_CLIPS, A_CLIPS, "The answer is 72.", "assistant_drift"),
     C("answer-is-not", Q_CLIPS, A_CLIPS, "The answer isn't 72!", "follow_up"),
     # ---- real turns from a SmolLM2-135M-Instruct run on GSM-Symbolic (some shortened) ----------
@@ -436,9 +437,9 @@ CASES = [
       "him to eat all branches on the tree. Answer his request as appropriately altered sentence.",
       "new_query"),
     C("smol-new-problem-shares-12", Q_PAINT, A_PAINT,
-      "12 balls sold last month will leave 202 balls empty after sale. Chocolate sellers at auction "
-      "will only sell 1 box of chocolate per month. How many days would it take to transport the "
-      "last box of chocolate by car?", "new_query"),
+      "12 balls sold last month will leave 202 balls empty after sale. Chocolate sellers at "
+      "auction will only sell 1 box of chocolate per month. How many days would it take to "
+      "transport the last box of chocolate by car?", "new_query"),
     C("smol-new-question-on-topic", Q_HOUSE, A_HOUSE_CUT,
       "How much will Ms. Johnson pay in full purchase during that 18 month period at 3.9% per "
       "purchase?", "new_query"),
@@ -456,7 +457,8 @@ CASES = [
     C("smol-states-looping-result", Q_SILAGE, A_SILAGE, "The answer is 20000.", "assistant_drift"),
     C("smol-answer-is-not", Q_FLOWERS, A_FLOWERS, "The answer is not 1.25.", "follow_up"),
     C("smol-this-180", Q_INSECTS, A_INSECTS,
-      "What does this 180 represent considering addition of the rules of proportions.", "follow_up"),
+      "What does this 180 represent considering addition of the rules of proportions.",
+      "follow_up"),
     C("smol-does-that-mean", Q_FORKS, A_FORKS,
       "Does that mean Isabella ate a few 6 of those 19 forks also?", "follow_up"),
     C("smol-role-prompt", Q_BREAD, A_BREAD,
