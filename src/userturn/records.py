@@ -105,3 +105,5 @@ class Score:
     correct: bool
     extracted: str | None
     reference: str | None
+    # Further metrics of the same answer, e.g. IFEval's loose and instruction-level accuracy.
+    details: Mapping[str, Any] = field(default_factory=dict)

@@ -44,7 +44,7 @@ CREATE TABLE IF NOT EXISTS contexts (
   context TEXT PRIMARY KEY, perturbation TEXT NOT NULL, answer TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS scores (
   key TEXT NOT NULL, scorer TEXT NOT NULL, correct INTEGER NOT NULL, extracted TEXT,
-  reference TEXT, PRIMARY KEY (key, scorer));
+  reference TEXT, details TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (key, scorer));
 CREATE TABLE IF NOT EXISTS labels (
   key TEXT NOT NULL, source TEXT NOT NULL, version TEXT NOT NULL, label TEXT, rationale TEXT,
   error TEXT, created REAL NOT NULL, PRIMARY KEY (key, source));
@@ -74,12 +74,14 @@ class RunStore:
 
     def _migrate(self) -> None:
         """Bring a store written by an earlier userturn up to this schema (columns only added)."""
-        columns = {r["name"] for r in self.db.execute("PRAGMA table_info(plan)")}
+        added = (("plan", "answerer", "'self'"), ("plan", "perturbation", "'none'"),
+                 ("scores", "details", "'{}'"))
         with self.db:
-            for name, default in (("answerer", "self"), ("perturbation", "none")):
+            for table, name, default in added:
+                columns = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
                 if name not in columns:
-                    self.db.execute(f"ALTER TABLE plan ADD COLUMN {name} TEXT NOT NULL "
-                                    f"DEFAULT '{default}'")
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} TEXT NOT NULL "
+                                    f"DEFAULT {default}")
 
     @classmethod
     def create(cls, folder: Path) -> RunStore:
@@ -172,8 +174,9 @@ class RunStore:
     def put_scores(self, rows: Sequence[tuple[str, str, Score]]) -> None:
         with self.db:
             self.db.executemany(
-                "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?)",
-                [(key, scorer, int(s.correct), s.extracted, s.reference) for key, scorer, s in rows])
+                "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?, ?)",
+                [(key, scorer, int(s.correct), s.extracted, s.reference,
+                  json.dumps(dict(s.details))) for key, scorer, s in rows])
 
     def put_labels(self, rows: Sequence[tuple[str, str, Label]]) -> None:
         """Store (key, version, label); one label per key and source, the newest wins."""
