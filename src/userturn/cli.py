@@ -50,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="run seed (default 0)")
     run.add_argument("--batch-size", dest="batch_size", type=int)
     run.add_argument("--system-prompt", dest="system_prompt")
+    run.add_argument("--answerer", dest="answerers", action="append",
+                     help="self (default), reference, or a model spec (repeatable)")
+    run.add_argument("--perturbation", dest="perturbations", action="append",
+                     help="truncate[:F], append_question[:generic|specific], wrong_answer, swap, "
+                     "empty, refusal (repeatable)")
     run.add_argument("--output", "-o", type=Path, help="run folder (default runs/demo)")
     run.add_argument("--judge", help="LLM judge for what the rules leave undecided, e.g. "
                      "openai/gpt-5.4-mini (key from OPENAI_API_KEY)")
@@ -162,7 +167,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
     keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
             "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
-            "judge_scope", "judge_base_url")
+            "judge_scope", "judge_base_url", "answerers", "perturbations")
     experiment = load_experiment(args.config, {k: getattr(args, k) for k in keys})
     with _progress_bars() as progress:
         store = run_experiment(experiment, progress=progress)

@@ -84,7 +84,7 @@ def load_experiment(path: Path | None, overrides: Mapping[str, Any]) -> Experime
         data = _read_yaml(Path(path))
     for key, value in overrides.items():
         if value is not None:
-            data.pop(key.rstrip("s") if key in ("models", "datasets") else "", None)
+            data.pop({"models": "model", "datasets": "dataset"}.get(key, ""), None)
             data[key] = value
     try:
         return Experiment.model_validate(data)
