@@ -40,6 +40,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="model spec (repeatable); default: smollm2")
     run.add_argument("--dataset", dest="datasets", action="append",
                      help="gsm_symbolic (offline), gsm8k (hub), or a .jsonl/.json/.parquet file")
+    run.add_argument("--field", dest="fields", action="append", metavar="FIELD=COLUMN",
+                     help="your file's column for query, answer, id or system (repeatable)")
+    run.add_argument("--skip-invalid", dest="skip_invalid", action="store_true", default=None,
+                     help="record and count malformed rows instead of stopping at the first")
+    run.add_argument("--context-turns", dest="context_turns", type=int,
+                     help="conversation datasets: probe after the first k user turns")
     run.add_argument("--limit", type=int, help="items per dataset (default 20)")
     run.add_argument("--temperatures", type=_floats, help="comma list, 0 = greedy (default 0,1.0)")
     run.add_argument("--samples", type=int, help="user turns per item at each T > 0 (default 4)")
@@ -85,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("--answer", default=EXAMPLE_ANSWER)
     render.add_argument("--system", default=None, help="optional system prompt")
     render.set_defaults(handler=_render)
+
+    datasets = sub.add_parser("datasets", help="list the datasets userturn can load")
+    datasets.set_defaults(handler=_datasets)
 
     report = sub.add_parser("report", help="print the tables of a run folder")
     report.add_argument("run", type=Path)
@@ -167,8 +176,14 @@ def _run(args: argparse.Namespace, console: Console) -> int:
 
     keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
             "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
-            "judge_scope", "judge_base_url", "answerers", "perturbations")
-    experiment = load_experiment(args.config, {k: getattr(args, k) for k in keys})
+            "judge_scope", "judge_base_url", "answerers", "perturbations", "skip_invalid",
+            "context_turns")
+    overrides = {k: getattr(args, k) for k in keys}
+    if args.fields:
+        from .data.files import parse_field_mappings
+
+        overrides["fields"] = parse_field_mappings(args.fields)
+    experiment = load_experiment(args.config, overrides)
     with _progress_bars() as progress:
         store = run_experiment(experiment, progress=progress)
     _print_tables(store, console)
@@ -250,6 +265,20 @@ def _agreement(args: argparse.Namespace, console: Console) -> int:
     store = RunStore.open(args.run)
     print_agreement(pairwise_agreement(store, sources=args.sources), console)
     store.close()
+    return 0
+
+
+def _datasets(args: argparse.Namespace, console: Console) -> int:
+    from rich.table import Table
+
+    from .data import CATALOG
+
+    table = Table(title="Datasets (--dataset SPEC)")
+    for column in ("spec", "source", "size", "accuracy", "offline"):
+        table.add_column(column)
+    for entry in CATALOG:
+        table.add_row(entry.spec, entry.source, entry.size, entry.scoring, entry.offline)
+    console.print(table)
     return 0
 
 

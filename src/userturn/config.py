@@ -37,6 +37,12 @@ class Experiment(BaseModel):
     perturbations: list[str] = Field(
         default_factory=list, description="e.g. truncate:0.5, append_question:specific, "
         "wrong_answer, swap, empty, refusal; the unperturbed context always runs too")
+    fields: dict[str, str] = Field(
+        default_factory=dict, description="your file's columns: query, answer, id, system")
+    skip_invalid: bool = Field(default=False, description="record and count malformed rows "
+                               "instead of stopping at the first")
+    context_turns: int | None = Field(default=None, ge=1, description="conversation datasets: "
+                                      "the probe context is the first k user turns (default 1)")
     output: Path = Path("runs/demo")
     judge: str | None = Field(default=None, description="e.g. openai/gpt-5.4-mini; key from "
                               "OPENAI_API_KEY, never from this file")

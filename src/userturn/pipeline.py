@@ -24,11 +24,12 @@ from .data import Dataset, load_dataset
 from .errors import TemplateError
 from .judge import Judge, judge_from_spec
 from .perturb import Perturbation, parse_perturbations
-from .records import Case, GenerationParams, Item, Message, Request
+from .records import Case, Generation, GenerationParams, Item, Message, Request
 from .render import Prompt, render_assistant_turn, render_user_turn
 from .rules import RulesClassifier
 from .store import RunStore, generation_key
 
+HUMAN = "human"  # the pseudo-model whose user turns are the data's real next user turns
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 
 
@@ -52,7 +53,9 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
                    progress: Progress | None = None) -> RunStore:
     """Run (or resume) an experiment into ``exp.output`` and return its open store."""
     progress = progress or _silent
-    datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed) for spec in exp.datasets]
+    datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed, fields=exp.fields,
+                             skip_invalid=exp.skip_invalid, context_turns=exp.context_turns)
+                for spec in exp.datasets]
     perturbations = parse_perturbations(exp.perturbations)
     answer_models = _answer_models(exp)
     if backends is None:
@@ -64,7 +67,7 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     store = RunStore.create(exp.output)
     store.set_meta({"config": exp.model_dump(mode="json"), "versions": _versions(),
                     "started": time.time(), "models": _model_meta(backends)})
-    store.keep_plan(list(backends), [dataset.name for dataset in datasets])
+    store.keep_plan([*backends, HUMAN], [dataset.name for dataset in datasets])
     for dataset in datasets:
         store.put_items(dataset.name, [_item_record(item) for item in dataset.items])
     for dataset in datasets:
@@ -75,9 +78,11 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
         references = _reference_answers(dataset)
         for spec in exp.models:
             sets = {answerer: answers[spec] if answerer == "self" else
-                    references if answerer == "reference" else answers[answerer]
+                    references if answerer == "reference" else
+                    _data_answers(dataset) if answerer == "data" else answers[answerer]
                     for answerer in exp.answerers}
             _user_stage(store, backends[spec], dataset, sets, perturbations, exp, progress)
+        _human_stage(store, dataset, answers.get(exp.models[0], {}))
     _classify_stage(store, backends)
     if judge is not None:
         judge_turns(store, judge, exp.judge_scope, progress)
@@ -85,12 +90,42 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     return store
 
 
+def _human_stage(store: RunStore, dataset: Dataset,
+                 model_answers: Mapping[str, tuple[str, str]]) -> None:
+    """The human baseline: where the data holds the real next user turn, it is stored as a user
+    turn of the pseudo-model ``human`` and labelled like the models' own. Its context is the
+    data's assistant answer, or (MT-Bench: a scripted second turn) the first model's answer."""
+    rows, jobs, contexts = [], [], []
+    for item in dataset.items:
+        real = item.metadata.get("next_user_turn")
+        answer = item.metadata.get("data_answer") or model_answers.get(item.id, (None, ""))[1]
+        if not real or not answer:
+            continue
+        context = hashlib.sha256(f"human|{item.id}|{answer}".encode()).hexdigest()[:16]
+        request = Request("", GenerationParams(0.0, 1.0, 0), (), 0)
+        key = generation_key("user", HUMAN, "data", "", Request(real, request.params), 0)
+        jobs.append(Job(key, request, 0, dataset.name, item.id, context,
+                        answerer="data" if item.metadata.get("data_answer") else "self"))
+        contexts.append((context, "none", answer))
+        rows.append((key, "user", HUMAN, "data", "", request, 0,
+                     Generation(real, real, "stop", 0, 0)))
+    store.put_contexts(contexts)
+    store.put_generations(rows)
+    _replan(store, "user", HUMAN, dataset.name, jobs)
+
+
 def _answer_models(exp: Experiment) -> list[str]:
     """Models whose greedy answers the probe needs: the probers' own (answerer ``self``) and
     every other model named as an answerer."""
     own = exp.models if "self" in exp.answerers else []
-    others = [a for a in exp.answerers if a not in ("self", "reference")]
+    others = [a for a in exp.answerers if a not in ("self", "reference", "data")]
     return list(dict.fromkeys([*own, *others]))
+
+
+def _data_answers(dataset: Dataset) -> dict[str, tuple[str | None, str]]:
+    """The conversation's own assistant turn (items without one are left out)."""
+    return {item.id: (None, str(item.metadata["data_answer"])) for item in dataset.items
+            if item.metadata.get("data_answer")}
 
 
 def _reference_answers(dataset: Dataset) -> dict[str, tuple[str | None, str]]:
@@ -174,6 +209,8 @@ def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, exp: E
 
 
 def _score(store: RunStore, dataset: Dataset, rows: Mapping[str, Any]) -> None:
+    if dataset.scorer is None:  # open conversations: no task accuracy
+        return
     done = store.scored_keys(dataset.scorer.name)
     items = {item.id: item for item in dataset.items}
     scores = [(key, dataset.scorer.name, dataset.scorer.score(items[row["item_id"]], row["text"]))

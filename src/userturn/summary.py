@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -14,7 +14,8 @@ from .records import LABELS
 from .stats import Rate, clustered_rate
 from .store import RunStore
 
-NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors", "accuracy")
+NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors", "accuracy",
+           "vs real turn")
 LABEL_HEADERS = {"follow_up": "follow-up", "generic": "generic", "new_query": "new",
                  "restatement": "restate", "assistant_drift": "drift", "meta": "meta",
                  "empty": "empty"}
@@ -35,6 +36,9 @@ class Row:
     accuracy: Rate | None = None
     answerer: str = "self"
     perturbation: str = "none"
+    # Mean word-overlap F1 between the generated turns and the data's real next user turn, where
+    # the data has one (None otherwise).
+    similarity: float | None = None
 
 
 def summarize(store: RunStore, labels: Sequence[str] | None = None) -> list[Row]:
@@ -42,6 +46,7 @@ def summarize(store: RunStore, labels: Sequence[str] | None = None) -> list[Row]
     sources in priority order (default: the run's own)."""
     turns = store.user_turns(labels)
     accuracy = _accuracy(store)
+    real = _real_next_turns(store, {t["dataset"] for t in turns})
     groups: dict[tuple[str, str, str, str, float], list[dict[str, Any]]] = defaultdict(list)
     for turn in turns:
         groups[(turn["model"], turn["answerer"], turn["dataset"], turn["perturbation"],
@@ -64,8 +69,32 @@ def summarize(store: RunStore, labels: Sequence[str] | None = None) -> list[Row]
             errors=len(group) - len(ok),
             accuracy=accuracy.get((model if answerer == "self" else answerer, dataset)),
             answerer=answerer, perturbation=perturbation,
+            similarity=_similarity(ok, real) if model != "human" else None,
         ))
     return rows
+
+
+def _real_next_turns(store: RunStore, datasets: set[str]) -> dict[tuple[str, str], str]:
+    return {(dataset, item_id): record["metadata"]["next_user_turn"]
+            for dataset in datasets for item_id, record in store.items(dataset).items()
+            if record.get("metadata", {}).get("next_user_turn")}
+
+
+def _similarity(turns: Sequence[dict[str, Any]], real: Mapping[tuple[str, str], str]
+                ) -> float | None:
+    scores = [word_f1(t["text"], real[(t["dataset"], t["item_id"])]) for t in turns
+              if (t["dataset"], t["item_id"]) in real]
+    return sum(scores) / len(scores) if scores else None
+
+
+def word_f1(generated: str, reference: str) -> float:
+    """Bag-of-words F1 (as in SQuAD): how much of the real turn's wording the model's turn has."""
+    a, b = Counter(generated.lower().split()), Counter(reference.lower().split())
+    common = sum((a & b).values())
+    if not common:
+        return 0.0
+    precision, recall = common / sum(a.values()), common / sum(b.values())
+    return 2 * precision * recall / (precision + recall)
 
 
 def _accuracy(store: RunStore) -> dict[tuple[str, str], Rate]:
@@ -92,14 +121,16 @@ def print_summary(rows: list[Row], console: Console, *, assistant_failures: int 
                                        ("perturbation", {r.perturbation for r in rows}))
              if values - {"self", "none"}]
     table = Table(title="Genuine follow-up rate, 95% CI bootstrapped over items")
+    similar = any(row.similarity is not None for row in rows)
     for name in ("model", *extra, "dataset", "T", "items", "turns", "follow-up", "undecided",
-                 "invalid", "errors", "accuracy"):
+                 "invalid", "errors", "accuracy", *(["vs real turn"] if similar else [])):
         table.add_column(name, justify="right" if name in NUMERIC else "left")
     for row in rows:
         table.add_row(row.model, *(getattr(row, name) for name in extra), row.dataset,
                       _temperature(row.temperature), str(row.items), str(row.turns),
                       _pct(row.follow_up), str(row.undecided), str(row.invalid),
-                      str(row.errors), _pct(row.accuracy))
+                      str(row.errors), _pct(row.accuracy),
+                      *([_f1(row.similarity)] if similar else []))
     console.print(table)
     labels = Table(title="Labels of the generated user turns (counts)")
     for name in ("model", *extra, "dataset", "T", *LABEL_HEADERS.values(), "undecided"):
@@ -115,11 +146,19 @@ def print_summary(rows: list[Row], console: Console, *, assistant_failures: int 
         notes.append("undecided: turns the rules leave to an LLM judge; they count as not "
                      "follow-up, so the rate is a lower bound until judged (userturn judge RUN "
                      "--judge SPEC)")
+    if any(row.model == "human" for row in rows):
+        notes.append("human: the data's real next user turns, labelled the same way (the "
+                     "reference the models' rates are read against); vs real turn: word-overlap "
+                     "F1 of the generated turns with the real one")
     if assistant_failures:
         notes.append(f"{assistant_failures} assistant turn(s) failed; their items have no user "
                      "turns yet (re-run to retry)")
     for note in notes:
         console.print(f"[dim]{note}[/dim]")
+
+
+def _f1(value: float | None) -> str:
+    return "-" if value is None else f"F1 {value:.2f}"
 
 
 def _temperature(value: float) -> str:
