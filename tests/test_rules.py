@@ -383,6 +383,8 @@ CASES = [
     C("translate", Q_HAIKU, A_HAIKU, "Translate 'good morning' into German.", "new_query"),
     C("sum-of-two-numbers", Q_LETTERS, A_LETTERS, "What is the sum of 125 and 378?", "new_query"),
     C("spanish-new-question", Q_ES, A_ES, "¿Cuál es la capital de Francia?", "new_query"),
+    C("new-question-on-topic", Q_JANET, A_JANET,  # labels.md: a new task on the same topic
+      "Is selling eggs at a farmers market a profitable small business idea?", "new_query"),
     # ---- undecided: ambiguous, or beyond what rules can judge ------------------------------------
     C("explain-second-step", Q_CLIPS, A_CLIPS, "Can you explain the second step?", None),
     C("what-if-variation", Q_CLIPS, A_CLIPS,
@@ -440,11 +442,8 @@ CASES = [
       "12 balls sold last month will leave 202 balls empty after sale. Chocolate sellers at "
       "auction will only sell 1 box of chocolate per month. How many days would it take to "
       "transport the last box of chocolate by car?", "new_query"),
-    C("smol-new-question-on-topic", Q_HOUSE, A_HOUSE_CUT,
-      "How much will Ms. Johnson pay in full purchase during that 18 month period at 3.9% per "
-      "purchase?", "new_query"),
-    C("smol-new-question-small-numbers", Q_HUNT, A_HUNT_LOOP,
-      "Can Lena only gather 1 egg every 5 minutes?", "new_query"),
+    C("smol-new-question-on-topic", Q_FORKS, A_FORKS,
+      "What are the nicknames Alexandra used before, and Isabella before.", "new_query"),
     C("smol-answer-to-the-question", Q_SKEINS, A_SKEINS,
       "What is the answer to the question: How many skews of wool will Martha need to buy to make "
       "a shawl, hat, and glove?", "restatement"),
@@ -468,6 +467,16 @@ CASES = [
       "Isabella was planning to eat a cake that was made with 200 grams of chocolate. She had 200 "
       "grams of chocolate and she had 200 grams of chocolate." + " She had 200 chocolate chips." * 6
       + " She", "empty"),
+    # new questions on the query's topic with numbers or quantities of their own: new_query by
+    # labels.md, but too close to a variation or an extension of the answer for the rules
+    C("smol-topic-question-with-numbers", Q_HOUSE, A_HOUSE_CUT,
+      "How much will Ms. Johnson pay in full purchase during that 18 month period at 3.9% per "
+      "purchase?", None),
+    C("smol-topic-question-small-numbers", Q_HUNT, A_HUNT_LOOP,
+      "Can Lena only gather 1 egg every 5 minutes?", None),
+    C("was-that-a-trick", Q_CLIPS, A_CLIPS, "Was that a trick question?", None),  # "that" points
+    C("topic-extension", Q_CLIPS, A_CLIPS,
+      "How much money did Natalia make if each clip cost 2 dollars?", None),
     C("smol-question-with-answer-numbers", Q_INSECTS, A_INSECTS,  # restatement or follow_up
       "What is the answer to the question: What is the total number of insects in the plot if "
       "there were 180 grasshoppers and 360 beetles?", None),

@@ -102,7 +102,7 @@ class Series:
 
 def rate_lines(series: Sequence[Series], *, x_label: str, y_label: str) -> str:
     """Lines with shaded 95% interval bands, one per series, and a legend on the right."""
-    width, height, left, right, top, bottom = 820, 400, 70, 210, 24, 64
+    width, height, left, right, top, bottom = 900, 420, 70, 230, 24, 64
     pw, ph = width - left - right, height - top - bottom
     xs = sorted({p.x for s in series for p in s.points}) or [0.0]
     span = (xs[-1] - xs[0]) or 1.0
@@ -164,7 +164,7 @@ def _line_legend(series: Sequence[Series], x: float, y: float) -> list[str]:
         row = y + 24 + 22 * i
         out.append(_line(x, row, x + 22, row, s.colour, 2.2))
         out.append(f'<circle cx="{_f(x + 11)}" cy="{_f(row)}" r="4" fill="{s.colour}"/>')
-        out.append(_text(x + 30, row + 4, shorten(s.name, 24),
+        out.append(_text(x + 30, row + 4, shorten(s.name, 28),
                          extra=f' data-name="{_e(s.name)}"'))
     return out
 
@@ -211,7 +211,7 @@ def scatter_panel(title: str, note: str, dots: Sequence[Dot], *, y_top: float, s
     return _svg(width, height, body, f"{title}: {y_label} against {x_label}", "scatter")
 
 
-# -- plot 3: stacked label shares --------------------------------------------------------------------
+# -- plot 3: stacked label shares ------------------------------------------------------------------
 @dataclass(frozen=True)
 class Bar:
     group: str
@@ -222,8 +222,8 @@ class Bar:
 def stacked_bars(bars: Sequence[Bar], categories: Sequence[tuple[str, str]]) -> str:
     """Horizontal bars of shares (each bar sums to 100% of its turns), grouped under headings.
     ``categories``: (key, legend name) in stacking order; colours from LABEL_COLOURS."""
-    width, left, right, bar_w = 900, 230, 70, 600
-    legend, legend_h = _swatch_legend(categories, left, 10, bar_w + right)
+    width, left, right, bar_w = 900, 290, 60, 550
+    legend, legend_h = _swatch_legend(categories, 8, 10, width - 16)
     body, y, group = legend, 10 + legend_h + 12, None
     for bar in bars:
         if bar.group != group:
@@ -260,7 +260,7 @@ def _swatch_legend(categories: Sequence[tuple[str, str]], x0: float, y0: float,
 def _bar_row(bar: Bar, categories: Sequence[tuple[str, str]], y: float, left: float,
              bar_w: float) -> list[str]:
     total = sum(bar.counts.values())
-    out = [_text(left - 10, y + 13, shorten(bar.name, 30), anchor="end")]
+    out = [_text(left - 10, y + 13, shorten(bar.name, 40), anchor="end")]
     x = left
     for key, name in categories:
         count = bar.counts.get(key, 0)
@@ -303,7 +303,7 @@ VERDICTS = {"expected": ("moved as expected, interval excludes 0", UP, True),
 
 def forest(rows: Sequence[ForestRow], *, x_label: str) -> str:
     """Paired differences with intervals, a zero line, and a marker per expected direction."""
-    width, left, plot_w, top = 900, 250, 400, 78
+    width, left, plot_w, top = 980, 290, 380, 78
     bound = max([abs(v) for r in rows for v in (r.low, r.high, r.delta)
                  if math.isfinite(v)] or [0.1])
     span, step = nice_top(bound)
@@ -352,7 +352,7 @@ def _marker(cx: float, cy: float, colour: str, filled: bool, tip: str = "") -> s
 def _forest_row(row: ForestRow, y: float, sx, left: float, plot_w: float) -> list[str]:
     _, colour, filled = VERDICTS[row.verdict]
     mid = y + 9
-    out = [_text(left - 12, mid + 4, shorten(row.name, 32), anchor="end")]
+    out = [_text(left - 12, mid + 4, shorten(row.name, 40), anchor="end")]
     if math.isfinite(row.delta):
         out.append(_line(sx(row.low), mid, sx(row.high), mid, colour, 2))
         for v in (row.low, row.high):

@@ -151,17 +151,19 @@ _NEW_ASK = _rx(r"^\W{0,4}(?:what|how|who|where|when|which|why|can|could|would|is
                r"recommend|calculate|solve|find|rewrite|if|a|an)\b")
 _NEW_STORY = re.compile(  # "Tom has 7 marbles..."
     r"^\W{0,4}[A-Z][a-z]+ (?:has|had|is|was|buys|bought|wants|earns|reads|runs)\b")
-_DEICTIC = _rx(r"\b(?:this|that(?! (?:a|an|the|every|each|she|he|they|there|his|her|\d))|these|"
-               r"those|it|them|same|instead|again|above|previous|your|"  # not "so that every"
-               r"you said|what about|what if|how about)\b")  # looked for in the first 8 words
+_DEICTIC = _rx(r"\b(?:this|(?:(?<=is )|(?<=was )|(?<=n't ))that|these|those|it|them|same|instead|"
+               r"that(?! (?:a|an|the|every|each|she|he|they|there|his|her)\b)|"  # "so that every"
+               r"again|above|previous|your|you said|what about|what if|how about)\b")  # 8 words
 _REACTS = _rx(r"\b(?:(?:the|your|this|that|my|an?)(?: \w+)? answers?|"  # not "Answer his..."
               r"steps?|solution|result|explain|explanation|calculation|example|"
               r"did you|you (?:made|got|did|said|wrote|used|forgot|missed|mean)|mistake|wrong|"
               r"incorrect|i got|i think|should be|correct|right|again|instead|also|else)\b")
+_VARIES = _rx(r"^\W{0,4}how (?:much|many|long|far|often|old)\b",
+              r"\b(?:if|suppose|supposing|assum\w*|instead|rather|would|could)\b")
 _MEANS = _rx(r"^\W{0,4}(?:so,? )?(?:does|doesn't|did) (?:that|this) mean\b",
              r"^\W{0,4}so (?:that|this) means\b")
 _STATES_ANSWER = _rx(r"^\W{0,4}the (?:final )?answer is(?P<neg>\s+not|n't)?:?\s*\$?"
-                     r"(?P<n>-?\d[\d,]*(?:\.\d+)?)[^\w?]*$")
+                     r"(?P<n>-?\d[\d,]*(?:\.\d+)?)(?: [^\W\d_]+)?[^\w?]*$")  # "9 pebbles."
 _RESULT = _rx(r"(?:=|answer is:?|####|\\boxed\{)\s*\$?(-?\d[\d,]*(?:\.\d+)?)")  # results
 _FORMAT = _rx(  # a format instruction in the query ("Give the result as your final answer.")
     r"^\W{0,4}(?:please,? )?(?:give|do not|don't|put|write|express|round|provide|present|state|"
@@ -462,7 +464,7 @@ def _rule_new_query(v: _View) -> Verdict | None:
     if asks and len(fresh) >= 2 and len(shared) <= 1 and len(user) >= 4 and len(v.words) >= 12 \
             and common <= max(1, 0.15 * len(user)):
         return "new_query", "a new word problem with its own numbers and little shared content"
-    if asks and _new_on_topic(v, user, shared):
+    if asks and _new_on_topic(v, user):
         return "new_query", "a new question on the query's topic that takes nothing from the answer"
     return None
 
@@ -474,12 +476,13 @@ def _other_language(v: _View) -> bool:
     return bool(words) and stop_share < 0.1 and query_stop_share >= 0.2
 
 
-def _new_on_topic(v: _View, user: set[str], shared: set[str]) -> bool:
-    """One question, mostly about things of its own, nothing from the answer, no "why"."""
+def _new_on_topic(v: _View, user: set[str]) -> bool:
+    """One question, mostly about things of its own, nothing from the answer, no "why", and no
+    quantity, number or condition that would make it a variation or extension of the problem."""
     own = [s for s in user if s not in v.query and s not in v.answer_only]
     return len(_sentences(v.text)) == 1 and len(own) >= max(3, 0.5 * len(user)) \
-        and not any(s in v.answer_only for s in user) and not shared - v.query_numbers \
-        and not _STRONG_REF.search(v.text)
+        and not any(s in v.answer_only for s in user) and not v.numbers \
+        and not _STRONG_REF.search(v.text) and not _VARIES.search(v.text)
 
 
 # The order, and why:
