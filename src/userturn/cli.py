@@ -97,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="print the tables of a run folder")
     report.add_argument("run", type=Path)
+    report.add_argument("--html", action="store_true", help="also write RUN/report.html (one "
+                        "self-contained file: plots, perturbation effects, a sample browser) and "
+                        "every table as CSV/Parquet in RUN/report_tables/")
     report.add_argument("--labels", type=_names, help="label sources in priority order, e.g. "
                         "rules,judge:openai/gpt-5.4-mini@rubric1 (default: the run's own)")
     report.set_defaults(handler=_report)
@@ -231,6 +234,12 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
     store = RunStore.open(args.run)
     _print_tables(store, console, args.labels)
+    if args.html:
+        from .report import write_html_report
+
+        page = write_html_report(store, args.run / "report.html", labels=args.labels,
+                                 tables_dir=args.run / "report_tables")
+        console.print(f"wrote {page} (tables in {args.run / 'report_tables'})")
     store.close()
     return 0
 

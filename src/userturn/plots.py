@@ -186,7 +186,7 @@ class Dot:
 def scatter_panel(title: str, note: str, dots: Sequence[Dot], *, y_top: float, step: float,
                   x_label: str, y_label: str) -> str:
     """One panel: points with error bars both ways; x fixed to [0, 1], y to [0, y_top]."""
-    width, height, left, right, top, bottom = 340, 330, 62, 18, 52, 56
+    width, height, left, right, top, bottom = 350, 330, 62, 18, 52, 56
     pw, ph = width - left - right, height - top - bottom
     sx = lambda x: left + x * pw  # noqa: E731
     sy = lambda y: top + ph - (y / y_top) * ph  # noqa: E731

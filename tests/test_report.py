@@ -1,0 +1,344 @@
+"""The HTML report and its exported tables: numbers, safety of model text, and the page in a
+real browser."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import shutil
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import QUESTIONS
+
+from userturn.backends.fake import ScriptedBackend
+from userturn.config import Experiment
+from userturn.pipeline import run_experiment
+from userturn.records import Label, Request
+from userturn.report import build_report, export_tables, json_for_script, write_html_report
+from userturn.stats import paired_difference
+from userturn.store import RunStore
+from userturn.summary import summarize
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+MODELS = ["fake/alpha", "fake/beta"]
+TEMPERATURES = [0.0, 0.7, 1.0]
+SAMPLES = 3
+PERTURBATIONS = ["truncate", "append_question:specific", "wrong_answer"]
+SCRIPT_TAG = "<script>window.__pwned=1</script>"
+IMG_TAG = '</script><img src=x onerror="window.__pwned=2">'
+BOLD = "<b>bold</b>"
+JUDGE_XSS = 'judge says <img src=x onerror="window.__pwned=3">'
+
+
+def is_user_turn(request: Request) -> bool:
+    return request.prompt.endswith("<|im_start|>user\n")
+
+
+def script_for(model: str):
+    """alpha answers 3 of 6 questions right, beta 1; user turns mix follow-ups, thanks and
+    markup that must never run."""
+    right = 3 if model == "fake/alpha" else 1
+
+    def script(request: Request) -> str:
+        if not is_user_turn(request):
+            index = next(i for i, (q, _) in enumerate(QUESTIONS) if q in request.prompt)
+            answer = int(QUESTIONS[index][1]) + (0 if index < right else 1)
+            return f"Step by step, the result is {answer}.\n#### {answer}"
+        numbers = re.findall(r"\d+", request.prompt.rsplit("assistant", 1)[1])
+        follow_up = f"Why did you get {numbers[-1] if numbers else 'that'}? I think it is 27."
+        if request.params.temperature == 0:
+            if "walk you through" in request.prompt:
+                return follow_up
+            return BOLD if model == "fake/alpha" else "Thank you!"
+        return ["Thank you!", follow_up, SCRIPT_TAG, IMG_TAG, BOLD][request.seed % 5]
+
+    return script
+
+
+def build_run(folder: Path, models: list[str], **changes: Any) -> RunStore:
+    dataset = folder / "mini_gsm.jsonl"
+    dataset.write_text("".join(json.dumps({"question": q, "answer": f"Work it out.\n#### {a}"})
+                               + "\n" for q, a in QUESTIONS), encoding="utf-8")
+    settings = dict(models=models, datasets=[str(dataset)], limit=len(QUESTIONS),
+                    temperatures=TEMPERATURES, samples=SAMPLES, perturbations=PERTURBATIONS,
+                    output=folder / "run")
+    exp = Experiment(**{**settings, **changes})
+    fail = lambda r: is_user_turn(r) and r.params.temperature == 1.0 and r.seed % 7 == 0  # noqa
+    backends = {m: ScriptedBackend(script_for(m), spec=m, fail=fail if m == "fake/beta" else None)
+                for m in models}
+    return run_experiment(exp, backends=backends)
+
+
+def add_judge_labels(store: RunStore) -> None:
+    """A fake judge labels what the rules left undecided (some verdicts invalid), and a human
+    labels a few turns; the run then reads rules, then the judge."""
+    undecided = [t for t in store.user_turns("rules") if t["error"] is None and t["label"] is None]
+    rows = []
+    for i, turn in enumerate(undecided):
+        if i % 4 == 3:
+            label = Label(None, source="judge:fake", error="verdict outside the label set")
+        else:
+            label = Label(["restatement", "meta", "empty"][i % 3], source="judge:fake",
+                          rationale=JUDGE_XSS)
+        rows.append((turn["key"], "v1", label))
+    humans = [(t["key"], "h", Label("follow_up", source="human:alice", rationale="<i>agree</i>"))
+              for t in store.user_turns()[:5]]
+    store.put_labels(rows + humans)
+    store.set_meta({"label_sources": ["rules", "judge:fake"]})
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("report")
+    store = build_run(folder, MODELS)
+    add_judge_labels(store)
+    store.close()
+    return folder / "run"
+
+
+@pytest.fixture(scope="module")
+def report_html(run_folder: Path) -> Path:
+    store = RunStore.open(run_folder)
+    out = write_html_report(store, run_folder.parent / "html" / "report.html",
+                            tables_dir=run_folder.parent / "html" / "tables")
+    store.close()
+    return out
+
+
+def status(turn: dict[str, Any]) -> str:
+    if turn["error"] is not None:
+        return "failed"
+    return turn["label"] or ("invalid" if turn["label_error"] else "undecided")
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def json_block(html: str) -> str:
+    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', html,
+                      re.S)
+    assert match
+    return match.group(1)
+
+
+# -- the file ------------------------------------------------------------------------------------
+def test_page_is_self_contained(report_html):
+    html = report_html.read_text(encoding="utf-8")
+    assert not re.search(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//""", html, re.I)
+    assert set(re.findall(r"https?://[^\s\"'<>)]+", html)) <= {"http://www.w3.org/2000/svg"}
+    assert "<link" not in html and "@import" not in html and "url(" not in html
+    assert "<iframe" not in html.lower() and "<img" not in html.lower()
+
+
+def test_all_plots_are_inline_svg(report_html):
+    html = report_html.read_text(encoding="utf-8")
+    assert html.count('<svg class="plot lines"') == 1
+    assert html.count('<svg class="plot scatter"') == len(TEMPERATURES)
+    assert html.count('<svg class="plot bars"') == 1
+    assert html.count('<svg class="plot forest"') == 1
+    for words in ("Sampling temperature", "Genuine follow-up rate", "Task accuracy",
+                  "Share of generated user turns", "Perturbed minus original"):
+        assert words in html  # axis titles
+    assert "too few for Spearman ρ (needs ≥ 3)" in html  # two models only
+
+
+def test_model_text_appears_only_escaped(report_html):
+    html = report_html.read_text(encoding="utf-8")
+    assert html.count("<script") == 2  # the JSON block and the page's own script
+    assert "window.__pwned" not in html.replace(json_block(html), "")
+    for raw in (SCRIPT_TAG, IMG_TAG, BOLD, "<b>", "onerror=\"window", "</script><img"):
+        assert raw not in html
+    block = json_block(html)
+    assert "<" not in block and ">" not in block and "&" not in block
+    assert "\\u003cscript\\u003ewindow.__pwned=1\\u003c/script\\u003e" in block
+    data = json.loads(block)  # the escapes are plain JSON: the text survives exactly
+    shown = {t["text"] for t in data["turns"]}
+    assert {SCRIPT_TAG, IMG_TAG, BOLD} <= shown
+    assert any(JUDGE_XSS == label[2] for t in data["turns"] for label in t["labels"])
+
+
+def test_json_for_script_cannot_close_or_open_comments():
+    text = json_for_script({"a": "</script><!--<script>", "b": "\u2028&"})
+    assert "</" not in text and "<!--" not in text and "&" not in text
+    assert json.loads(text) == {"a": "</script><!--<script>", "b": "\u2028&"}
+
+
+def test_header_has_config_versions_sources(report_html, run_folder):
+    html = report_html.read_text(encoding="utf-8")
+    assert str(run_folder.resolve()) in html
+    assert "2 models × 1 dataset × T {0, 0.7, 1} × 3 samples" in html
+    assert "rules, then judge:fake" in html and "human:alice (5)" in html
+    assert "userturn 0.1.0" in html and "Report written" in html
+
+
+# -- the numbers ---------------------------------------------------------------------------------
+def test_tables_are_exported_with_the_summary_numbers(report_html, run_folder):
+    tables = run_folder.parent / "html" / "tables"
+    store = RunStore.open(run_folder)
+    rows, turns = summarize(store), store.user_turns()
+    summary = read_csv(tables / "summary.csv")
+    assert len(summary) == len(rows) == len(MODELS) * len(TEMPERATURES) * (1 + len(PERTURBATIONS))
+    for record, row in zip(summary, rows):
+        assert (record["model"], record["perturbation"], float(record["temperature"])) == (
+            row.model, row.perturbation, row.temperature)
+        assert int(record["follow_up_hits"]) == row.follow_up.hits
+        assert int(record["follow_up_n"]) == row.follow_up.n
+        assert math.isclose(float(record["follow_up_low"]), row.follow_up.low, abs_tol=1e-6)
+        assert (int(record["undecided"]), int(record["invalid"]), int(record["errors"])) == (
+            row.undecided, row.invalid, row.errors)
+    assert sum(r.errors for r in rows) > 0 and sum(r.invalid for r in rows) > 0
+    assert len(read_csv(tables / "user_turns.csv")) == len(turns)
+    stored = store.db.execute("SELECT COUNT(*) FROM labels").fetchone()[0]
+    assert len(read_csv(tables / "turn_labels.csv")) == stored
+    assert len(read_csv(tables / "labels.csv")) == len(rows) * 10
+    assert len(read_csv(tables / "right_vs_wrong.csv")) == len(MODELS) * len(TEMPERATURES)
+    assert len(read_csv(tables / "accuracy_vs_follow_up.csv")) == len(MODELS) * len(TEMPERATURES)
+    assert len(read_csv(tables / "rank_correlation.csv")) == len(TEMPERATURES)
+    store.close()
+    html = report_html.read_text(encoding="utf-8")
+    assert 'href="tables/summary.csv"' in html
+    if _has_pyarrow():
+        assert (tables / "summary.parquet").exists()
+
+
+def _has_pyarrow() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def test_perturbation_differences_are_paired_over_shared_items(report_html, run_folder):
+    records = read_csv(run_folder.parent / "html" / "tables" / "perturbations.csv")
+    assert len(records) == len(MODELS) * len(PERTURBATIONS) * len(TEMPERATURES)
+    store = RunStore.open(run_folder)
+    sides: dict[tuple, list[tuple[str, bool]]] = defaultdict(list)
+    for t in store.user_turns():
+        if t["error"] is None and (t["label"] is not None or not t["label_error"]):
+            sides[(t["model"], t["perturbation"], t["temperature"])].append(
+                (t["item_id"], t["label"] == "follow_up"))
+    store.close()
+    for record in records:
+        key = (record["model"], record["perturbation"], float(record["temperature"]))
+        expected = paired_difference(sides[(key[0], "none", key[2])], sides[key])
+        assert math.isclose(float(record["difference"]), expected.delta, abs_tol=1e-6)
+        assert math.isclose(float(record["difference_low"]), expected.low, abs_tol=1e-6)
+        assert record["expected"] == "up"
+        assert (record["mcnemar_p"] != "") == (key[2] == 0.0)  # greedy only
+    greedy = [r for r in records if r["perturbation"] == "append_question:specific"
+              and float(r["temperature"]) == 0]
+    assert all(float(r["difference"]) > 0 and r["verdict"].startswith("expected")
+               for r in greedy)  # the scripted models answer an appended question
+
+
+def test_joint_table_splits_right_and_wrong_answers(run_folder):
+    store = RunStore.open(run_folder)
+    report = build_report(store)
+    store.close()
+    by_model = {key[0]: j for key, j in report.joints if key[3] == 0.0}
+    assert by_model["fake/alpha"]["items_correct"] == 3
+    assert by_model["fake/beta"]["items_correct"] == 1
+    assert by_model["fake/beta"]["items_wrong"] == 5
+
+
+def test_three_models_give_a_rank_correlation(tmp_path):
+    models = ["fake/alpha", "fake/beta", "fake/gamma"]
+    store = build_run(tmp_path, models, temperatures=[0.0], perturbations=[])
+    out = write_html_report(store, tmp_path / "report.html")
+    files = export_tables(store, tmp_path / "tables")
+    store.close()
+    html = out.read_text(encoding="utf-8")
+    assert "Spearman ρ = " in html or "Spearman ρ undefined" in html
+    assert '<svg class="plot forest"' not in html  # no perturbations: no forest plot
+    (record,) = read_csv(tmp_path / "tables" / "rank_correlation.csv")
+    assert int(record["models"]) == 3
+    assert tmp_path / "tables" / "summary.csv" in files
+
+
+# -- the page in a real browser ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser() -> Any:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} missing (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+def test_page_in_headless_chromium(browser, report_html, run_folder, tmp_path):
+    from playwright.sync_api import expect
+
+    store = RunStore.open(run_folder)
+    turns = store.user_turns()
+    store.close()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    page.set_default_timeout(10_000)
+    page.goto(report_html.resolve().as_uri())
+    expect(page.locator("#total-count")).to_have_text(str(len(turns)))
+    expect(page.locator("#match-count")).to_have_text(str(len(turns)))
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+
+    def choose(field: str, value: str, keep) -> None:
+        page.select_option(f"#f-{field}", value)
+        count = sum(1 for t in turns if keep(t))
+        expect(page.locator("#match-count")).to_have_text(str(count))
+        expect(page.locator("#cards > article")).to_have_count(min(count, 30))
+
+    choose("model", "fake/beta", lambda t: t["model"] == "fake/beta")
+    choose("perturbation", "truncate",
+           lambda t: t["model"] == "fake/beta" and t["perturbation"] == "truncate")
+    choose("status", "follow_up", lambda t: t["model"] == "fake/beta"
+           and t["perturbation"] == "truncate" and status(t) == "follow_up")
+    page.click("#reset")
+    choose("status", "invalid", lambda t: status(t) == "invalid")
+    page.click("#reset")
+
+    # markup written by a model is shown as text
+    page.select_option("#f-model", "fake/alpha")
+    page.select_option("#f-temperature", "0")
+    page.select_option("#f-perturbation", "none")
+    first = page.locator("#cards > article").first
+    expect(first.locator(".turn .txt")).to_have_text(BOLD)
+    assert page.locator("#cards b, #cards img, #cards script").count() == 0
+
+    # the exact prompt, behind its toggle
+    key = first.get_attribute("data-key")
+    prompt = next(t["prompt"] for t in turns if t["key"] == key)
+    expect(first.locator("pre.prompt")).to_have_count(0)
+    first.locator("button.show").click()
+    expect(first.locator("pre.prompt")).to_be_visible()
+    assert first.locator("pre.prompt").text_content() == prompt
+    assert first.locator("button.show").text_content() == "hide prompt"
+    page.evaluate("window.scrollTo(0, 0)")
+    shot = tmp_path / "report.png"  # filtered to 6 turns, one prompt open
+    page.screenshot(path=str(shot), full_page=True)
+    shutil.copy(shot, "/tmp/report.png")
+
+    page.fill("#f-search", "bold")
+    expect(page.locator("#match-count")).to_have_text(str(sum(
+        1 for t in turns if t["model"] == "fake/alpha" and t["temperature"] == 0
+        and t["perturbation"] == "none" and "bold" in t["text"])))
+    page.click("#reset")
+    page.wait_for_timeout(50)
+    assert page.evaluate("typeof window.__pwned") == "undefined"
+    page.close()
+    assert errors == []
+    assert all(url.startswith("file://") for url in requests), requests
+    assert Counter(status(t) for t in turns)["invalid"] > 0
