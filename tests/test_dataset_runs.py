@@ -94,3 +94,18 @@ def test_malformed_own_file_stops_with_file_row_and_field(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "mine.csv" in err and "line 3" in err and "query" in err
     assert not out.exists()
+
+
+def test_ifbench_offline_with_instruction_accuracy(tmp_path):
+    from userturn.data import load_dataset
+    from userturn.errors import DatasetError
+
+    try:
+        load_dataset("ifbench", limit=1)
+    except DatasetError as exc:
+        pytest.skip(f"IFBench or its verifiers not installed: {exc}")
+    store = run(tmp_path, "ifbench", limit=2)
+    greedy = summarize(store)[0]
+    assert greedy.accuracy is not None and greedy.accuracy.n == 2
+    details = store.db.execute("SELECT details FROM scores").fetchone()["details"]
+    assert "prompt_loose" in json.loads(details)

@@ -119,22 +119,31 @@ def _gsm8k(argument: str, *, limit: int | None, split: str, **_: object) -> Data
     return Dataset("gsm8k", items, gsm8k.GSM8KScorer(), f"hub {gsm8k.HUB_NAME} main/{split}")
 
 
+def _instruction_scorer(benchmark: str):
+    from userturn.data import instructions
+
+    scorer = instructions.InstructionScorer(benchmark)
+    scorer.prepare()  # a missing verifier package fails now, not after generating
+    return scorer
+
+
 def _ifeval(argument: str, *, limit: int | None, **_: object) -> Dataset:
     from userturn.data import instructions
 
+    scorer = _instruction_scorer("ifeval")
     if argument:
         path = Path(argument).expanduser().resolve()
-        items = instructions.file_items(path, limit, "ifeval")
-        return Dataset("ifeval", items, instructions.InstructionScorer("ifeval"), f"file {path}")
-    return Dataset("ifeval", instructions.hub_items(limit), instructions.InstructionScorer("ifeval"),
-                   "hub google/IFEval")
+        return Dataset("ifeval", instructions.file_items(path, limit, "ifeval"), scorer,
+                       f"file {path}")
+    # google/IFEval publishes a single split, train.
+    return Dataset("ifeval", instructions.hub_items(limit), scorer, "hub google/IFEval train")
 
 
 def _ifbench(argument: str, *, limit: int | None, **_: object) -> Dataset:
     from userturn.data import instructions
 
-    return Dataset("ifbench", instructions.ifbench_items(limit),
-                   instructions.InstructionScorer("ifbench"), str(instructions.ifbench_path()))
+    return Dataset("ifbench", instructions.ifbench_items(limit), _instruction_scorer("ifbench"),
+                   str(instructions.ifbench_path()))
 
 
 def _math500(argument: str, *, limit: int | None, **_: object) -> Dataset:

@@ -1,0 +1,631 @@
+"""MATH-500: answer extraction, normalization, equivalence without a judge, the scorer, the loaders.
+
+Extraction takes the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, else the text
+after the last "The (final) answer is" / "Final answer:". Normalization rewrites the LaTeX forms
+that mean the same answer into one string (see :func:`normalize_answer`). Two answers are
+equivalent when, in this order:
+
+  1. their normalized strings are equal ("exact");
+  2. both are plain numbers (integers, decimals, ``a/b``, ``\\frac{a}{b}``) with the same exact
+     rational value ("numeric"): ``0.5`` == ``\\frac{1}{2}``, ``1,000`` == ``1000``;
+  3. both are tuples or intervals with the same brackets, or unbracketed lists (compared as
+     multisets: "all solutions" answers), whose elements are pairwise equivalent ("elementwise");
+  4. sympy (imported lazily, when installed) parses both and their difference simplifies to 0, or
+     to a number within 1e-12 ("sympy"). Only short expressions (up to 80 characters) built from
+     numbers, single-letter variables, + - * / ^, \\frac, \\sqrt, \\pi, \\infty, \\cdot, \\times
+     and a few functions are handed to sympy; exponents must be small and not nested. Every
+     exception counts as "not equivalent", so a strange answer can fail but never crash a run.
+
+Not handled (graded as different unless the normalized strings match): rounded decimals
+(``0.333`` vs ``\\frac{1}{3}``), percent vs fraction (``50\\%`` vs ``\\frac{1}{2}``: the percent
+sign is dropped, so ``50\\%`` == ``50``), mixed numbers (``2\\frac{1}{2}`` reads as a product),
+equations other than ``x = value``, matrices and sets beyond string equality, inequalities
+(``x > 2``) vs intervals, units other than a few common words, and answers a judge would accept
+only by meaning (for example "no solution" vs "none").
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from userturn.errors import DatasetError
+from userturn.records import Item, Score
+
+HUB_NAME = "HuggingFaceH4/MATH-500"
+HUB_SPLIT = "test"  # the only split MATH-500 publishes
+OFFLINE_HINT = "use a local .jsonl/.json file with 'problem' and 'answer' instead"
+SYMPY_MAX_CHARS = 80
+SYMPY_TOLERANCE = 1e-12
+
+# --- extraction --------------------------------------------------------------------------------
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)(?![a-zA-Z])\s*")
+_ANSWER_PHRASE = re.compile(
+    r"(?:\bfinal\s+answer|\bthe\s+answer)\s*(?:is\b|:|=)[\s*:]*", re.IGNORECASE
+)
+
+
+def extract_boxed(text: str) -> str | None:
+    """The content of the last complete ``\\boxed{...}`` (nested braces allowed), or None."""
+    found = None
+    for match in _BOXED.finditer(text or ""):
+        start = match.end()
+        if text.startswith("{", start):
+            content = _braced(text, start + 1)
+            if content is None:
+                continue  # cut off before its closing brace
+        else:  # "\boxed 5"
+            token = re.match(r"[^\s$]+", text[start:])
+            if token is None or not match.group(0).endswith(" "):
+                continue
+            content = token.group(0)
+        found = content.strip()
+    return found
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer of a response: the last ``\\boxed{}``, else "The answer is ..."."""
+    if not text:
+        return None
+    boxed = extract_boxed(text)
+    if boxed:
+        return boxed
+    matches = list(_ANSWER_PHRASE.finditer(text))
+    for match in reversed(matches):
+        answer = _answer_after(text[match.end():])
+        if answer:
+            return answer
+    return None
+
+
+def _answer_after(rest: str) -> str | None:
+    rest = rest.lstrip()
+    for opening, closing in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if rest.startswith(opening):
+            end = rest.find(closing, len(opening))
+            if end > 0:
+                return rest[len(opening):end].strip() or None
+    line = rest.split("\n", 1)[0]
+    line = re.split(r"\.\s", line, maxsplit=1)[0]  # "5. I hope it is correct."
+    line = line.strip().strip("*").strip().rstrip(".").strip()
+    return line or None
+
+
+def _braced(text: str, start: int) -> str | None:
+    """The text up to the brace closing the group opened before ``start``; None if never closed."""
+    depth = 1
+    index = start
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            index += 2  # an escaped brace \{ \} does not count
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start:index]
+        index += 1
+    return None
+
+
+# --- normalization -----------------------------------------------------------------------------
+
+_UNIT_WORDS = (
+    "square units", "units", "unit", "degrees", "degree", "cm", "centimeters", "meters", "km",
+    "inches", "inch", "feet", "foot", "ft", "miles", "mph", "hours", "hour", "minutes",
+    "minute", "seconds", "second", "days", "day", "dollars", "dollar", "cents", "cent", "pounds",
+)
+_TEXT_COMMANDS = r"\\(?:text|textbf|textit|mathrm|mathbf|mathit|mbox|operatorname)\s*"
+_THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
+
+
+def normalize_answer(answer: str) -> str:
+    """One canonical string for the LaTeX forms of the same answer.
+
+    Strips math delimiters, an outer ``\\boxed{}``, ``\\left``/``\\right``, spacing commands
+    (``\\!``, ``\\,``, ``\\;``, ``\\quad``), ``\\displaystyle``, degrees (``^\\circ``, ``°``),
+    ``\\%``, ``\\$``, trailing units (``\\text{ cm}``, "inches"), ``\\text{}``-like wrappers, an
+    ``x =`` or ``x \\in`` prefix, all whitespace and a trailing period; rewrites ``\\dfrac`` and
+    ``\\tfrac`` to ``\\frac``, ``\\frac12`` to ``\\frac{1}{2}``, ``\\sqrt2`` to ``\\sqrt{2}``,
+    ``1,000`` to ``1000``, ``.5`` to ``0.5`` and ``(C)`` to ``C``.
+    """
+    text = str(answer).strip()
+    text = text.replace("\u2212", "-").replace("\u221e", "\\infty").replace("\u03c0", "\\pi")
+    text = re.sub(r"\u221a\s*(\d+|[a-zA-Z])", r"\\sqrt{\1}", text)
+    text = _strip_delimiters(text)
+    text = _unwrap_command(text, r"\\(?:boxed|fbox)\s*")
+    text = re.sub(r"\\[dt]frac(?![a-zA-Z])", r"\\frac", text)
+    text = re.sub(r"\\(?:left|right|bigl|bigr|Bigl|Bigr|big|Big|bigg|Bigg)(?![a-zA-Z])", "", text)
+    text = re.sub(r"\\(?:displaystyle|textstyle|qquad|quad)(?![a-zA-Z])", " ", text)
+    # Spacing commands become spaces; a LaTeX line break (two backslashes, in matrices) is kept.
+    text = re.sub(r"\\\\|\\[!,;: ]", lambda m: m.group(0) if m.group(0) == "\\\\" else " ", text)
+    text = text.replace("~", " ")
+    text = re.sub(r"\^\s*\{?\s*\\circ\s*\}?|\\circ(?![a-zA-Z])|\\degree(?![a-zA-Z])|°", "", text)
+    text = text.replace("\\%", "").replace("%", "").replace("\\$", "").replace("$", "")
+    text = text.replace("{,}", ",")
+    text = _drop_units(text)
+    text = _unwrap_command(text, _TEXT_COMMANDS)
+    text = _drop_variable(text)
+    text = re.sub(r"\s+", "", text)
+    text = re.sub(r"\\frac(\d)(\d)", r"\\frac{\1}{\2}", text)
+    text = re.sub(r"\\frac(\d)(?=\{)", r"\\frac{\1}", text)
+    text = re.sub(r"\\frac(\{[^{}]*\})(\d)", r"\\frac\1{\2}", text)
+    text = re.sub(r"\\sqrt(\d+|[a-zA-Z])(?![a-zA-Z])", r"\\sqrt{\1}", text)
+    text = text.rstrip(".")
+    if _THOUSANDS.fullmatch(text):
+        text = text.replace(",", "")
+    text = re.sub(r"(?<![\d.])\.(\d)", r"0.\1", text)
+    choice = re.fullmatch(r"\(([A-Z])\)", text)
+    return choice.group(1) if choice else text
+
+
+def _strip_delimiters(text: str) -> str:
+    for opening, closing in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        if text.startswith(opening) and text.endswith(closing) and len(text) > 2 * len(opening):
+            return text[len(opening):-len(closing)].strip()
+    return text
+
+
+def _unwrap_command(text: str, command: str) -> str:
+    """Replace every ``\\command{X}`` by ``X`` (innermost first, so nesting works)."""
+    pattern = re.compile(command + r"\{")
+    for _ in range(20):
+        match = pattern.search(text)
+        if match is None:
+            break
+        content = _braced(text, match.end())
+        if content is None:
+            break
+        text = text[:match.start()] + content + text[match.end() + len(content) + 1:]
+    return text
+
+
+def _drop_units(text: str) -> str:
+    """Drop a trailing unit: ``\\text{ cm}``, ``\\mbox{inches}``, a unit word after a number."""
+    wrapped = re.search(_TEXT_COMMANDS + r"\{\s*([a-zA-Z][a-zA-Z ]*)\}\s*(\^\{?\d\}?)?\s*$", text)
+    if wrapped and re.search(r"\d", text[:wrapped.start()]):
+        return text[:wrapped.start()].strip()
+    words = "|".join(re.escape(word) for word in sorted(_UNIT_WORDS, key=len, reverse=True))
+    bare = re.search(r"(?<=[\d}])\s+(?:" + words + r")(?:\^\{?\d\}?|\^2)?\s*$", text)
+    if bare and re.search(r"\d", text[:bare.start()]):
+        return text[:bare.start()].strip()
+    return text
+
+
+def _drop_variable(text: str) -> str:
+    """``x = 5`` -> ``5``; ``x \\in [1, 2)`` -> ``[1, 2)`` (one short variable on the left)."""
+    match = re.fullmatch(r"\s*[a-zA-Z](?:_\{?[a-zA-Z0-9]+\}?)?\s*(?:=|\\in(?![a-zA-Z]))(.+)",
+                         text, flags=re.DOTALL)
+    if match and "=" not in match.group(1):
+        return match.group(1).strip()
+    return text
+
+
+# --- equivalence -------------------------------------------------------------------------------
+
+def equivalence(candidate: str | None, reference: str | None) -> str | None:
+    """How two answers were found equal ("exact", "numeric", "elementwise", "sympy"), or None."""
+    if candidate is None or reference is None:
+        return None
+    a, b = normalize_answer(candidate), normalize_answer(reference)
+    if not a or not b:
+        return None
+    return _equivalent(a, b)
+
+
+def is_equivalent(candidate: str | None, reference: str | None) -> bool:
+    """Whether two answers are the same (see :func:`equivalence`)."""
+    return equivalence(candidate, reference) is not None
+
+
+def _equivalent(a: str, b: str, depth: int = 0) -> str | None:
+    if a == b:
+        return "exact"
+    fa, fb = as_fraction(a), as_fraction(b)
+    if fa is not None and fb is not None:
+        return "numeric" if fa == fb else None
+    if depth == 0:
+        parts_a, parts_b = _split_list(a), _split_list(b)
+        if parts_a is not None or parts_b is not None:
+            if parts_a is None or parts_b is None:
+                return None
+            return "elementwise" if _lists_equal(parts_a, parts_b) else None
+    return "sympy" if _sympy_equal(a, b) else None
+
+
+def as_fraction(text: str) -> Fraction | None:
+    """The exact value of a normalized plain number: ``-3``, ``2.5``, ``7/2``, ``\\frac{-7}{2}``."""
+    sign = 1
+    if text.startswith("-"):
+        sign, text = -1, text[1:]
+    match = re.fullmatch(r"\\frac\{(-?[\d.]+)\}\{(-?[\d.]+)\}|(-?[\d.]+)/(-?[\d.]+)", text)
+    try:
+        if match:
+            numerator = _decimal(match.group(1) or match.group(3))
+            denominator = _decimal(match.group(2) or match.group(4))
+            if numerator is None or denominator is None or denominator == 0:
+                return None
+            return sign * Fraction(numerator) / Fraction(denominator)
+        value = _decimal(text)
+        return None if value is None else sign * Fraction(value)
+    except (ValueError, ArithmeticError):
+        return None
+
+
+def _decimal(text: str) -> Decimal | None:
+    if not re.fullmatch(r"-?(?:\d+(?:\.\d*)?|\.\d+)", text):
+        return None
+    try:
+        return Decimal(text)
+    except InvalidOperation:
+        return None
+
+
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def _split_top(text: str) -> list[str] | None:
+    """Split at the commas outside every bracket; None when brackets do not balance."""
+    parts, depth, start = [], 0, 0
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            index += 2
+            continue
+        if char in _OPEN:
+            depth += 1
+        elif char in _CLOSE:
+            depth -= 1
+            if depth < 0:
+                return None
+        elif char == "," and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
+        index += 1
+    if depth != 0:
+        return None
+    parts.append(text[start:])
+    return parts
+
+
+def _split_list(text: str) -> tuple[str, list[str]] | None:
+    """``(1,2]`` -> ("(]", ["1", "2"]); ``\\{1,2\\}`` -> ("{}", ...); ``1,2`` -> ("", ...).
+
+    None for a single value.
+    """
+    if text.startswith("\\{") and text.endswith("\\}") and len(text) > 4:
+        parts = _split_top(text[2:-2])
+        if parts is not None and all(parts):
+            return "{}", parts
+    if len(text) >= 2 and text[0] in "([" and text[-1] in ")]":
+        inner = text[1:-1]
+        parts = _split_top(inner)
+        # The first bracket must close at the end: "(1)+(2)" is not a tuple.
+        if parts is not None and _closes_at_end(text) and len(parts) >= 2:
+            return text[0] + text[-1], parts
+    parts = _split_top(text)
+    if parts is not None and len(parts) >= 2 and all(parts):
+        return "", parts
+    return None
+
+
+def _closes_at_end(text: str) -> bool:
+    depth = 0
+    for index, char in enumerate(text):
+        if char in "([":
+            depth += 1
+        elif char in ")]":
+            depth -= 1
+            if depth == 0:
+                return index == len(text) - 1
+    return False
+
+
+def _lists_equal(a: tuple[str, list[str]], b: tuple[str, list[str]]) -> bool:
+    (brackets_a, parts_a), (brackets_b, parts_b) = a, b
+    if brackets_a != brackets_b or len(parts_a) != len(parts_b):
+        return False
+    if brackets_a and brackets_a != "{}":  # tuples and intervals: in order
+        return all(_equivalent(x, y, 1) for x, y in zip(parts_a, parts_b))
+    remaining = list(parts_b)  # a set, or a bare list of solutions: in any order
+    for part in parts_a:
+        match = next((i for i, other in enumerate(remaining) if _equivalent(part, other, 1)), None)
+        if match is None:
+            return False
+        remaining.pop(match)
+    return True
+
+
+# --- sympy ---------------------------------------------------------------------------------------
+
+_FUNCTIONS = {"sin": "sin", "cos": "cos", "tan": "tan", "ln": "log", "log": "log", "exp": "exp"}
+_SYMBOLS = {"pi": " pi ", "infty": " oo ", "cdot": "*", "times": "*", "div": "/"}
+
+
+def latex_to_sympy(text: str) -> str | None:
+    """A sympy-parsable string for a short normalized LaTeX expression, or None if unsupported."""
+    if len(text) > SYMPY_MAX_CHARS:
+        return None
+    try:
+        converted = _convert(text)
+    except _Unsupported:
+        return None
+    if re.search(r"(?<!\d)\.(?!\d)", converted) or re.search(r"\d{16,}", converted):
+        return None
+    return converted
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _convert(text: str) -> str:
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            match = re.match(r"\\([a-zA-Z]+)", text[index:])
+            if match is None:
+                raise _Unsupported(text)
+            name = match.group(1)
+            index += len(match.group(0))
+            if name == "frac":
+                numerator, index = _group(text, index)
+                denominator, index = _group(text, index)
+                out.append(f"(({_convert(numerator)})/({_convert(denominator)}))")
+            elif name == "sqrt":
+                root = None
+                if text.startswith("[", index):
+                    end = text.find("]", index)
+                    if end < 0:
+                        raise _Unsupported(text)
+                    root, index = _convert(text[index + 1:end]), end + 1
+                argument, index = _group(text, index)
+                inner = _convert(argument)
+                out.append(f" sqrt({inner}) " if root is None else f"(({inner})**(1/({root})))")
+            elif name in _FUNCTIONS:
+                out.append(f" {_FUNCTIONS[name]} ")
+            elif name in _SYMBOLS:
+                out.append(_SYMBOLS[name])
+            else:
+                raise _Unsupported(name)
+        elif char == "{":
+            content, index = _group(text, index)
+            out.append(f"({_convert(content)})")
+        elif char == "^":
+            exponent, index = _group(text, index + 1)
+            converted = _convert(exponent)
+            numbers = [int(n) for n in re.findall(r"\d+", converted)]
+            if "**" in converted or any(n > 1000 for n in numbers) or len(converted) > 12:
+                raise _Unsupported(exponent)  # no towers, no huge powers
+            out.append(f"**({converted})")
+        elif char in "0123456789+-*/().":
+            out.append(char)
+            index += 1
+        elif char.isascii() and char.isalpha():
+            out.append(f" {char} ")
+            index += 1
+        else:
+            raise _Unsupported(char)
+    return "".join(out)
+
+
+def _group(text: str, index: int) -> tuple[str, int]:
+    """A ``{...}`` group or a single character at ``index``; returns it and the index after it."""
+    if index >= len(text):
+        raise _Unsupported(text)
+    if text[index] == "{":
+        content = _braced(text, index + 1)
+        if content is None:
+            raise _Unsupported(text)
+        return content, index + len(content) + 2
+    if text[index] == "\\":
+        match = re.match(r"\\[a-zA-Z]+", text[index:])
+        if match is None:
+            raise _Unsupported(text)
+        return match.group(0), index + len(match.group(0))
+    return text[index], index + 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _sympy_expression(text: str) -> Any:
+    converted = latex_to_sympy(text)
+    if converted is None or importlib.util.find_spec("sympy") is None:
+        return None
+    try:
+        import sympy
+        from sympy.parsing.sympy_parser import (
+            convert_xor, implicit_multiplication_application, parse_expr, standard_transformations,
+        )
+
+        letters = set(re.findall(r"(?<![a-zA-Z])[a-zA-Z](?![a-zA-Z])", converted))
+        symbols = {letter: sympy.Symbol(letter) for letter in letters}
+        transformations = standard_transformations + (
+            implicit_multiplication_application, convert_xor,
+        )
+        return parse_expr(converted, local_dict=symbols, transformations=transformations)
+    except Exception:  # noqa: BLE001 - any parse failure means "cannot compare"
+        return None
+
+
+def _sympy_equal(a: str, b: str) -> bool:
+    left, right = _sympy_expression(a), _sympy_expression(b)
+    if left is None or right is None:
+        return False
+    try:
+        import sympy
+
+        difference = sympy.simplify(left - right)
+        if difference == 0:
+            return True
+        if difference.free_symbols:
+            return False
+        value = complex(difference.evalf(30))
+        scale = max(1.0, abs(complex(right.evalf(30))))
+        return abs(value) <= SYMPY_TOLERANCE * scale
+    except Exception:  # noqa: BLE001 - sympy raises many types on odd input; none may end a run
+        return False
+
+
+# --- scoring -----------------------------------------------------------------------------------
+
+class MathScorer:
+    """Correct when the response's final answer is equivalent to the item's reference answer.
+
+    ``extracted`` is the raw extracted answer; ``details`` holds its ``normalized`` form, the
+    ``reference_normalized`` one and the ``method`` that matched them (None when they differ).
+    """
+
+    name = "math"
+
+    def score(self, item: Item, response: str) -> Score:
+        extracted = extract_answer(response)
+        reference = item.reference
+        method = equivalence(extracted, reference)
+        details = {
+            "method": method,
+            "normalized": normalize_answer(extracted) if extracted is not None else None,
+            "reference_normalized": normalize_answer(reference) if reference is not None else None,
+        }
+        return Score(method is not None, extracted, reference, details)
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+def looks_like_math(row: Any) -> bool:
+    """Whether a row is in MATH format (what a file sniffer can test on the first row)."""
+    return isinstance(row, Mapping) and "problem" in row and ("answer" in row or "solution" in row)
+
+
+def hub_items(split: str = HUB_SPLIT, limit: int | None = None) -> tuple[Item, ...]:
+    """MATH-500 from the Hugging Face hub (needs the network); ids ``math500-0000`` ..."""
+    try:
+        import datasets
+    except ImportError:
+        raise DatasetError(
+            f"math500 needs the 'datasets' package (pip install 'userturn[hub]'), which is not "
+            f"installed; {OFFLINE_HINT}"
+        ) from None
+    try:
+        rows = datasets.load_dataset(HUB_NAME, split=split)
+    except Exception as error:  # noqa: BLE001 - the hub fails in many ways; all mean "unavailable"
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise DatasetError(
+            f"cannot load {HUB_NAME} ({split}) from the Hugging Face hub: {reason}; {OFFLINE_HINT}"
+        ) from None
+    return _items_from_rows(enumerate(islice(rows, limit)), "math500", f"{HUB_NAME} {split}", "row")
+
+
+def file_items(path: Path, limit: int | None = None, prefix: str | None = None
+               ) -> tuple[Item, ...]:
+    """MATH rows (``problem``, ``answer``; optional ``solution``, ``unique_id``, ``subject``,
+    ``level``, ``id``) from a .jsonl file or a .json list; ids ``<prefix>-0000`` (prefix: the
+    file's stem) unless a row has an ``id``. A row without ``answer`` takes the last
+    ``\\boxed{}`` of its ``solution`` (the original MATH format). Errors name the file, the row
+    (a JSONL row by its 1-based line, a JSON row by its 0-based index) and the field.
+    """
+    if not path.is_file():
+        raise DatasetError(f"dataset file not found: {path}")
+    prefix = prefix or path.stem
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return _items_from_rows(islice(_jsonl_rows(path), limit), prefix, str(path), "line")
+    if suffix == ".json":
+        return _items_from_rows(islice(_json_rows(path), limit), prefix, str(path), "row")
+    raise DatasetError(f"{path}: MATH-format data must be a .jsonl or .json file")
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise DatasetError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise DatasetError(f"cannot read dataset file {path}: {error.strerror}") from None
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    for number, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DatasetError(f"{path} line {number}: invalid JSON ({error.msg})") from None
+
+
+def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    try:
+        data = json.loads(_read_text(path))
+    except json.JSONDecodeError as error:
+        raise DatasetError(f"{path} line {error.lineno}: invalid JSON ({error.msg})") from None
+    if not isinstance(data, list):
+        raise DatasetError(f"{path}: expected a JSON list of rows, found {type(data).__name__}")
+    return enumerate(data)
+
+
+def _items_from_rows(
+    rows: Iterable[tuple[int, Any]], prefix: str, where: str, unit: str
+) -> tuple[Item, ...]:
+    items: list[Item] = []
+    seen: set[str] = set()
+    for index, (number, row) in enumerate(rows):
+        try:
+            item = _row_item(row, f"{prefix}-{index:04d}", {unit: number})
+        except DatasetError as error:
+            raise DatasetError(f"{where} {unit} {number}: {error}") from None
+        if item.id in seen:
+            raise DatasetError(f"{where} {unit} {number}: duplicate id {item.id!r}")
+        seen.add(item.id)
+        items.append(item)
+    if not items:
+        raise DatasetError(f"{where}: no rows")
+    return tuple(items)
+
+
+def _row_item(row: Any, default_id: str, position: Mapping[str, int]) -> Item:
+    if not isinstance(row, Mapping):
+        raise DatasetError(f"expected an object with 'problem' and 'answer': {type(row).__name__}")
+    problem = row.get("problem")
+    if problem is None:
+        raise DatasetError("missing field 'problem'")
+    if not isinstance(problem, str) or not problem.strip():
+        raise DatasetError("field 'problem' is empty or not text")
+    solution = row.get("solution")
+    if solution is not None and not isinstance(solution, str):
+        raise DatasetError("field 'solution' is not text")
+    answer = row.get("answer")
+    if answer is None:
+        answer = extract_boxed(solution) if solution else None
+        if not answer:
+            raise DatasetError("missing field 'answer' (and no \\boxed{} answer in 'solution')")
+    if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
+        raise DatasetError("field 'answer' must be text or a number")
+    answer = str(answer).strip()
+    if not answer or not normalize_answer(answer):
+        raise DatasetError("field 'answer' is empty")
+    item_id = str(row["id"]) if row.get("id") not in (None, "") else default_id
+    metadata: dict[str, Any] = {**position}
+    for field in ("solution", "unique_id", "subject", "level"):
+        if row.get(field) is not None:
+            metadata[field] = row[field]
+    return Item(item_id, ({"role": "user", "content": problem.strip()},), answer, metadata)
+
+
+__all__ = [
+    "MathScorer", "as_fraction", "equivalence", "extract_answer", "extract_boxed", "file_items",
+    "hub_items", "is_equivalent", "latex_to_sympy", "looks_like_math", "normalize_answer",
+]
