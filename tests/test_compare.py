@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn
@@ -13,6 +14,7 @@ from userturn.compare import compare_runs
 from userturn.errors import StoreError
 from userturn.pipeline import run_experiment
 from userturn.records import Request
+from userturn.store import RunStore
 
 
 def answers(request: Request) -> str:
@@ -77,3 +79,21 @@ def test_compare_refuses_runs_whose_items_differ(gsm_file, tmp_path):
     b = make_run(renamed, tmp_path, "b", trained, "fake/tuned")
     with pytest.raises(StoreError, match="disagree on item"):
         compare_runs(a, b)
+
+
+def test_compare_page_has_the_forest_plot_and_escapes_names(gsm_file, tmp_path, capsys):
+    a = make_run(gsm_file, tmp_path, "a", base, "fake/base")
+    b = make_run(gsm_file, tmp_path, "b", trained, "fake/tuned")
+    a.close(), b.close()
+    page = tmp_path / "compare.html"
+    assert main(["compare", str(tmp_path / "a" / "run"), str(tmp_path / "b" / "run"),
+                 "--html", str(page)]) == 0
+    html = page.read_text()
+    assert "<svg" in html and "B higher, interval excludes 0" in html
+    assert "+66.7 pts" in html
+    assert not re.search(r"(src|href)\s*=\s*[\"']?https?:", html)  # self-contained
+    from userturn.compare import comparison_html
+
+    comparisons, accuracy = compare_runs(RunStore.open(tmp_path / "a" / "run"),
+                                         RunStore.open(tmp_path / "b" / "run"))
+    assert "&lt;script&gt;" in comparison_html(comparisons, accuracy, ("<script>", "b"))

@@ -135,6 +135,9 @@ def _parser() -> argparse.ArgumentParser:
                              "post-trained checkpoints, or two models.")
     compare.add_argument("run_a", type=Path)
     compare.add_argument("run_b", type=Path)
+    compare.add_argument("--html", type=Path, metavar="FILE",
+                         help="also write the comparison as a self-contained page with a "
+                         "forest plot")
     compare.set_defaults(handler=_compare)
 
     export = sub.add_parser("export", help="export user turns with labels to JSONL, CSV or Parquet")
@@ -297,7 +300,13 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
 
     a, b = RunStore.open(args.run_a), RunStore.open(args.run_b)
     comparisons, accuracy = compare_runs(a, b)
-    print_comparison(comparisons, accuracy, console, (str(args.run_a), str(args.run_b)))
+    names = (str(args.run_a), str(args.run_b))
+    print_comparison(comparisons, accuracy, console, names)
+    if args.html:
+        from .compare import comparison_html
+
+        args.html.write_text(comparison_html(comparisons, accuracy, names), encoding="utf-8")
+        console.print(f"wrote {args.html}")
     a.close()
     b.close()
     return 0

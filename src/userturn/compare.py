@@ -172,3 +172,73 @@ def _delta(d: Difference) -> str:
     if d.delta != d.delta:
         return "-"
     return f"{100 * d.delta:+.1f} pts [{100 * d.low:+.1f}, {100 * d.high:+.1f}]"
+
+
+COMPARE_LEGEND = {"expected": "B higher, interval excludes 0",
+                  "expected_ns": "B higher, interval includes 0",
+                  "opposite": "B lower, interval excludes 0",
+                  "opposite_ns": "B lower, interval includes 0"}
+PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'">
+<title>userturn compare</title><style>
+body {{ font-family: system-ui, sans-serif; color: #1f2328; max-width: 1180px; margin: 24px auto;
+       padding: 0 24px; line-height: 1.5; }}
+p {{ color: #5f6670; max-width: 880px; }} table {{ border-collapse: collapse; margin: 12px 0 28px; }}
+th, td {{ padding: 4px 10px; border-bottom: 1px solid #e4e6ea; text-align: right; }}
+th:nth-child(-n+5), td:nth-child(-n+5) {{ text-align: left; }} svg {{ max-width: 100%; }}
+</style></head><body>
+<h1>userturn compare</h1><p>A = {a}<br>B = {b}</p>
+<h2>Follow-up rate: B minus A on shared items</h2>
+<p>Paired bootstrap 95% intervals over the items both runs share; for greedy decoding (one turn
+per item) McNemar's exact p. Items present in one run only are dropped and counted.</p>
+{forest}{table}
+<h2>Task accuracy of the greedy answer</h2>{accuracy}
+</body></html>"""
+
+
+def comparison_html(comparisons: Sequence[Comparison], accuracy: Sequence[AccuracyComparison],
+                    names: tuple[str, str]) -> str:
+    """One self-contained page: a forest plot of the differences and both tables."""
+    from html import escape
+
+    from . import plots
+
+    rows = [plots.ForestRow(
+        group=f"{c.model_a} → {c.model_b} · {c.dataset}" + (
+            f" · answerer {c.answerer}" if c.answerer != "self" else ""),
+        name=f"{c.perturbation} · {'greedy' if c.temperature <= 0 else f'T = {c.temperature:g}'}",
+        delta=c.follow_up.delta, low=c.follow_up.low, high=c.follow_up.high,
+        verdict=_verdict(c.follow_up), note=_delta(c.follow_up)) for c in comparisons]
+    forest = plots.forest(rows, x_label="B minus A, follow-up rate (percentage points)",
+                          legend=COMPARE_LEGEND) if rows else ""
+    header = ("A", "B", "dataset", "answerer", "perturbation", "T", "items", "A rate", "B rate",
+              "difference [95% CI]", "McNemar p", "dropped A/B")
+    body = [(c.model_a, c.model_b, c.dataset, c.answerer, c.perturbation,
+             "greedy" if c.temperature <= 0 else f"{c.temperature:g}", c.follow_up.items,
+             _pct(c.follow_up.a.value), _pct(c.follow_up.b.value), _delta(c.follow_up),
+             "-" if c.mcnemar is None else f"{c.mcnemar.p_value:.3g}",
+             f"{c.follow_up.dropped_a}/{c.follow_up.dropped_b}") for c in comparisons]
+    acc_body = [(c.model_a, c.model_b, c.dataset, c.accuracy.items, _pct(c.accuracy.a.value),
+                 _pct(c.accuracy.b.value), _delta(c.accuracy), f"{c.mcnemar.p_value:.3g}")
+                for c in accuracy]
+    return PAGE.format(a=escape(names[0]), b=escape(names[1]), forest=forest,
+                       table=_html_table(header, body),
+                       accuracy=_html_table(("A", "B", "dataset", "items", "A", "B",
+                                             "difference [95% CI]", "McNemar p"), acc_body))
+
+
+def _verdict(d: Difference) -> str:
+    if d.delta != d.delta or d.delta == 0:
+        return "none"
+    significant = d.low > 0 or d.high < 0
+    return ("expected" if significant else "expected_ns") if d.delta > 0 else (
+        "opposite" if significant else "opposite_ns")
+
+
+def _html_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    from html import escape
+
+    head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in row) + "</tr>"
+                   for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

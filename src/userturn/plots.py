@@ -301,14 +301,16 @@ VERDICTS = {"expected": ("moved as expected, interval excludes 0", UP, True),
             "none": ("no change or no shared items", FLAT, False)}
 
 
-def forest(rows: Sequence[ForestRow], *, x_label: str) -> str:
-    """Paired differences with intervals, a zero line, and a marker per expected direction."""
+def forest(rows: Sequence[ForestRow], *, x_label: str,
+           legend: dict[str, str] | None = None) -> str:
+    """Paired differences with intervals, a zero line, and a marker per expected direction.
+    ``legend`` renames the verdicts (e.g. "B higher" for a comparison of two runs)."""
     width, left, plot_w, top = 980, 290, 380, 78
     bound = max([abs(v) for r in rows for v in (r.low, r.high, r.delta)
                  if math.isfinite(v)] or [0.1])
     span, step = nice_top(bound)
     sx = lambda v: left + (v + span) / (2 * span) * plot_w  # noqa: E731
-    body = _forest_legend(10)
+    body = _forest_legend(10, legend or {})
     body.append(_text(sx(0) - 8, top - 12, "← fewer follow-ups", anchor="end", fill=MUTED,
                       size=11.5))
     body.append(_text(sx(0) + 8, top - 12, "more follow-ups →", fill=MUTED, size=11.5))
@@ -332,10 +334,11 @@ def forest(rows: Sequence[ForestRow], *, x_label: str) -> str:
     return _svg(width, y + 52, body, "Paired differences in follow-up rate", "forest")
 
 
-def _forest_legend(y: float) -> list[str]:
+def _forest_legend(y: float, names: dict[str, str]) -> list[str]:
     out = []
     for i, key in enumerate(("expected", "expected_ns", "opposite", "opposite_ns")):
         text, colour, filled = VERDICTS[key]
+        text = names.get(key, text)
         x, row = 8 + (i % 2) * 330, y + (i // 2) * 20
         out.append(_marker(x + 7, row + 6, colour, filled))
         out.append(_text(x + 20, row + 10, text, size=11.5))
