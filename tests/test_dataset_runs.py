@@ -109,3 +109,11 @@ def test_ifbench_offline_with_instruction_accuracy(tmp_path):
     assert greedy.accuracy is not None and greedy.accuracy.n == 2
     details = store.db.execute("SELECT details FROM scores").fetchone()["details"]
     assert "prompt_loose" in json.loads(details)
+    from rich.console import Console
+
+    from userturn.summary import print_instruction_accuracy
+
+    console = Console(record=True, width=200)
+    print_instruction_accuracy(store, console)
+    text = console.export_text()
+    assert "prompt strict" in text and "instruction loose" in text and "ifbench" in text

@@ -313,10 +313,11 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
 
 
 def _print_tables(store, console: Console, labels: Sequence[str] | None = None) -> None:
-    from .summary import assistant_errors, print_summary, summarize
+    from .summary import assistant_errors, print_instruction_accuracy, print_summary, summarize
 
     sources = labels or store.label_sources()
     print_summary(summarize(store, sources), console, assistant_failures=assistant_errors(store))
+    print_instruction_accuracy(store, console)
     console.print(f"[dim]labels from: {' , then '.join(sources)}[/dim]")
 
 

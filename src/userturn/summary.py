@@ -163,3 +163,38 @@ def _f1(value: float | None) -> str:
 
 def _temperature(value: float) -> str:
     return "greedy" if value <= 0 else f"{value:g}"
+
+
+def print_instruction_accuracy(store: RunStore, console: Console) -> None:
+    """IFEval/IFBench runs: the four accuracies the benchmarks define, per model and dataset."""
+    import json
+
+    from .data.instructions import aggregate
+    from .records import Score
+
+    groups: dict[tuple[str, str], list[Score]] = defaultdict(list)
+    rows = store.db.execute(
+        "SELECT p.model, p.dataset, s.correct, s.details FROM scores s JOIN plan p "
+        "ON p.key = s.key WHERE s.scorer IN ('ifeval', 'ifbench')")
+    for row in rows:
+        groups[(row["model"], row["dataset"])].append(
+            Score(bool(row["correct"]), None, None, json.loads(row["details"])))
+    if not groups:
+        return
+    table = Table(title="Instruction following of the greedy answers (as IFEval defines it)")
+    for name in ("model", "dataset", "prompt strict", "prompt loose", "instruction strict",
+                 "instruction loose", "prompts", "undecided prompts"):
+        table.add_column(name, justify="left" if name in ("model", "dataset") else "right")
+    for (model, dataset), scores in sorted(groups.items()):
+        result = aggregate(scores)
+        table.add_row(model, dataset, *(_share(result[k]) for k in (
+            "prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose")),
+            str(result["n_prompts"]), str(result["n_undecided_prompts"]))
+    console.print(table)
+    console.print("[dim]undecided prompts have an instruction that cannot be verified offline "
+                  "(docs/datasets.md); they are left out of the prompt-level accuracies here and "
+                  "count as not followed in the accuracy column above[/dim]")
+
+
+def _share(value: float | int | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
