@@ -47,6 +47,7 @@ from userturn.data.files import (
     Row,
     RowCollector,
     RowError,
+    UnusableRow,
     bad_text_path,
     check_file,
     read_rows,
@@ -118,18 +119,7 @@ def mtbench_items(limit: int | None = None, *, path: str | Path | None = None) -
     file = check_file(path, (".jsonl",)) if path is not None else mtbench_question_file()
     rows, _ = read_rows(file)
     collector = RowCollector(file, skip_invalid=False, limit=limit)
-    for row in rows:
-        if collector.full:
-            break
-        if row.error is not None:
-            collector.add_error(row, None, row.error)
-            continue
-        try:
-            item = _mtbench_item(row)
-        except RowError as error:
-            collector.add_error(row, error.field, error.reason)
-            continue
-        collector.add_item(row, item, "question_id")
+    collector.collect(rows, _mtbench_item, "question_id")
     return list(collector.finish("mtbench").items)
 
 
@@ -185,35 +175,12 @@ def conversation_items(
     rows, recovered = read_rows(file, allow_truncated=allow_truncated)
     stem = name or file.stem
     collector = RowCollector(file, skip_invalid, limit)
-    for row in rows:
-        if collector.full:
-            break
-        if row.error is not None:
-            collector.add_error(row, None, row.error)
-            continue
-        try:
-            item = _conversation_item(row, k, stem, require_id)
-        except _Unusable as unusable:
-            collector.add_skip(row, unusable.reason, unusable.kind)
-            continue
-        except RowError as error:
-            collector.add_error(row, error.field, error.reason)
-            continue
-        collector.add_item(row, item)
+    collector.collect(rows, lambda row: _conversation_item(row, k, stem, require_id))
     notes: tuple[str, ...] = ()
     if recovered is not None:
         notes = (f"{file.name}: the JSON list is truncated; recovered {recovered} complete "
                  f"conversations and dropped the incomplete one at the end",)
     return collector.finish(stem, recovered=recovered, notes=notes)
-
-
-class _Unusable(Exception):
-    """A well-formed conversation the probe cannot use: too short, or opening with the assistant."""
-
-    def __init__(self, kind: str, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        self.reason = reason
 
 
 def _conversation_item(row: Row, k: int, stem: str, require_id: bool) -> Item:
@@ -277,8 +244,8 @@ def _select(
             if role == "system":
                 raise RowError(where, "a system message after the conversation started")
             if seen_user == 0:
-                raise _Unusable("assistant_first", f"{where}: the conversation opens with the "
-                                                   f"assistant, not the user")
+                raise UnusableRow("assistant_first", f"{where}: the conversation opens with "
+                                                     f"the assistant, not the user")
             raise RowError(where, f"two {role} messages in a row (roles must alternate)")
         content = _content_at(raw, position, key)
         if seen_user < k:
@@ -292,7 +259,8 @@ def _select(
         expected = "assistant" if role == "user" else "user"
         position += 1
     if seen_user < k:
-        raise _Unusable("too_short", f"too short: {seen_user} user turn(s), the context needs {k}")
+        raise UnusableRow("too_short",
+                          f"too short: {seen_user} user turn(s), the context needs {k}")
     user_turns = sum(1 for m in raw if isinstance(m, Mapping) and _role(m, key, None) == "user")
     return context, answer, next_turn, user_turns
 
@@ -358,18 +326,7 @@ def healthbench_items(
     file = check_file(path, (".jsonl", ".ndjson", ".json"))
     rows, _ = read_rows(file)
     collector = RowCollector(file, skip_invalid, limit)
-    for row in rows:
-        if collector.full:
-            break
-        if row.error is not None:
-            collector.add_error(row, None, row.error)
-            continue
-        try:
-            item = _healthbench_item(row)
-        except RowError as error:
-            collector.add_error(row, error.field, error.reason)
-            continue
-        collector.add_item(row, item, "prompt_id")
+    collector.collect(rows, _healthbench_item, "prompt_id")
     return collector.finish(name or "healthbench")
 
 

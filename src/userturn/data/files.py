@@ -1,4 +1,5 @@
-"""The user's own data files (CSV, TSV, JSONL, JSON, Parquet) and the row reading all loaders share.
+"""The user's own data files (CSV, TSV, JSONL, JSON, Parquet), and the row reading and collecting
+that the conversation loaders share.
 
 ``file_items`` turns rows into single-turn items: a ``query`` (required), an optional reference
 ``answer``, ``id`` and ``system`` prompt, each read from a column that ``fields`` names (by default:
@@ -25,8 +26,9 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
+from userturn.data.rows import existing_file, invalid_json, parquet_records, row_list
 from userturn.errors import ConfigError, DatasetError
 from userturn.records import Item
 
@@ -102,6 +104,15 @@ class RowError(Exception):
         self.reason = reason
 
 
+class UnusableRow(Exception):
+    """A well-formed row the loader cannot use (see ``Skipped.kind``): always skipped, counted."""
+
+    def __init__(self, kind: str, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class Row:
     """One data row as read: its number, the unit the number counts in, its position among the
@@ -142,6 +153,26 @@ class RowCollector:
         """A valid row the loader cannot use: always skipped, counted under ``kind``."""
         self.skipped.append(Skipped(row.number, None, reason, row.unit, kind))
 
+    def collect(self, rows: Iterable[Row], build: Callable[[Row], Item], id_field: str = "id"
+                ) -> None:
+        """Each row's item from ``build`` (which raises ``RowError`` or ``UnusableRow`` for a row
+        it cannot use), or the row's error or skip, until ``limit`` items are gathered."""
+        for row in rows:
+            if self.full:
+                break
+            if row.error is not None:
+                self.add_error(row, None, row.error)
+                continue
+            try:
+                item = build(row)
+            except UnusableRow as unusable:
+                self.add_skip(row, unusable.reason, unusable.kind)
+                continue
+            except RowError as error:
+                self.add_error(row, error.field, error.reason)
+                continue
+            self.add_item(row, item, id_field)
+
     def add_item(self, row: Row, item: Item, id_field: str = "id") -> None:
         if item.id in self._ids:
             self.add_error(row, id_field, f"duplicate id {item.id!r}")
@@ -179,9 +210,7 @@ class RowCollector:
 
 def check_file(path: str | Path, suffixes: Sequence[str] = SUFFIXES) -> Path:
     """The resolved path of an existing data file with a supported suffix."""
-    resolved = Path(path).expanduser().resolve()
-    if not resolved.is_file():
-        raise DatasetError(f"dataset file not found: {resolved}")
+    resolved = existing_file(Path(path).expanduser().resolve())
     if not resolved.name.lower().endswith(tuple(suffixes)):
         raise DatasetError(f"{resolved}: unsupported file type; use one of {', '.join(suffixes)}")
     return resolved
@@ -198,7 +227,7 @@ def read_rows(path: Path, *, allow_truncated: bool = False) -> tuple[Iterator[Ro
     if suffix in (".csv", ".tsv"):
         return _csv_rows(path, "\t" if suffix == ".tsv" else ","), None
     if suffix == ".parquet":
-        return _parquet_rows(path), None
+        return _indexed_rows(parquet_records(path)), None
     raise DatasetError(f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)}")
 
 
@@ -233,21 +262,19 @@ def _json_rows(path: Path, allow_truncated: bool) -> tuple[Iterator[Row], int | 
         data = json.loads(text)
     except json.JSONDecodeError as error:
         if not allow_truncated or not text.lstrip().startswith("["):
-            raise DatasetError(f"{path} line {error.lineno}: invalid JSON ({error.msg})") from None
+            raise invalid_json(path, error) from None
         data, recovery = recover_json_list(text)
         # A list that parsed to its end but for what follows, or whose text still closes with ']',
         # is corrupt, not cut off: only a missing end is recovered.
         if recovery.complete or text.rstrip().endswith("]"):
-            raise DatasetError(f"{path} line {error.lineno}: invalid JSON ({error.msg})") from None
+            raise invalid_json(path, error) from None
         if not data:
             raise DatasetError(
                 f"{path}: truncated JSON list with no complete row "
                 f"(cut at character {recovery.stopped_at})"
             )
-        return (Row(i, "row", i, value) for i, value in enumerate(data)), len(data)
-    if not isinstance(data, list):
-        raise DatasetError(f"{path}: expected a JSON list of rows, found {type(data).__name__}")
-    return (Row(i, "row", i, value) for i, value in enumerate(data)), None
+        return _indexed_rows(data), len(data)
+    return _indexed_rows(row_list(path, data)), None
 
 
 @dataclass(frozen=True)
@@ -336,16 +363,9 @@ def _csv_rows(path: Path, delimiter: str) -> Iterator[Row]:
         index += 1
 
 
-def _parquet_rows(path: Path) -> Iterator[Row]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise DatasetError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") from None
-    try:
-        table = pq.read_table(path)
-    except Exception as error:  # noqa: BLE001 - pyarrow raises several types for a bad file
-        raise DatasetError(f"{path}: cannot read Parquet ({error})") from None
-    return (Row(i, "row", i, value) for i, value in enumerate(table.to_pylist()))
+def _indexed_rows(values: Iterable[Any]) -> Iterator[Row]:
+    """JSON or Parquet rows, numbered (and named in messages) by their 0-based index."""
+    return (Row(i, "row", i, value) for i, value in enumerate(values))
 
 
 def columns_of(rows: Iterable[Row]) -> list[str]:
@@ -491,18 +511,8 @@ def file_items(
     mapping, explicit = resolve_fields(fields, columns_of(rows), resolved_path)
     stem = name or resolved_path.stem
     collector = RowCollector(resolved_path, skip_invalid, limit)
-    for row in rows:
-        if collector.full:
-            break
-        if row.error is not None:
-            collector.add_error(row, None, row.error)
-            continue
-        try:
-            item = _file_item(row, mapping, explicit, f"{stem}-{row.index:04d}")
-        except RowError as error:
-            collector.add_error(row, error.field, error.reason)
-            continue
-        collector.add_item(row, item)
+    collector.collect(rows, lambda row: _file_item(row, mapping, explicit,
+                                                   f"{stem}-{row.index:04d}"))
     return collector.finish(stem, fields=mapping)
 
 

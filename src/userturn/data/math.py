@@ -28,15 +28,22 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from userturn.data.hub import hub_rows
+from userturn.data.rows import (
+    existing_file,
+    items_with_default_ids,
+    json_rows,
+    jsonl_rows,
+    required_text,
+)
 from userturn.errors import DatasetError
 from userturn.records import Item, Score
 
@@ -512,21 +519,9 @@ def looks_like_math(row: Any) -> bool:
 
 def hub_items(split: str = HUB_SPLIT, limit: int | None = None) -> tuple[Item, ...]:
     """MATH-500 from the Hugging Face hub (needs the network); ids ``math500-0000`` ..."""
-    try:
-        import datasets
-    except ImportError:
-        raise DatasetError(
-            f"math500 needs the 'datasets' package (pip install 'userturn[hub]'), which is not "
-            f"installed; {OFFLINE_HINT}"
-        ) from None
-    try:
-        rows = datasets.load_dataset(HUB_NAME, split=split)
-    except Exception as error:  # noqa: BLE001 - the hub fails in many ways; all mean "unavailable"
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-        raise DatasetError(
-            f"cannot load {HUB_NAME} ({split}) from the Hugging Face hub: {reason}; {OFFLINE_HINT}"
-        ) from None
-    return _items_from_rows(enumerate(islice(rows, limit)), "math500", f"{HUB_NAME} {split}", "row")
+    rows, where = hub_rows("math500", HUB_NAME, split, OFFLINE_HINT)
+    return items_with_default_ids(enumerate(islice(rows, limit)), "math500", where, "row",
+                                  _row_item)
 
 
 def file_items(path: Path, limit: int | None = None, prefix: str | None = None
@@ -537,73 +532,22 @@ def file_items(path: Path, limit: int | None = None, prefix: str | None = None
     ``\\boxed{}`` of its ``solution`` (the original MATH format). Errors name the file, the row
     (a JSONL row by its 1-based line, a JSON row by its 0-based index) and the field.
     """
-    if not path.is_file():
-        raise DatasetError(f"dataset file not found: {path}")
+    existing_file(path)
     prefix = prefix or path.stem
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return _items_from_rows(islice(_jsonl_rows(path), limit), prefix, str(path), "line")
-    if suffix == ".json":
-        return _items_from_rows(islice(_json_rows(path), limit), prefix, str(path), "row")
-    raise DatasetError(f"{path}: MATH-format data must be a .jsonl or .json file")
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise DatasetError(f"{path}: not UTF-8 text (byte {error.start})") from None
-    except OSError as error:
-        raise DatasetError(f"cannot read dataset file {path}: {error.strerror}") from None
-
-
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    for number, line in enumerate(_read_text(path).splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DatasetError(f"{path} line {number}: invalid JSON ({error.msg})") from None
-
-
-def _json_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    try:
-        data = json.loads(_read_text(path))
-    except json.JSONDecodeError as error:
-        raise DatasetError(f"{path} line {error.lineno}: invalid JSON ({error.msg})") from None
-    if not isinstance(data, list):
-        raise DatasetError(f"{path}: expected a JSON list of rows, found {type(data).__name__}")
-    return enumerate(data)
-
-
-def _items_from_rows(
-    rows: Iterable[tuple[int, Any]], prefix: str, where: str, unit: str
-) -> tuple[Item, ...]:
-    items: list[Item] = []
-    seen: set[str] = set()
-    for index, (number, row) in enumerate(rows):
-        try:
-            item = _row_item(row, f"{prefix}-{index:04d}", {unit: number})
-        except DatasetError as error:
-            raise DatasetError(f"{where} {unit} {number}: {error}") from None
-        if item.id in seen:
-            raise DatasetError(f"{where} {unit} {number}: duplicate id {item.id!r}")
-        seen.add(item.id)
-        items.append(item)
-    if not items:
-        raise DatasetError(f"{where}: no rows")
-    return tuple(items)
+        rows, unit = jsonl_rows(path), "line"
+    elif suffix == ".json":
+        rows, unit = json_rows(path), "row"
+    else:
+        raise DatasetError(f"{path}: MATH-format data must be a .jsonl or .json file")
+    return items_with_default_ids(islice(rows, limit), prefix, str(path), unit, _row_item)
 
 
 def _row_item(row: Any, default_id: str, position: Mapping[str, int]) -> Item:
     if not isinstance(row, Mapping):
         raise DatasetError(f"expected an object with 'problem' and 'answer': {type(row).__name__}")
-    problem = row.get("problem")
-    if problem is None:
-        raise DatasetError("missing field 'problem'")
-    if not isinstance(problem, str) or not problem.strip():
-        raise DatasetError("field 'problem' is empty or not text")
+    problem = required_text(row, "problem")
     solution = row.get("solution")
     if solution is not None and not isinstance(solution, str):
         raise DatasetError("field 'solution' is not text")
