@@ -32,3 +32,20 @@ def gsm_file(tmp_path: Path) -> Path:
     rows = [{"question": q, "answer": f"Work it out.\n#### {a}"} for q, a in QUESTIONS]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return path
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Debian Chromium driven by Playwright (no `playwright install`: offline)."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} missing (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

@@ -20,7 +20,6 @@ from userturn.pipeline import run_experiment
 from userturn.records import LABELS, Label, Request
 from userturn.store import RunStore
 
-CHROMIUM = Path("/usr/bin/chromium")
 PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 ITEMS, SAMPLES = 6, 2
 TURNS = ITEMS * (1 + SAMPLES)
@@ -195,19 +194,8 @@ def test_reopening_continues_the_same_sample_until_done(gsm_file, tmp_path):
 
 
 # -- the page in a real browser ------------------------------------------------------------------
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
-@pytest.fixture(scope="module")
-def browser() -> Any:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} missing (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def open_page(browser: Any, server: AnnotationServer) -> tuple[Any, list[str]]:

@@ -24,9 +24,6 @@ from userturn.stats import paired_difference
 from userturn.store import RunStore
 from userturn.summary import summarize
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 MODELS = ["fake/alpha", "fake/beta"]
 TEMPERATURES = [0.0, 0.7, 1.0]
 SAMPLES = 3
@@ -266,15 +263,6 @@ def test_three_models_give_a_rank_correlation(tmp_path):
 
 
 # -- the page in a real browser ------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def browser() -> Any:
-    if not CHROMIUM.exists():
-        pytest.skip(f"{CHROMIUM} missing (apt-get install -y chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def test_page_in_headless_chromium(browser, report_html, run_folder, tmp_path):

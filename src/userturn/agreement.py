@@ -25,7 +25,6 @@ they raise ``ValueError`` only on misuse (a label outside ``labels``, bad bootst
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Mapping, Sequence
 

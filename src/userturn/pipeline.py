@@ -14,7 +14,7 @@ import hashlib
 import json
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from . import __version__

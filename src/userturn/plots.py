@@ -222,7 +222,7 @@ class Bar:
 def stacked_bars(bars: Sequence[Bar], categories: Sequence[tuple[str, str]]) -> str:
     """Horizontal bars of shares (each bar sums to 100% of its turns), grouped under headings.
     ``categories``: (key, legend name) in stacking order; colours from LABEL_COLOURS."""
-    width, left, right, bar_w = 900, 290, 60, 550
+    width, left, bar_w = 900, 290, 550
     legend, legend_h = _swatch_legend(categories, 8, 10, width - 16)
     body, y, group = legend, 10 + legend_h + 12, None
     for bar in bars:
