@@ -44,6 +44,10 @@ class Experiment(BaseModel):
     context_turns: int | None = Field(default=None, ge=1, description="conversation datasets: "
                                       "the probe context is the first k user turns (default 1)")
     output: Path = Path("runs/demo")
+    base_url: str | None = Field(default=None, description="openai/MODEL models: the "
+                                 "OpenAI-compatible server (its /v1/completions endpoint)")
+    tokenizer: str | None = Field(default=None, description="openai/MODEL models: where the "
+                                  "tokenizer and chat template come from (default: MODEL)")
     judge: str | None = Field(default=None, description="e.g. openai/gpt-5.4-mini; key from "
                               "OPENAI_API_KEY, never from this file")
     judge_scope: Literal["undecided", "all"] = Field(

@@ -59,7 +59,8 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     perturbations = parse_perturbations(exp.perturbations)
     answer_models = _answer_models(exp)
     if backends is None:
-        backends = {spec: load_backend(spec, batch_size=exp.batch_size)
+        backends = {spec: load_backend(spec, batch_size=exp.batch_size, base_url=exp.base_url,
+                                       tokenizer=exp.tokenizer)
                     for spec in dict.fromkeys([*exp.models, *answer_models])}
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)

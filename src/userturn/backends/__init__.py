@@ -25,7 +25,19 @@ class Backend(Protocol):
         ...
 
 
-def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None) -> Backend:
+def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
+                 base_url: str | None = None, tokenizer: str | None = None) -> Backend:
+    """A backend by spec: ``openai/MODEL`` is a server's /v1/completions (``base_url``, with the
+    tokenizer and template loaded locally from ``tokenizer``, default MODEL); anything else runs
+    in process through transformers."""
+    if spec.startswith("openai/"):
+        if not base_url:
+            raise ModelError(f"{spec} needs the server's address: --base-url "
+                             "http://HOST:PORT/v1 (an OpenAI-compatible /v1/completions server)")
+        from .openai import OpenAICompletionsBackend
+
+        return OpenAICompletionsBackend(spec.split("/", 1)[1], base_url=base_url,
+                                        tokenizer=tokenizer)
     ref = resolve_model(spec)
     if ref.backend == "fake":
         raise ModelError("fake/ models are scripted in tests: construct ScriptedBackend directly")
