@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from userturn.backends.hf import TransformersBackend
 from userturn.models import resolve_model
+
+# The tests are offline (as CI is): a hub id must fail at once, not after minutes of retries.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 QUESTIONS = [
     ("Tom has 3 boxes of 12 pencils. He gives away 10 pencils. How many are left?", "26"),

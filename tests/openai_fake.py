@@ -1,16 +1,27 @@
-"""A small scripted OpenAI-compatible chat server on 127.0.0.1, for tests that must stay offline.
+"""A small scripted OpenAI-compatible server on 127.0.0.1, for tests that must stay offline.
 
-Each POST to ``/v1/chat/completions`` is answered by the next scripted action (``then``), or, once
-the script is used up, by ``responder(request)`` -- by default a well-formed verdict chosen by
-``verdict(messages)``. Every request is recorded with its headers and body.
+Each POST to ``/v1/chat/completions`` or ``/v1/completions`` is answered by the next scripted
+action (``then``), or, once the script is used up, by ``responder(request)``. By default a chat
+request gets a well-formed verdict chosen by ``verdict(messages)``, and a completions request a
+deterministic fake completion (``fake_completion``). Every request is recorded with its headers
+and body.
 
     with FakeOpenAI() as fake:
         fake.then(Fail(429, retry_after="2"), Garbage())
         client = OpenAIChatClient("m", base_url=fake.url, api_key="sk-test")
+
+The fake completions model: a prompt (text or token ids) with a seed and a temperature gives a
+fixed stream of word tokens (" how", " many", ...), ending in the request's first stop string (as
+a real model ends its turn); greedy requests ignore the seed. The server honours ``max_tokens``
+(one word, one token) and ``stop`` (the earliest stop string ends the text) and, like vLLM, strips
+the matched stop string from the text, unless ``keep_stop`` (like ``transformers serve``).
+``name_stop`` adds vLLM's ``stop_reason``; ``chat_only`` answers 404 on /v1/completions;
+``text_prompts_only`` answers 400 to token-id prompts (like ``transformers serve``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from collections import deque
@@ -37,19 +48,29 @@ class Recorded:
     def messages(self) -> list[dict[str, str]]:
         return self.body["messages"]
 
+    @property
+    def is_completion(self) -> bool:
+        return not self.path.endswith("/chat/completions")
+
 
 # --- actions: what the server does with one request ------------------------------------------
 
 @dataclass(frozen=True)
 class Answer:
-    """A 200 reply; content None means the verdict chosen by the server's ``verdict`` function."""
+    """A 200 reply; content None means the verdict chosen by the server's ``verdict`` function
+    (chat) or the fake model's completion (completions). ``finish_reason`` overrides the one a
+    completion reports."""
 
     content: str | None = None
     delay: float = 0.0
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True)
 class Garbage:
+    """Chat: a well-formed reply whose content is no verdict. Completions: a 200 whose body is
+    not a completion at all."""
+
     content: str = "I think this one is probably fine, hard to say."
 
 
@@ -80,12 +101,63 @@ def default_verdict(messages: list[dict[str, str]]) -> dict[str, str]:
     return {"label": "generic", "rationale": "It could follow any answer."}
 
 
+WORDS = ("how", "many", "why", "did", "you", "multiply", "three", "by", "twelve", "thanks",
+         "can", "explain", "the", "second", "step", "again", "what", "if", "he", "gives",
+         "away", "ten", "pencils", "ok", "so", "is", "it", "really", "boxes", "answer", "more")
+
+
+def fake_tokens(prompt: Any, seed: int, temperature: float, count: int = 24) -> list[str]:
+    """The fake model's word tokens for a prompt (text or ids): a pure function of the prompt,
+    the temperature and (when sampling) the seed."""
+    key = json.dumps([prompt, round(float(temperature), 6), seed if temperature > 0 else 0])
+    tokens = []
+    for index in range(count):
+        digest = hashlib.sha256(f"{key}|{index}".encode()).digest()
+        tokens.append(" " + WORDS[int.from_bytes(digest[:4], "big") % len(WORDS)])
+    return tokens
+
+
+def fake_completion(body: dict[str, Any], *, keep_stop: bool = False,
+                    name_stop: bool = False) -> dict[str, Any]:
+    """The fake model's answer to a /v1/completions body: text, finish reason, usage."""
+    stop = body.get("stop") or []
+    stop = [stop] if isinstance(stop, str) else list(stop)
+    budget = int(body.get("max_tokens") or 16)
+    stream = fake_tokens(body.get("prompt"), int(body.get("seed") or 0),
+                         float(body.get("temperature", 1.0)))
+    stream += stop[:1]  # the model ends its turn with the turn marker
+    text, used, reason, matched = "", 0, "stop", None
+    for token in stream:
+        if used == budget:
+            reason = "length"
+            break
+        text, used = text + token, used + 1
+        hits = [(text.find(s), s) for s in stop if s in text]
+        if hits:
+            position, matched = min(hits)
+            text = text[:position + len(matched)]
+            break
+    if matched and not keep_stop:
+        text = text[:-len(matched)]
+    choice: dict[str, Any] = {"index": 0, "text": text, "finish_reason": reason, "logprobs": None}
+    if name_stop:
+        choice["stop_reason"] = matched
+    prompt = body.get("prompt")
+    prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt).split())
+    return {"choice": choice, "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": used,
+                                        "total_tokens": prompt_tokens + used}}
+
+
 @dataclass
 class FakeOpenAI:
     verdict: Verdict = default_verdict
     responder: Callable[[Recorded], Action] | None = None
     requests: list[Recorded] = field(default_factory=list)
     max_in_flight: int = 0
+    chat_only: bool = False  # 404 on /v1/completions, as a chat-only endpoint answers
+    text_prompts_only: bool = False  # 400 on token-id prompts, as `transformers serve` answers
+    keep_stop: bool = False  # leave the matched stop string in the text
+    name_stop: bool = False  # say which stop string matched (vLLM's ``stop_reason``)
 
     def __post_init__(self) -> None:
         self._script: deque[Action] = deque()
@@ -112,6 +184,27 @@ class FakeOpenAI:
             if self._script:
                 return self._script.popleft()
         return self.responder(request) if self.responder else Answer()
+
+    def record(self, request: Recorded) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    @property
+    def completions(self) -> list[Recorded]:
+        """The /v1/completions requests, in arrival order."""
+        return [r for r in self.requests if r.is_completion]
+
+    def text_completion(self, request: Recorded, action: Answer) -> bytes:
+        made = fake_completion(request.body, keep_stop=self.keep_stop, name_stop=self.name_stop)
+        choice = made["choice"]
+        if action.content is not None:
+            choice = {**choice, "text": action.content}
+        if action.finish_reason is not None:
+            choice = {**choice, "finish_reason": action.finish_reason}
+        return json.dumps({
+            "id": f"cmpl-{len(self.requests)}", "object": "text_completion",
+            "model": request.body.get("model", ""), "choices": [choice], "usage": made["usage"],
+        }).encode()
 
     def completion(self, request: Recorded, content: str | None) -> bytes:
         if content is None:
@@ -171,8 +264,18 @@ class _Handler(BaseHTTPRequestHandler):
         fake: FakeOpenAI = self.server.fake  # type: ignore[attr-defined]
         raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         request = Recorded(self.path, dict(self.headers.items()), raw)
-        if not self.path.endswith("/chat/completions"):
+        if not self.path.endswith("/completions"):
             self._send(404, b'{"error": {"message": "not found"}}')
+            return
+        if request.is_completion and fake.chat_only:
+            fake.record(request)
+            self._send(404, b'{"error": {"message": "This model only supports chat completions. '
+                            b'Use /v1/chat/completions."}}')
+            return
+        if request.is_completion and fake.text_prompts_only \
+                and not isinstance(request.body.get("prompt"), str):
+            fake.record(request)
+            self._send(400, b'{"detail": "prompt must be a string."}')
             return
         fake.enter()
         self._release = fake.leave  # called once, just before a reply goes out
@@ -192,7 +295,12 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(action, Answer):
             if action.delay:
                 fake.stopping.wait(action.delay)
-            self._send(200, fake.completion(request, action.content))
+            if request.is_completion:
+                self._send(200, fake.text_completion(request, action))
+            else:
+                self._send(200, fake.completion(request, action.content))
+        elif isinstance(action, Garbage) and request.is_completion:
+            self._send(200, action.content.encode())
         elif isinstance(action, Garbage):
             self._send(200, fake.completion(request, action.content))
         elif isinstance(action, Fail):

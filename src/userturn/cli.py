@@ -66,6 +66,8 @@ def _parser() -> argparse.ArgumentParser:
                      "server with /v1/completions (vLLM, SGLang, llama.cpp, transformers serve)")
     run.add_argument("--tokenizer", help="for openai/MODEL: local folder, embedded name or hub id "
                      "of the tokenizer and chat template (default: MODEL)")
+    run.add_argument("--prompt-as", dest="prompt_as", choices=("tokens", "text"),
+                     help="for openai/MODEL: send prompts as token ids (default) or text")
     run.add_argument("--judge", help="LLM judge for what the rules leave undecided, e.g. "
                      "openai/gpt-5.4-mini (key from OPENAI_API_KEY)")
     run.add_argument("--judge-scope", dest="judge_scope", choices=("undecided", "all"))
@@ -187,7 +189,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
             "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
             "judge_scope", "judge_base_url", "answerers", "perturbations", "skip_invalid",
-            "context_turns", "base_url", "tokenizer")
+            "context_turns", "base_url", "tokenizer", "prompt_as")
     overrides = {k: getattr(args, k) for k in keys}
     if args.fields:
         from .data.files import parse_field_mappings

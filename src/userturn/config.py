@@ -48,6 +48,9 @@ class Experiment(BaseModel):
                                  "OpenAI-compatible server (its /v1/completions endpoint)")
     tokenizer: str | None = Field(default=None, description="openai/MODEL models: where the "
                                   "tokenizer and chat template come from (default: MODEL)")
+    prompt_as: Literal["tokens", "text"] = Field(
+        default="tokens", description="openai/MODEL models: send the rendered prompt as token "
+        "ids (vLLM, SGLang, llama.cpp) or as text (transformers serve)")
     judge: str | None = Field(default=None, description="e.g. openai/gpt-5.4-mini; key from "
                               "OPENAI_API_KEY, never from this file")
     judge_scope: Literal["undecided", "all"] = Field(

@@ -7,20 +7,16 @@ the follow-up rate, an error label is counted and can be re-judged.
 
 from __future__ import annotations
 
-import email.utils
-import http.client
 import json
 import os
-import random
 import re
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol, Sequence
 
 from .errors import ConfigError
+from .openai_http import APIError, OpenAIHTTP, retry_after
 from .records import LABELS, Case, Label
 
 RUBRIC_VERSION = "1"  # bump whenever the rubric or the parser changes: stored beside labels
@@ -211,13 +207,10 @@ def _excerpt(text: str, limit: int = 80) -> str:
 
 # --- chat backends ---------------------------------------------------------------------------
 
-class ChatError(Exception):
-    """A chat request failed. ``retryable``: the same request may succeed later."""
-
-    def __init__(self, message: str, retryable: bool, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.retry_after = retry_after
+# A failed chat request; ``retryable``: the same request may succeed later. The transport (shared
+# with the completions backend) lives in ``openai_http``.
+ChatError = APIError
+_retry_after = retry_after  # kept under its old name
 
 
 class ChatClient(Protocol):
@@ -258,15 +251,16 @@ class OpenAIChatClient:
         self.name = f"openai/{model}"
         self.model = model
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-        self.base_url = base.rstrip("/")
-        # Private: the key goes into the Authorization header and nowhere else.
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self.timeout, self.max_attempts = timeout, max(1, max_attempts)
-        self.backoff, self.max_backoff, self._sleep = backoff, max_backoff, sleep
+        # The key goes into the Authorization header and nowhere else (held by the transport).
+        self._http = OpenAIHTTP(
+            base, api_key=api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"),
+            timeout=timeout, max_attempts=max_attempts, backoff=backoff, max_backoff=max_backoff,
+            sleep=sleep)
+        self.base_url = self._http.base_url
 
     @property
     def has_key(self) -> bool:
-        return bool(self._api_key)
+        return self._http.has_key
 
     def __repr__(self) -> str:
         return f"OpenAIChatClient(model={self.model!r}, base_url={self.base_url!r})"
@@ -275,77 +269,17 @@ class OpenAIChatClient:
              json_schema: dict | None = None) -> str:
         body = request_body(self.model, messages, max_tokens, json_schema,
                             official=urllib.parse.urlparse(self.base_url).hostname == OPENAI_HOST)
-        data = json.dumps(body).encode()
-        for attempt in range(1, self.max_attempts + 1):
-            try:
-                return self._post(data)
-            except ChatError as exc:
-                if not exc.retryable or attempt == self.max_attempts:
-                    raise ChatError(f"{exc} (attempt {attempt}/{self.max_attempts})",
-                                    exc.retryable) from None
-                self._sleep(self._delay(attempt, exc.retry_after))
-        raise AssertionError("unreachable")
-
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:  # the server knows best; bounded so a run cannot stall
-            return min(max(retry_after, 0.0), self.max_backoff)
-        exponential = min(self.backoff * 2 ** (attempt - 1), self.max_backoff)
-        return exponential * random.uniform(0.5, 1.0)  # jitter: parallel workers spread out
-
-    def _post(self, data: bytes) -> str:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(f"{self.base_url}/chat/completions", data=data,
-                                         headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            raise self._http_error(exc) from None
-        except urllib.error.URLError as exc:  # refused, reset, DNS, or a connect timeout
-            raise ChatError(self._redact(f"connection failed: {exc.reason}"), True) from None
-        except (TimeoutError, OSError, http.client.HTTPException) as exc:
-            # read timeouts, dropped connections (RemoteDisconnected, IncompleteRead)
-            raise ChatError(self._redact(f"{type(exc).__name__}: {exc}"), True) from None
-        return self._content(raw)
-
-    def _http_error(self, exc: urllib.error.HTTPError) -> ChatError:
-        try:
-            detail = exc.read().decode("utf-8", "replace")
-        except Exception:  # the body is only a hint; the status decides
-            detail = ""
-        message = self._redact(f"HTTP {exc.code}: {' '.join(detail.split())[:300]}")
-        retryable = exc.code in (408, 409, 429) or exc.code >= 500
-        return ChatError(message, retryable, _retry_after(exc.headers.get("Retry-After")))
+        return self._http.post("/chat/completions", body, self._content)
 
     def _content(self, raw: bytes) -> str:
         try:
             content = json.loads(raw)["choices"][0]["message"]["content"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise ChatError(self._redact(f"malformed response: {raw[:200]!r}"), False) from None
+            raise ChatError(self._http.redact(f"malformed response: {raw[:200]!r}"),
+                            False) from None
         if not isinstance(content, str):
             raise ChatError("response has no message content", False)
         return content
-
-    def _redact(self, text: str) -> str:
-        # Servers echo keys back ("Incorrect API key provided: sk-..."): never let one through.
-        return text.replace(self._api_key, "[redacted]") if self._api_key else text
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header: delta-seconds or an HTTP date."""
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    try:
-        moment = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, moment.timestamp() - time.time())
 
 
 # --- the judge -------------------------------------------------------------------------------

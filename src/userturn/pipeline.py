@@ -60,7 +60,7 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     answer_models = _answer_models(exp)
     if backends is None:
         backends = {spec: load_backend(spec, batch_size=exp.batch_size, base_url=exp.base_url,
-                                       tokenizer=exp.tokenizer)
+                                       tokenizer=exp.tokenizer, prompt_as=exp.prompt_as)
                     for spec in dict.fromkeys([*exp.models, *answer_models])}
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)

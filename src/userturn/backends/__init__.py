@@ -26,7 +26,8 @@ class Backend(Protocol):
 
 
 def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
-                 base_url: str | None = None, tokenizer: str | None = None) -> Backend:
+                 base_url: str | None = None, tokenizer: str | None = None,
+                 prompt_as: str = "tokens") -> Backend:
     """A backend by spec: ``openai/MODEL`` is a server's /v1/completions (``base_url``, with the
     tokenizer and template loaded locally from ``tokenizer``, default MODEL); anything else runs
     in process through transformers."""
@@ -37,7 +38,7 @@ def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
         from .openai import OpenAICompletionsBackend
 
         return OpenAICompletionsBackend(spec.split("/", 1)[1], base_url=base_url,
-                                        tokenizer=tokenizer)
+                                        tokenizer=tokenizer, prompt_as=prompt_as)
     ref = resolve_model(spec)
     if ref.backend == "fake":
         raise ModelError("fake/ models are scripted in tests: construct ScriptedBackend directly")

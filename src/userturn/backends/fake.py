@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Sequence
 
 from ..records import Generation, Request
@@ -14,6 +15,9 @@ Script = Callable[[Request], str]
 class ScriptedBackend:
     """Answers each request with ``script(request)``; raises nothing, counts every request.
 
+    The script's text is the whole turn the model would write: it is cut at the first stop marker
+    it contains (finish "stop", ``raw_text`` keeping the marker) or, one whitespace-separated word
+    a token, at ``max_tokens`` (finish "length"); a turn that fits ends on the first stop marker.
     ``fail`` marks requests that come back as stored errors (a fault injected as data).
     """
 
@@ -35,5 +39,16 @@ class ScriptedBackend:
         if self.fail is not None and self.fail(request):
             return Generation("", "", "error", len(request.prompt), 0, "injected fault")
         text = self.script(request)
-        return Generation(text, text + (request.stop[0] if request.stop else ""), "stop",
-                          len(request.prompt), len(text.split()) + 1)
+        hits = [(text.find(m), m) for m in request.stop if m in text]
+        if hits:
+            position, marker = min(hits)
+            text, end = text[:position], marker
+        else:
+            end = request.stop[0] if request.stop else ""
+        words = list(re.finditer(r"\S+", text))
+        budget = request.params.max_tokens
+        if len(words) + 1 > budget:  # the turn and its end marker do not fit: cut
+            raw = text[:words[budget - 1].end()] if budget <= len(words) else text
+            return Generation(raw.strip(), raw, "length", len(request.prompt),
+                              min(len(words), budget))
+        return Generation(text.strip(), text + end, "stop", len(request.prompt), len(words) + 1)

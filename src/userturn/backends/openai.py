@@ -1,0 +1,287 @@
+"""User turns through an OpenAI-compatible server's ``/v1/completions`` (vLLM, SGLang, llama.cpp
+server, ``transformers serve``).
+
+The probe renders its prompt itself, with the model's own chat template, ending in an OPEN user
+turn. A chat endpoint would render the conversation again and open an ASSISTANT turn, so only the
+raw completions endpoint can write user turns; a chat-only endpoint is refused when the backend is
+built (chat-only endpoints remain usable as judges). The tokenizer and template are loaded
+locally, from ``tokenizer`` (a local folder, an embedded name such as ``smollm2``, or a hub id;
+default: the model name), and must be the served model's.
+
+Prompts (``prompt_as``):
+
+- ``"tokens"`` (default): the prompt goes as token ids (``prompt_token_ids``: BOS exactly once, no
+  server-side template or special-token handling). vLLM, SGLang and llama.cpp server take them.
+- ``"text"``: the rendered text, for servers that take strings only (``transformers serve``). The
+  server tokenizes it with special tokens on, so a BOS the template wrote is dropped from the text
+  when the tokenizer adds one by itself (BOS still exactly once). The server's tokenizer must parse
+  the template's special tokens as such, as Hugging Face tokenizers do.
+
+What comes back: servers strip the matched stop string from ``text`` (vLLM, SGLang, llama.cpp;
+``transformers serve`` keeps it unless it is a special token, which it skips). ``raw_text`` is
+rebuilt as the text up to and including the stop marker: the marker the server names
+(``stop_reason`` from vLLM, ``matched_stop`` from SGLang), else one found in the text, else, for a
+turn that ended on a stop or end-of-sequence token without saying which, the first stop marker
+(the template's end of the user turn). ``raw_text`` holds special tokens only as far as the server
+returns them (most skip them). ``text`` has special tokens removed and is stripped. Token counts
+are the server's ``usage``, else counted with the local tokenizer.
+
+Seeds: each request sends its own ``seed``. Whether a seeded sample is reproducible is the
+server's promise (vLLM and SGLang: per-request seeds; ``transformers serve`` seeds its global
+generator, so concurrent sampled requests may interleave); greedy requests are deterministic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping, Sequence
+
+from ..errors import ModelError
+from ..models import EMBEDDED, resolve_model
+from ..openai_http import APIError, OpenAIHTTP
+from ..records import Generation, Request
+from ..render import ChatTemplate, prompt_token_ids
+
+PromptAs = Literal["tokens", "text"]
+WHAT_WORKS = ("user turns need a server that completes raw prompts at /v1/completions (vLLM, "
+              "SGLang, llama.cpp server, `transformers serve`); chat-only endpoints remain "
+              "usable as judges (--judge openai/MODEL)")
+# How servers word "use the chat endpoint" (OpenAI: "This is a chat model and not supported in the
+# v1/completions endpoint"; others: "only supports chat completions").
+_CHAT_ONLY = re.compile(r"chat[ _/-]?(?:completion|model)|only supports? chat|chat[- ]only")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                    "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja",
+                    "chat_template.json", "added_tokens.json")
+
+
+class OpenAICompletionsBackend:
+    """A Backend on ``POST {base_url}/completions``: one HTTP request per Request, at most
+    ``concurrency`` in flight, retried on 429/5xx/timeouts/dropped connections; every failure is
+    a Generation with ``error`` (the API key never appears in it)."""
+
+    def __init__(self, model: str, *, base_url: str, tokenizer: str | None = None,
+                 api_key: str | None = None, concurrency: int = 8, timeout: float = 300.0,
+                 max_attempts: int = 5, backoff: float = 1.0, max_backoff: float = 60.0,
+                 prompt_as: PromptAs = "tokens", chunk_size: int = 64,
+                 extra_body: Mapping[str, Any] | None = None,
+                 sleep: Callable[[float], None] = time.sleep, probe: bool = True) -> None:
+        if prompt_as not in ("tokens", "text"):
+            raise ModelError(f"prompt_as must be 'tokens' or 'text', not {prompt_as!r}")
+        if not base_url:
+            raise ModelError(f"openai/{model} needs the server's address (base_url), "
+                             "for example http://127.0.0.1:8000/v1")
+        self.model, self.prompt_as = model, prompt_as
+        self.spec = f"openai/{model}"
+        self.concurrency, self.chunk_size = max(1, concurrency), chunk_size
+        self.extra_body = dict(extra_body or {})
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._http = OpenAIHTTP(base_url, api_key=key, timeout=timeout,
+                                max_attempts=max_attempts, backoff=backoff,
+                                max_backoff=max_backoff, sleep=sleep)
+        self.base_url = self._http.base_url
+        self.tokenizer, fingerprint = _load_tokenizer(tokenizer or model)
+        self.template = ChatTemplate.from_tokenizer(self.tokenizer, self.spec)
+        self.revision = f"openai:{_without_userinfo(self.base_url)}:{model}" + (
+            f":tokenizer={fingerprint}" if fingerprint else "")
+        self._special = sorted(self.tokenizer.all_special_tokens, key=len, reverse=True)
+        self._bos_added = _adds_bos(self.tokenizer)
+        if probe:
+            self._probe()
+
+    def __repr__(self) -> str:
+        return f"OpenAICompletionsBackend(model={self.model!r}, base_url={self.base_url!r})"
+
+    # --- the probe: refuse a server that cannot complete raw prompts, before any run starts ---
+
+    def _probe(self) -> None:
+        ids = prompt_token_ids(self.tokenizer, "Hello")
+        prompt: Any = ids if self.prompt_as == "tokens" else self._prompt_text("Hello")
+        body = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0,
+                **self.extra_body}
+        try:
+            self._http.post("/completions", body, _parse_completion)
+        except APIError as exc:
+            raise ModelError(self._http.redact(self._refusal(exc))) from None
+
+    def _refusal(self, exc: APIError) -> str:
+        where, detail = f"{self.base_url}/completions", exc.detail.lower()
+        names_model = self.model.lower() in detail
+        says_chat = bool(_CHAT_ONLY.search(detail.replace(self.model.lower(), "")))
+        client_error = exc.status in (400, 404, 405, 422)
+        if client_error and (says_chat or (exc.status in (404, 405) and not names_model)):
+            return f"{where} does not complete raw prompts ({_first_line(exc)}): {WHAT_WORKS}"
+        if client_error and names_model:
+            return (f"{where} does not serve model {self.model!r} ({_first_line(exc)}); "
+                    "give the model name the server serves")
+        if client_error and self.prompt_as == "tokens":
+            return (f"{where} refused a token-id prompt ({_first_line(exc)}); servers that take "
+                    "text prompts only (`transformers serve`) need prompt_as='text'")
+        if exc.status in (401, 403):
+            return f"{where} refused the request ({_first_line(exc)}): check the API key"
+        return f"{where} cannot be used ({_first_line(exc)})"
+
+    # --- completions ---
+
+    def complete(self, requests: Sequence[Request]) -> list[Generation]:
+        if not requests:
+            return []
+        # Tokenize in this thread (a fast tokenizer is not safe to share across threads), once
+        # per distinct prompt; only the HTTP requests run in parallel.
+        encoded: dict[str, list[int]] = {}
+        for request in requests:
+            if request.prompt not in encoded:
+                encoded[request.prompt] = prompt_token_ids(self.tokenizer, request.prompt)
+        bodies = [self._body(r, encoded[r.prompt]) for r in requests]
+        workers = min(self.concurrency, len(requests))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            answers = list(pool.map(self._send, bodies))
+        return [self._finish(r, len(encoded[r.prompt]), answer)
+                for r, answer in zip(requests, answers)]
+
+    def _body(self, request: Request, ids: list[int]) -> dict[str, Any]:
+        params = request.params
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": ids if self.prompt_as == "tokens" else self._prompt_text(request.prompt),
+            "max_tokens": params.max_tokens,
+            "temperature": max(params.temperature, 0.0),
+            "top_p": params.top_p,
+            "seed": request.seed,
+            "n": 1,
+        }
+        if request.stop:
+            body["stop"] = list(request.stop)
+        body.update(self.extra_body)
+        return body
+
+    def _prompt_text(self, text: str) -> str:
+        bos = self.tokenizer.bos_token
+        if self._bos_added and bos and text.startswith(bos):
+            return text[len(bos):]  # the server's tokenizer adds it again
+        return text
+
+    def _send(self, body: dict[str, Any]) -> dict[str, Any] | str:
+        """The parsed response, or the error message (a failure is data, never raised)."""
+        try:
+            return self._http.post("/completions", body, _parse_completion)
+        except APIError as exc:
+            return self._http.redact(str(exc))
+        except Exception as exc:  # a broken transport must not break the whole batch
+            return self._http.redact(f"{type(exc).__name__}: {exc}")
+
+    def _finish(self, request: Request, prompt_tokens: int,
+                answer: dict[str, Any] | str) -> Generation:
+        if isinstance(answer, str):
+            return Generation("", "", "error", prompt_tokens, 0, answer)
+        choice, usage = answer["choice"], answer["usage"]
+        text, reason = choice["text"], choice.get("finish_reason")
+        if reason not in (None, "stop", "length", "eos"):  # abort, content_filter, error, ...
+            return Generation("", "", "error", prompt_tokens, 0,
+                              f"the server ended the completion with finish_reason={reason!r}")
+        raw, visible, finish = self._cut(text, request.stop, reason, _named_stop(choice))
+        for special in self._special:
+            visible = visible.replace(special, "")
+        completion = usage.get("completion_tokens")
+        if not isinstance(completion, int):
+            completion = len(self.tokenizer(raw, add_special_tokens=False)["input_ids"])
+        prompt = usage.get("prompt_tokens")
+        return Generation(visible.strip(), raw, finish,
+                          prompt if isinstance(prompt, int) else prompt_tokens, completion)
+
+    @staticmethod
+    def _cut(text: str, stop: tuple[str, ...], reason: str | None,
+             named: str | None) -> tuple[str, str, Literal["stop", "length"]]:
+        """(raw_text, visible text, finish reason) of a completion's text."""
+        hits = [(text.find(m), m) for m in stop if m in text]
+        if hits:  # the server kept the marker (or did not stop on it): cut at the first one
+            position, marker = min(hits)
+            return text[:position + len(marker)], text[:position], "stop"
+        if reason == "length":
+            return text, text, "length"
+        marker = named if named in stop else (stop[0] if stop else "")
+        return text + marker, text, "stop"
+
+
+def _parse_completion(raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+        choice = data["choices"][0]
+        text = choice["text"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise APIError(f"malformed response: {raw[:200]!r}", False) from None
+    if not isinstance(text, str) or not isinstance(choice, dict):
+        raise APIError(f"malformed response: {raw[:200]!r}", False)
+    usage = data.get("usage")
+    return {"choice": choice, "usage": usage if isinstance(usage, dict) else {}}
+
+
+def _named_stop(choice: Mapping[str, Any]) -> str | None:
+    """The stop string the server says it stopped on (vLLM ``stop_reason``, SGLang
+    ``matched_stop``); a token id there means an end token, not one of our strings."""
+    for key in ("stop_reason", "matched_stop"):
+        value = choice.get(key)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+def _first_line(exc: APIError) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text if len(text) <= 240 else text[:240] + "..."
+
+
+def _without_userinfo(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def _adds_bos(tokenizer: Any) -> bool:
+    bos_id = tokenizer.bos_token_id
+    if bos_id is None:
+        return False
+    return tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos_id]
+
+
+def _load_tokenizer(name: str) -> tuple[Any, str | None]:
+    """The tokenizer (with its chat template) from an embedded name, a local folder or a hub id,
+    and a fingerprint of it where one is known."""
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    path = Path(name).expanduser()
+    if name in EMBEDDED:
+        ref = resolve_model(name)
+        location, fingerprint = ref.path, f"{name}:{ref.revision}"
+    elif path.is_dir():
+        location, fingerprint = str(path.resolve()), _fingerprint_tokenizer(path)
+    elif name.count("/") == 1 and not name.startswith((".", "/", "~")):
+        location, fingerprint = name, None  # a hub id (online users)
+    else:
+        raise ModelError(
+            f"cannot find the tokenizer {name!r}: give the served model's tokenizer (--tokenizer) "
+            f"as a local folder, an embedded model ({', '.join(EMBEDDED)}) or a hub id")
+    try:
+        return AutoTokenizer.from_pretrained(location), fingerprint
+    except (OSError, ValueError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelError(f"cannot load the tokenizer {name!r}: {first}") from exc
+
+
+def _fingerprint_tokenizer(folder: Path) -> str | None:
+    digest, found = hashlib.sha256(), False
+    for name in _TOKENIZER_FILES:
+        file = folder / name
+        if file.is_file():
+            digest.update(name.encode() + b"\0" + file.read_bytes())
+            found = True
+    return "sha256:" + digest.hexdigest()[:16] if found else None
