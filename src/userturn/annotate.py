@@ -140,23 +140,9 @@ def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | N
 def _contexts(store: RunStore, keys: list[str]) -> dict[str, dict[str, str]]:
     """What the page may see of each sampled turn: query, answer, user turn; nothing else."""
     wanted = set(keys)
-    queries: dict[str, dict[str, str]] = {}
-    out: dict[str, dict[str, str]] = {}
-    for turn in store.user_turns():
-        if turn["key"] not in wanted:
-            continue
-        if turn["dataset"] not in queries:
-            queries[turn["dataset"]] = {item_id: _query(data["messages"]) for item_id, data
-                                        in store.items(turn["dataset"]).items()}
-        out[turn["key"]] = {"key": turn["key"], "user_turn": turn["text"] or "",
-                            "answer": turn["answer"] or "",
-                            "query": queries[turn["dataset"]].get(turn["item_id"], "")}
-    return out
-
-
-def _query(messages: list[dict[str, str]]) -> str:
-    users = [m["content"] for m in messages if m["role"] == "user"]
-    return users[-1] if users else ""
+    return {turn["key"]: {"key": turn["key"], "user_turn": turn["text"] or "",
+                          "answer": turn["answer"] or "", "query": turn["query"]}
+            for turn in store.user_turns() if turn["key"] in wanted}
 
 
 # -- the server ----------------------------------------------------------------------------------

@@ -46,9 +46,10 @@ class AccuracyComparison:
 
 def compare_runs(a: RunStore, b: RunStore, *, seed: int = 0) -> tuple[list[Comparison],
                                                                         list[AccuracyComparison]]:
-    _check_same_items(a, b)
-    pairs = _model_pairs(_models(a), _models(b))
-    turns_a, turns_b = _by_unit(a.user_turns(), pairs, 0), _by_unit(b.user_turns(), pairs, 1)
+    all_a, all_b = a.user_turns(), b.user_turns()  # read once: each call joins the whole run
+    _check_same_items(a, b, {t["dataset"] for t in all_a} & {t["dataset"] for t in all_b})
+    pairs = _model_pairs(_models(all_a), _models(all_b))
+    turns_a, turns_b = _by_unit(all_a, pairs, 0), _by_unit(all_b, pairs, 1)
     shared = sorted(set(turns_a) & set(turns_b))
     if not shared:
         raise StoreError("the two runs share no model pairing, dataset, perturbation and "
@@ -57,8 +58,8 @@ def compare_runs(a: RunStore, b: RunStore, *, seed: int = 0) -> tuple[list[Compa
     return comparisons, _compare_accuracy(a, b, pairs, seed)
 
 
-def _models(store: RunStore) -> list[str]:
-    return sorted({t["model"] for t in store.user_turns()})
+def _models(turns: Iterable[dict[str, Any]]) -> list[str]:
+    return sorted({t["model"] for t in turns})
 
 
 def _model_pairs(models_a: Sequence[str], models_b: Sequence[str]) -> list[tuple[str, str]]:
@@ -123,10 +124,9 @@ def _scores(store: RunStore, model: str) -> dict[str, dict[str, bool]]:
     return scores
 
 
-def _check_same_items(a: RunStore, b: RunStore) -> None:
+def _check_same_items(a: RunStore, b: RunStore, datasets: set[str]) -> None:
     """Items shared by id must be the same items: a paired difference on different questions
     that happen to share ids would be meaningless."""
-    datasets = {t["dataset"] for t in a.user_turns()} & {t["dataset"] for t in b.user_turns()}
     for dataset in sorted(datasets):
         items_a, items_b = a.items(dataset), b.items(dataset)
         for item_id in sorted(set(items_a) & set(items_b)):

@@ -17,18 +17,12 @@ COLUMNS = ("model", "dataset", "item_id", "context", "temperature", "sample_inde
 
 
 def user_turn_records(store: RunStore) -> list[dict[str, Any]]:
-    queries: dict[str, dict[str, str]] = {}
     records = []
     for turn in store.user_turns():
-        if turn["dataset"] not in queries:
-            queries[turn["dataset"]] = {
-                item_id: [m for m in data["messages"] if m["role"] == "user"][-1]["content"]
-                for item_id, data in store.items(turn["dataset"]).items()}
         records.append({
             **{k: turn[k] for k in ("model", "dataset", "item_id", "context", "temperature",
                                     "sample_index", "answer", "finish_reason", "error", "label",
-                                    "rationale", "label_source", "prompt", "key")},
-            "query": queries[turn["dataset"]].get(turn["item_id"]),
+                                    "rationale", "label_source", "prompt", "key", "query")},
             "answer_correct": None if turn["correct"] is None else bool(turn["correct"]),
             "user_turn": turn["text"], "raw_user_turn": turn["raw_text"],
         })

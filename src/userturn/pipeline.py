@@ -151,15 +151,14 @@ def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | 
     already labelled are not sent again. Labels are committed chunk by chunk. Returns the number
     of turns sent. The run's label sources become rules-then-judge (or the judge alone).
     """
-    rules = {t["key"]: t["label"] for t in store.user_turns("rules")}
+    rules = store.labels_by_source().get("rules", {})
     done = store.labelled_keys(judge.name, judge.version)
     turns = [t for t in store.user_turns(judge.name) if t["error"] is None
              and t["key"] not in done and (scope == "all" or rules.get(t["key"]) is None)]
     advance = (progress or _silent)(f"judge {judge.name}", len(turns))
-    queries: dict[str, dict[str, str]] = {}
     for start in range(0, len(turns), chunk):
         batch = turns[start:start + chunk]
-        cases = [_case(store, queries, turn, "") for turn in batch]
+        cases = [_case(turn, "") for turn in batch]
         labels = judge.classify_many(cases)
         store.put_labels([(t["key"], judge.version, label) for t, label in zip(batch, labels)])
         advance(len(batch))
@@ -168,12 +167,9 @@ def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | 
     return len(turns)
 
 
-def _case(store: RunStore, queries: dict[str, dict[str, str]], turn: Mapping[str, Any],
-          assistant_header: str) -> Case:
-    if turn["dataset"] not in queries:
-        queries[turn["dataset"]] = _queries(store, turn["dataset"])
-    return Case(queries[turn["dataset"]][turn["item_id"]], turn["answer"] or "", turn["text"],
-                turn["raw_text"], assistant_header)
+def _case(turn: Mapping[str, Any], assistant_header: str) -> Case:
+    return Case(turn["query"], turn["answer"] or "", turn["text"], turn["raw_text"],
+                assistant_header)
 
 
 def _silent(description: str, total: int) -> Callable[[int], None]:
@@ -322,11 +318,10 @@ def _classify_stage(store: RunStore, backends: Mapping[str, Backend]) -> None:
     done = store.labelled_keys(rules.name, rules.version)
     headers = {spec: _assistant_header(b) for spec, b in backends.items()}
     labels: list[tuple[str, str, Any]] = []
-    queries: dict[str, dict[str, str]] = {}
     for turn in store.user_turns(rules.name):
         if turn["key"] in done or turn["error"] is not None:
             continue
-        case = _case(store, queries, turn, headers.get(turn["model"], ""))
+        case = _case(turn, headers.get(turn["model"], ""))
         labels.append((turn["key"], rules.version, rules.classify(case)))
     store.put_labels(labels)
 
@@ -338,11 +333,6 @@ def _assistant_header(backend: Backend) -> str:
         return derive_markers(backend.template).assistant_header.strip()
     except TemplateError:
         return ""
-
-
-def _queries(store: RunStore, dataset: str) -> dict[str, str]:
-    return {item_id: [m for m in record["messages"] if m["role"] == "user"][-1]["content"]
-            for item_id, record in store.items(dataset).items()}
 
 
 def _item_record(item: Item) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from html import escape
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from . import plots
 from .perturb import EXPECTED
@@ -98,9 +98,7 @@ def build_report(store: RunStore, labels: Sequence[str] | None = None) -> Report
         store.label_sources())
     rows = summarize(store, sources)
     turns = sorted(store.user_turns(sources), key=_turn_order)
-    queries = _queries(store, {t["dataset"] for t in turns})
     for turn in turns:
-        turn["query"] = queries.get((turn["dataset"], turn["item_id"]))
         turn["status"] = status(turn)
     models = list(dict.fromkeys(store.meta().get("config", {}).get("models", [])))
     models += sorted({r.model for r in rows} - set(models))
@@ -125,15 +123,6 @@ def status(turn: dict[str, Any]) -> str:
 def _counted(turn: dict[str, Any]) -> bool:
     """Counts towards a follow-up rate, exactly as in ``summarize``."""
     return turn["error"] is None and (turn["label"] is not None or not turn["label_error"])
-
-
-def _queries(store: RunStore, datasets: Iterable[str]) -> dict[tuple[str, str], str]:
-    out = {}
-    for dataset in datasets:
-        for item_id, data in store.items(dataset).items():
-            users = [m["content"] for m in data.get("messages", []) if m["role"] == "user"]
-            out[(dataset, item_id)] = users[-1] if users else ""
-    return out
 
 
 def _all_labels(store: RunStore) -> dict[str, list[dict[str, Any]]]:

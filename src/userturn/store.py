@@ -116,6 +116,14 @@ class RunStore:
         rows = self.db.execute("SELECT item_id, data FROM items WHERE dataset = ?", (dataset,))
         return {r["item_id"]: json.loads(r["data"]) for r in rows}
 
+    def queries(self, dataset: str) -> dict[str, str]:
+        """item id -> the query (the last user message of the item's conversation)."""
+        out = {}
+        for item_id, record in self.items(dataset).items():
+            users = [m["content"] for m in record["messages"] if m["role"] == "user"]
+            out[item_id] = users[-1] if users else ""
+        return out
+
     # -- the plan -----------------------------------------------------------------------------
     def replace_plan(self, rows: Sequence[Mapping[str, Any]], *, role: str, model: str,
                      dataset: str) -> None:
@@ -216,8 +224,8 @@ class RunStore:
         return self.meta().get("label_sources", ["rules"])
 
     def user_turns(self, labels: str | Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """Every planned user turn joined with its generation, the answer it follows, that
-        answer's task score, and its label: the one table statistics and reports read.
+        """Every planned user turn joined with its generation, its query, the answer it follows,
+        that answer's task score, and its label: the one table statistics and reports read.
 
         ``labels`` names the label sources in priority order (default: the run's own); a turn
         takes the first non-empty label, and ``label_error`` keeps the first error (e.g. a
@@ -240,9 +248,11 @@ class RunStore:
         turns = [dict(r) for r in self.db.execute(query)]
         contexts = self._context_answers()
         found = self._labels(sources)
+        queries = {dataset: self.queries(dataset) for dataset in {t["dataset"] for t in turns}}
         for turn in turns:
             # The answer the user turn followed: the context's (perturbed or not) answer.
             turn["answer"] = contexts.get(turn["context"], turn["original_answer"])
+            turn["query"] = queries[turn["dataset"]].get(turn["item_id"], "")
             turn.update(label=None, rationale=None, label_error=None, label_source=None)
             for source in sources:
                 label = found.get((turn["key"], source))
