@@ -97,3 +97,17 @@ def test_compare_page_has_the_forest_plot_and_escapes_names(gsm_file, tmp_path, 
     comparisons, accuracy = compare_runs(RunStore.open(tmp_path / "a" / "run"),
                                          RunStore.open(tmp_path / "b" / "run"))
     assert "&lt;script&gt;" in comparison_html(comparisons, accuracy, ("<script>", "b"))
+
+
+def test_runs_with_a_human_baseline_pair_their_one_probed_model(tmp_path):
+    from test_dataset_runs import CONVERSATIONS
+
+    chats = tmp_path / "chats.json"
+    chats.write_text(json.dumps(CONVERSATIONS))
+    a = make_run(chats, tmp_path, "a", base, "fake/base", datasets=[f"conversations:{chats}"],
+                 skip_invalid=True)
+    b = make_run(chats, tmp_path, "b", trained, "fake/tuned", datasets=[f"conversations:{chats}"],
+                 skip_invalid=True)
+    assert "human" in {t["model"] for t in a.user_turns()}
+    comparisons, _ = compare_runs(a, b)
+    assert {(c.model_a, c.model_b) for c in comparisons} == {("fake/base", "fake/tuned")}

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .errors import StoreError
+from .records import HUMAN
 from .stats import Difference, McNemar, mcnemar_exact, paired_difference
 from .store import RunStore
 
@@ -59,7 +60,8 @@ def compare_runs(a: RunStore, b: RunStore, *, seed: int = 0) -> tuple[list[Compa
 
 
 def _models(turns: Iterable[dict[str, Any]]) -> list[str]:
-    return sorted({t["model"] for t in turns})
+    """The probed models; the data's own human turns are the same in both runs."""
+    return sorted({t["model"] for t in turns} - {HUMAN})
 
 
 def _model_pairs(models_a: Sequence[str], models_b: Sequence[str]) -> list[tuple[str, str]]:

@@ -24,12 +24,11 @@ from .data import Dataset, load_dataset
 from .errors import TemplateError
 from .judge import Judge, judge_from_spec
 from .perturb import Perturbation, parse_perturbations
-from .records import Case, Generation, GenerationParams, Item, Message, Request
+from .records import HUMAN, Case, Generation, GenerationParams, Item, Message, Request
 from .render import Prompt, render_assistant_turn, render_user_turn
 from .rules import RulesClassifier
 from .store import RunStore, generation_key
 
-HUMAN = "human"  # the pseudo-model whose user turns are the data's real next user turns
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 
 

@@ -18,6 +18,7 @@ LABELS: tuple[str, ...] = (
     "follow_up", "generic", "new_query", "restatement", "assistant_drift", "meta", "empty"
 )
 FinishReason = Literal["stop", "length", "error"]
+HUMAN = "human"  # the pseudo-model whose user turns are the data's real next user turns
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any, Mapping, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from .records import LABELS
+from .records import HUMAN, LABELS
 from .stats import Rate, clustered_rate
 from .store import RunStore
 
@@ -69,7 +69,7 @@ def summarize(store: RunStore, labels: Sequence[str] | None = None) -> list[Row]
             errors=len(group) - len(ok),
             accuracy=accuracy.get((model if answerer == "self" else answerer, dataset)),
             answerer=answerer, perturbation=perturbation,
-            similarity=_similarity(ok, real) if model != "human" else None,
+            similarity=_similarity(ok, real) if model != HUMAN else None,
         ))
     return rows
 
@@ -146,7 +146,7 @@ def print_summary(rows: list[Row], console: Console, *, assistant_failures: int 
         notes.append("undecided: turns the rules leave to an LLM judge; they count as not "
                      "follow-up, so the rate is a lower bound until judged (userturn judge RUN "
                      "--judge SPEC)")
-    if any(row.model == "human" for row in rows):
+    if any(row.model == HUMAN for row in rows):
         notes.append("human: the data's real next user turns, labelled the same way (the "
                      "reference the models' rates are read against); vs real turn: word-overlap "
                      "F1 of the generated turns with the real one")
