@@ -298,3 +298,17 @@ def test_joint_table_empty_stratum_and_mixed_items():
     assert (table["items_correct"], table["items_wrong"], table["items_mixed"]) == (2, 1, 1)
     empty = joint_table([("x", True, True)])
     assert empty["wrong"].n == 0 and math.isnan(empty["wrong"].value)
+
+
+def test_direction_and_single_sample_mcnemar():
+    from userturn.stats import direction, paired_difference, single_sample_mcnemar
+
+    up = paired_difference([(i, False) for i in range(10)], [(i, i < 8) for i in range(10)])
+    assert direction(up) == "expected" and direction(up, "down") == "opposite"
+    unclear = paired_difference([(i, i == 0) for i in range(10)], [(i, i == 1) for i in range(10)])
+    assert direction(unclear) == "none"  # equal rates
+    flat = paired_difference([(i, False) for i in range(4)], [(i, i == 0) for i in range(4)])
+    assert direction(flat) == "expected_ns"
+    greedy = single_sample_mcnemar([(i, False) for i in range(10)], [(i, i < 8) for i in range(10)])
+    assert greedy is not None and (greedy.b01, greedy.b10) == (8, 0)
+    assert single_sample_mcnemar([("a", True), ("a", False)], [("a", True)]) is None

@@ -18,8 +18,10 @@ from rich.table import Table
 
 from .errors import StoreError
 from .records import HUMAN
-from .stats import Difference, McNemar, mcnemar_exact, paired_difference
+from .stats import Difference, McNemar, direction, mcnemar_exact, paired_difference
+from .stats import single_sample_mcnemar
 from .store import RunStore
+from .summary import counts_toward_rate
 
 Unit = tuple[str, str, str, str, float]  # model pairing, dataset, answerer, perturbation, T
 
@@ -80,7 +82,7 @@ def _by_unit(turns: Iterable[dict[str, Any]], pairs: Sequence[tuple[str, str]],
              for pair in pairs}
     units: dict[Unit, list[dict[str, Any]]] = defaultdict(list)
     for turn in turns:
-        if turn["model"] in names and turn["error"] is None:
+        if turn["model"] in names and counts_toward_rate(turn):
             unit = (names[turn["model"]], turn["dataset"], turn["answerer"],
                     turn["perturbation"], turn["temperature"])
             units[unit].append(turn)
@@ -93,15 +95,9 @@ def _compare_unit(unit: Unit, a: list[dict[str, Any]], b: list[dict[str, Any]],
     model_a, _, model_b = pairing.partition(" → ")
     hits_a = [(t["item_id"], t["label"] == "follow_up") for t in a]
     hits_b = [(t["item_id"], t["label"] == "follow_up") for t in b]
-    test = None
-    if _one_per_item(a) and _one_per_item(b):
-        test = mcnemar_exact(dict(hits_a), dict(hits_b))
     return Comparison(model_a, model_b or model_a, dataset, answerer, perturbation, temperature,
-                      paired_difference(hits_a, hits_b, seed=seed), test)
-
-
-def _one_per_item(turns: Sequence[dict[str, Any]]) -> bool:
-    return len({t["item_id"] for t in turns}) == len(turns)
+                      paired_difference(hits_a, hits_b, seed=seed),
+                      single_sample_mcnemar(hits_a, hits_b))
 
 
 def _compare_accuracy(a: RunStore, b: RunStore, pairs: Sequence[tuple[str, str]],
@@ -210,7 +206,7 @@ def comparison_html(comparisons: Sequence[Comparison], accuracy: Sequence[Accura
             f" · answerer {c.answerer}" if c.answerer != "self" else ""),
         name=f"{c.perturbation} · {'greedy' if c.temperature <= 0 else f'T = {c.temperature:g}'}",
         delta=c.follow_up.delta, low=c.follow_up.low, high=c.follow_up.high,
-        verdict=_verdict(c.follow_up), note=_delta(c.follow_up)) for c in comparisons]
+        verdict=direction(c.follow_up), note=_delta(c.follow_up)) for c in comparisons]
     forest = plots.forest(rows, x_label="B minus A, follow-up rate (percentage points)",
                           legend=COMPARE_LEGEND) if rows else ""
     header = ("A", "B", "dataset", "answerer", "perturbation", "T", "items", "A rate", "B rate",
@@ -227,14 +223,6 @@ def comparison_html(comparisons: Sequence[Comparison], accuracy: Sequence[Accura
                        table=_html_table(header, body),
                        accuracy=_html_table(("A", "B", "dataset", "items", "A", "B",
                                              "difference [95% CI]", "McNemar p"), acc_body))
-
-
-def _verdict(d: Difference) -> str:
-    if d.delta != d.delta or d.delta == 0:
-        return "none"
-    significant = d.low > 0 or d.high < 0
-    return ("expected" if significant else "expected_ns") if d.delta > 0 else (
-        "opposite" if significant else "opposite_ns")
 
 
 def _html_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -27,10 +27,10 @@ from typing import Any, Sequence
 from . import plots
 from .perturb import EXPECTED
 from .records import LABELS
-from .stats import Correlation, Difference, McNemar, Rate, joint_table, mcnemar_exact
-from .stats import paired_difference, rank_correlation
+from .stats import Correlation, Difference, McNemar, Rate, direction, joint_table
+from .stats import paired_difference, rank_correlation, single_sample_mcnemar
 from .store import RunStore
-from .summary import Row, assistant_errors, summarize
+from .summary import Row, assistant_errors, counts_toward_rate, summarize
 
 STATUSES = ("undecided", "invalid", "failed")  # turns without a label, in plot 3 and the browser
 CATEGORIES = [(label, label.replace("_", " ")) for label in LABELS] + [
@@ -52,12 +52,7 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        d = self.diff
-        if d.items == 0 or not math.isfinite(d.delta) or d.delta == 0:
-            return "none"
-        sign = 1 if self.expected == "up" else -1
-        towards, clear = d.delta * sign > 0, d.low > 0 or d.high < 0
-        return ("expected" if towards else "opposite") + ("" if clear else "_ns")
+        return direction(self.diff, self.expected)
 
 
 @dataclass(frozen=True)
@@ -120,11 +115,6 @@ def status(turn: dict[str, Any]) -> str:
     return turn["label"] or ("invalid" if turn["label_error"] else "undecided")
 
 
-def _counted(turn: dict[str, Any]) -> bool:
-    """Counts towards a follow-up rate, exactly as in ``summarize``."""
-    return turn["error"] is None and (turn["label"] is not None or not turn["label_error"])
-
-
 def _all_labels(store: RunStore) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in store.db.execute("SELECT key, source, version, label, rationale, error FROM labels "
@@ -136,7 +126,7 @@ def _all_labels(store: RunStore) -> dict[str, list[dict[str, Any]]]:
 def _comparisons(turns: list[dict[str, Any]]) -> list[Comparison]:
     groups: dict[tuple, list[tuple[str, bool]]] = defaultdict(list)
     for t in turns:
-        if _counted(t):
+        if counts_toward_rate(t):
             groups[(t["model"], t["answerer"], t["dataset"], t["temperature"],
                     t["perturbation"])].append((t["item_id"], t["label"] == "follow_up"))
     out = []
@@ -146,16 +136,10 @@ def _comparisons(turns: list[dict[str, Any]]) -> list[Comparison]:
             continue
         out.append(Comparison(model, answerer, dataset, spec, temperature,
                               paired_difference(before, after),
-                              EXPECTED.get(spec.split(":")[0], "up"), _mcnemar(before, after)))
+                              EXPECTED.get(spec.split(":")[0], "up"),
+                              single_sample_mcnemar(before, after)))
     return sorted(out, key=lambda c: (c.model, c.answerer, c.dataset, c.perturbation,
                                       c.temperature))
-
-
-def _mcnemar(before: list[tuple[str, bool]], after: list[tuple[str, bool]]) -> McNemar | None:
-    a, b = dict(before), dict(after)
-    if len(a) != len(before) or len(b) != len(after):
-        return None  # several samples per item: paired_difference only
-    return mcnemar_exact(a, b)
 
 
 def _panels(rows: list[Row]) -> list[Panel]:
@@ -173,7 +157,7 @@ def _panels(rows: list[Row]) -> list[Panel]:
 def _joints(turns: list[dict[str, Any]]) -> list[tuple[tuple[str, str, str, float], dict]]:
     groups: dict[tuple[str, str, str, float], list[tuple[str, bool, bool]]] = defaultdict(list)
     for t in turns:
-        if t["perturbation"] == "none" and t["correct"] is not None and _counted(t):
+        if t["perturbation"] == "none" and t["correct"] is not None and counts_toward_rate(t):
             groups[(t["model"], t["answerer"], t["dataset"], t["temperature"])].append(
                 (t["item_id"], bool(t["correct"]), t["label"] == "follow_up"))
     return [(key, joint_table(triples)) for key, triples in sorted(groups.items())]

@@ -339,3 +339,23 @@ def joint_table(pairs: Iterable[tuple[Hashable, bool, bool]], *, resamples: int 
         "items_mixed": len(items_right & items_wrong),
         "counts": counts,
     }
+
+
+def direction(d: Difference, expected: str = "up") -> str:
+    """Where a paired difference went relative to the expected direction ("up" or "down"):
+    expected / opposite, with ``_ns`` when the interval includes 0; "none" for no change."""
+    if d.items == 0 or not math.isfinite(d.delta) or d.delta == 0:
+        return "none"
+    towards = d.delta * (1 if expected == "up" else -1) > 0
+    clear = d.low > 0 or d.high < 0
+    return ("expected" if towards else "opposite") + ("" if clear else "_ns")
+
+
+def single_sample_mcnemar(a: Sequence[tuple[Hashable, bool]],
+                          b: Sequence[tuple[Hashable, bool]]) -> McNemar | None:
+    """McNemar's exact test when each item has one outcome per side (greedy decoding); None
+    when an item has several samples (then only the paired bootstrap applies)."""
+    first, second = dict(a), dict(b)
+    if len(first) != len(a) or len(second) != len(b):
+        return None
+    return mcnemar_exact(first, second)

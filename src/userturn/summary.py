@@ -41,6 +41,13 @@ class Row:
     similarity: float | None = None
 
 
+def counts_toward_rate(turn: Mapping[str, Any]) -> bool:
+    """Whether a user turn is in the denominator of a follow-up rate: every generated turn a
+    labeller could look at. An undecided turn has not been judged a follow-up (so a rate is a
+    lower bound until a judge labels it); failed generations and invalid verdicts are out."""
+    return turn["error"] is None and (turn["label"] is not None or not turn["label_error"])
+
+
 def summarize(store: RunStore, labels: Sequence[str] | None = None) -> list[Row]:
     """One row per model, answerer, dataset, perturbation and temperature; ``labels``: label
     sources in priority order (default: the run's own)."""
@@ -56,9 +63,7 @@ def summarize(store: RunStore, labels: Sequence[str] | None = None) -> list[Row]
             groups.items(), key=lambda kv: (*kv[0][:3], kv[0][3] != "none", *kv[0][3:])):
         ok = [t for t in group if t["error"] is None]
         labelled = [t for t in ok if t["label"] is not None]
-        # The rate is over every turn a labeller could look at: an undecided turn has not been
-        # judged a follow-up (a lower bound until a judge labels it); invalid verdicts are out.
-        counted = [t for t in ok if t["label"] is not None or not t["label_error"]]
+        counted = [t for t in group if counts_toward_rate(t)]
         rows.append(Row(
             model=model, dataset=dataset, temperature=temperature,
             items=len({t["item_id"] for t in group}), turns=len(group),
