@@ -13,6 +13,7 @@ from ..errors import ModelError
 from ..models import ModelRef
 from ..records import Generation, GenerationParams, Request
 from ..render import ChatTemplate, prompt_token_ids
+from .turns import as_list, finish_turn, specials_longest_first, split_stops
 
 
 class TransformersBackend:
@@ -38,7 +39,7 @@ class TransformersBackend:
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.template = ChatTemplate.from_tokenizer(self.tokenizer, ref.spec)
-        self._special = sorted(self.tokenizer.all_special_tokens, key=len, reverse=True)
+        self._special = specials_longest_first(self.tokenizer.all_special_tokens)
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
@@ -84,43 +85,19 @@ class TransformersBackend:
                 for tokens, ids in zip(new_tokens, encoded)]
 
     def _split_stops(self, stop: tuple[str, ...]) -> tuple[list[int], list[str]]:
-        """Single-token stops become EOS ids (cheap); longer ones are matched as text."""
-        ids = {i for i in _as_list(self.model.generation_config.eos_token_id)}
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        strings = []
-        for marker in stop:
-            tokens = self.tokenizer(marker, add_special_tokens=False)["input_ids"]
-            if len(tokens) == 1:
-                ids.add(tokens[0])
-            else:
-                strings.append(marker)
-        return sorted(ids), strings
+        eos = [*as_list(self.model.generation_config.eos_token_id), self.tokenizer.eos_token_id]
+        return split_stops(stop, self._encode, eos)
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def _finish(self, tokens: list[int], prompt_tokens: int, stop: tuple[str, ...],
                 stop_ids: set[int]) -> Generation:
-        end = next((i + 1 for i, t in enumerate(tokens) if t in stop_ids), len(tokens))
-        tokens = tokens[:end]
-        while tokens and tokens[-1] == self.tokenizer.pad_token_id and tokens[-1] not in stop_ids:
-            tokens.pop()  # padding after a row stopped on a stop string
-        raw = self.tokenizer.decode(tokens, skip_special_tokens=False)
-        hits = [(raw.find(m), m) for m in stop if m in raw]
-        if hits:
-            position, marker = min(hits)
-            raw, visible, reason = raw[:position + len(marker)], raw[:position], "stop"
-        elif tokens and tokens[-1] in stop_ids:
-            visible, reason = self.tokenizer.decode(tokens[:-1], skip_special_tokens=False), "stop"
-        else:
-            visible, reason = raw, "length"
-        for special in self._special:
-            visible = visible.replace(special, "")
-        return Generation(visible.strip(), raw, reason, prompt_tokens, len(tokens))
+        return finish_turn(tokens, prompt_tokens, stop, stop_ids, self._decode, self._special,
+                           self.tokenizer.pad_token_id)
 
-
-def _as_list(value: Any) -> list[int]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+    def _decode(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=False)
 
 
 class _SeededSampler:
