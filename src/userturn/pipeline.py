@@ -49,12 +49,16 @@ class Job:
 
 
 def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = None,
-                   progress: Progress | None = None) -> RunStore:
-    """Run (or resume) an experiment into ``exp.output`` and return its open store."""
+                   progress: Progress | None = None,
+                   datasets: Sequence[Dataset] | None = None) -> RunStore:
+    """Run (or resume) an experiment into ``exp.output`` and return its open store.
+
+    ``datasets`` replaces loading ``exp.datasets`` (training draws its items from a split)."""
     progress = progress or _silent
-    datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed, fields=exp.fields,
-                             skip_invalid=exp.skip_invalid, context_turns=exp.context_turns)
-                for spec in exp.datasets]
+    if datasets is None:
+        datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed, fields=exp.fields,
+                                 skip_invalid=exp.skip_invalid, context_turns=exp.context_turns)
+                    for spec in exp.datasets]
     perturbations = parse_perturbations(exp.perturbations)
     answer_models = _answer_models(exp)
     if backends is None:
