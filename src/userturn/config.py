@@ -51,6 +51,12 @@ class Experiment(BaseModel):
     prompt_as: Literal["tokens", "text"] = Field(
         default="tokens", description="openai/MODEL models: send the rendered prompt as token "
         "ids (vLLM, SGLang, llama.cpp) or as text (transformers serve)")
+    thinking: Literal["drop", "keep"] = Field(
+        default="drop", description="the assistant answer's thinking in the user-turn prompt: "
+        "drop (as the template drops it from history) or keep (shown before the answer)")
+    enable_thinking: list[bool] | None = Field(
+        default=None, description="Qwen3-style templates: probe each model with thinking on "
+        "and/or off, each a model of its own, e.g. MODEL[thinking=on]; unset: template default")
     judge: str | None = Field(default=None, description="e.g. openai/gpt-5.4-mini; key from "
                               "OPENAI_API_KEY, never from this file")
     judge_scope: Literal["undecided", "all"] = Field(
@@ -78,6 +84,19 @@ class Experiment(BaseModel):
         if any(t < 0 for t in values):
             raise ValueError("temperatures must be >= 0 (0 means greedy)")
         return sorted(set(values))
+
+    @field_validator("enable_thinking", mode="before")
+    @classmethod
+    def _enable_thinking(cls, value: Any) -> Any:
+        return [value] if isinstance(value, bool) else value  # one value: a list of one
+
+    @field_validator("enable_thinking")
+    @classmethod
+    def _enable_thinking_values(cls, values: list[bool] | None) -> list[bool] | None:
+        if values is not None and (not values or len(set(values)) != len(values)):
+            raise ValueError("enable_thinking takes true, false or both, each once (leave it "
+                             "out for the template default)")
+        return values
 
     @field_validator("perturbations")
     @classmethod

@@ -14,20 +14,21 @@ import hashlib
 import json
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from . import __version__
 from .backends import Backend, load_backend
 from .config import Experiment
 from .data import Dataset, load_dataset
-from .errors import TemplateError
+from .errors import ConfigError, TemplateError
 from .judge import Judge, judge_from_spec
 from .perturb import Perturbation, parse_perturbations
 from .records import HUMAN, Case, Generation, GenerationParams, Item, Message, Request
-from .render import Prompt, render_assistant_turn, render_user_turn
+from .render import ChatTemplate, Prompt, render_assistant_turn, render_user_turn
 from .rules import RulesClassifier
 from .store import RunStore, generation_key
+from .thinking import prompt_opens_thinking, split_thinking, thinking_format
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 
@@ -60,13 +61,14 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
                                  skip_invalid=exp.skip_invalid, context_turns=exp.context_turns)
                     for spec in exp.datasets]
     perturbations = parse_perturbations(exp.perturbations)
-    answer_models = _answer_models(exp)
     if backends is None:
         backends = {spec: load_backend(spec, batch_size=exp.batch_size, base_url=exp.base_url,
                                        tokenizer=exp.tokenizer, prompt_as=exp.prompt_as)
-                    for spec in dict.fromkeys([*exp.models, *answer_models])}
+                    for spec in dict.fromkeys([*exp.models, *_answer_models(exp, exp.models)])}
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)
+    backends, probers = _thinking_variants(backends, datasets[0].items[0], exp)
+    answer_models = _answer_models(exp, probers)
     judge = _judge(exp)
     store = RunStore.create(exp.output)
     store.set_meta({"config": exp.model_dump(mode="json"), "versions": _versions(),
@@ -80,18 +82,71 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
         answers = {spec: _assistant_stage(store, backends[spec], dataset, exp, progress)
                    for spec in answer_models}
         references = _reference_answers(dataset)
-        for spec in exp.models:
+        for spec in probers:
             sets = {answerer: answers[spec] if answerer == "self" else
                     references if answerer == "reference" else
                     _data_answers(dataset) if answerer == "data" else answers[answerer]
                     for answerer in exp.answerers}
             _user_stage(store, backends[spec], dataset, sets, perturbations, exp, progress)
-        _human_stage(store, dataset, answers.get(exp.models[0], {}))
+        _human_stage(store, dataset, answers.get(probers[0], {}))
     _classify_stage(store, backends)
     if judge is not None:
         judge_turns(store, judge, exp.judge_scope, progress)
     store.set_meta({"finished": time.time()})
     return store
+
+
+class ThinkingVariant:
+    """A probed model with ``enable_thinking`` fixed: a model of its own in the plan, the report
+    and compare (``MODEL[thinking=on]``); generation is the base backend's."""
+
+    def __init__(self, base: Backend, enable: bool) -> None:
+        self.base, self.enable = base, enable
+        self.spec = variant_spec(base.spec, enable)
+        self.template: ChatTemplate = replace(
+            base.template, variables={**base.template.variables, "enable_thinking": enable})
+        self.revision, self.chunk_size = base.revision, base.chunk_size
+
+    def complete(self, requests: Sequence[Request]) -> list[Generation]:
+        return self.base.complete(requests)
+
+
+def variant_spec(spec: str, enable: bool) -> str:
+    return f"{spec}[thinking={'on' if enable else 'off'}]"
+
+
+def _thinking_variants(backends: Mapping[str, Backend], item: Item, exp: Experiment
+                       ) -> tuple[dict[str, Backend], list[str]]:
+    """The backends with each prober split into its enable_thinking variants, and the probers.
+
+    A template that ignores enable_thinking would give variants that differ in name only: that is
+    refused up front rather than reported as two identical models."""
+    if exp.enable_thinking is None:
+        return dict(backends), list(exp.models)
+    out = {spec: b for spec, b in backends.items() if spec not in exp.models
+           or spec in exp.answerers}
+    probers = []
+    for spec in exp.models:
+        on, off = ThinkingVariant(backends[spec], True), ThinkingVariant(backends[spec], False)
+        if _probe_prompts(on, item, exp) == _probe_prompts(off, item, exp):
+            raise ConfigError(
+                f"enable_thinking has no effect on the chat template of {spec}: thinking on and "
+                "off render the same prompts; leave enable_thinking out for this model")
+        for enable in exp.enable_thinking:
+            variant = on if enable else off
+            out[variant.spec] = variant
+            probers.append(variant.spec)
+    return out, probers
+
+
+def _probe_prompts(backend: Backend, item: Item, exp: Experiment) -> tuple[str, ...]:
+    """The prompts a prober is given for one item: its answer prompt (if it answers itself) and
+    the user-turn prompt."""
+    messages = _conversation(item, exp)
+    user = render_user_turn(backend.template, [*messages, {"role": "assistant", "content": "42"}])
+    if "self" not in exp.answerers:
+        return (user.text,)
+    return (render_assistant_turn(backend.template, messages).text, user.text)
 
 
 def _human_stage(store: RunStore, dataset: Dataset,
@@ -118,10 +173,10 @@ def _human_stage(store: RunStore, dataset: Dataset,
     _replan(store, "user", HUMAN, dataset.name, jobs)
 
 
-def _answer_models(exp: Experiment) -> list[str]:
+def _answer_models(exp: Experiment, probers: Sequence[str]) -> list[str]:
     """Models whose greedy answers the probe needs: the probers' own (answerer ``self``) and
     every other model named as an answerer."""
-    own = exp.models if "self" in exp.answerers else []
+    own = probers if "self" in exp.answerers else []
     others = [a for a in exp.answerers if a not in ("self", "reference", "data")]
     return list(dict.fromkeys([*own, *others]))
 
@@ -171,8 +226,12 @@ def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | 
 
 
 def _case(turn: Mapping[str, Any], assistant_header: str) -> Case:
-    return Case(turn["query"], turn["answer"] or "", turn["text"], turn["raw_text"],
-                assistant_header)
+    # Classifiers see the visible text only: where thinking was split off, the raw text (which
+    # still holds it) is replaced by the visible text.
+    thinking = turn.get("thinking")
+    raw = turn["raw_text"] if thinking is None else turn["text"]
+    return Case(turn["query"], turn["answer"] or "", turn["text"], raw, assistant_header,
+                thinking or "")
 
 
 def _silent(description: str, total: int) -> Callable[[int], None]:
@@ -226,24 +285,37 @@ def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
     original context and each perturbed one, at every temperature and sample."""
     jobs: list[Job] = []
     contexts: list[tuple[str, str, str]] = []
+    thoughts = _answer_thinking(store, answer_sets) if exp.thinking == "keep" else {}
     for answerer, answers in answer_sets.items():
         texts = {item_id: text for item_id, (_, text) in answers.items()}
         for item in dataset.items:
             if item.id not in answers:
                 continue  # the assistant turn failed: counted as an error, retried on re-run
             assistant_key, answer = answers[item.id]
+            # keep: the original answer's thinking stays in every context of that answer, so a
+            # perturbation changes the visible answer only.
+            thought = thoughts.get(assistant_key) if assistant_key else None
             for spec, shown in _variants(answer, item.id, texts, perturbations):
+                policy = "|keep" if thought else ""
                 context = hashlib.sha256(
-                    f"{assistant_key}|{answerer}|{spec}|{shown}".encode()).hexdigest()[:16]
+                    f"{assistant_key}|{answerer}|{spec}|{shown}{policy}".encode()).hexdigest()[:16]
                 contexts.append((context, spec, shown))
                 messages = [*_conversation(item, exp), {"role": "assistant", "content": shown}]
-                prompt = render_user_turn(backend.template, messages)
+                prompt = render_user_turn(backend.template, messages, thinking=thought)
                 jobs.extend(_user_jobs(backend, dataset, item, prompt, context, assistant_key,
                                        answerer, spec, exp))
     store.put_contexts(contexts)
     _replan(store, "user", backend.spec, dataset.name, jobs)
     _generate(store, backend, "user", jobs, progress,
               f"{backend.spec} · {dataset.name} · user turns")
+
+
+def _answer_thinking(store: RunStore, answer_sets: Mapping[str, Mapping[str, tuple[str | None, str]]]
+                     ) -> dict[str, str]:
+    """assistant generation key -> its thinking, for the answers that have one."""
+    keys = sorted({key for answers in answer_sets.values() for key, _ in answers.values() if key})
+    rows = store.generations(keys)
+    return {key: row["thinking"] for key, row in rows.items() if row["thinking"]}
 
 
 def _variants(answer: str, item_id: str, texts: Mapping[str, str],
@@ -267,7 +339,7 @@ def _user_jobs(backend: Backend, dataset: Dataset, item: Item, prompt: Prompt, c
             seed = _sample_seed(exp.seed, backend.spec, dataset.name, item.id, context,
                                 temperature, sample) if temperature > 0 else 0
             request = Request(prompt.text, params, prompt.stop, seed)
-            key = _key("user", backend, prompt, request, sample)
+            key = _key("user", backend, prompt, request, sample, exp.thinking)
             jobs.append(Job(key, request, sample, dataset.name, item.id, context, temperature,
                             assistant_key, answerer, perturbation))
     return jobs
@@ -280,9 +352,10 @@ def _sample_seed(run_seed: int, *parts: Any) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
 
 
-def _key(role: str, backend: Backend, prompt: Prompt, request: Request, sample: int) -> str:
+def _key(role: str, backend: Backend, prompt: Prompt, request: Request, sample: int,
+         thinking: str = "drop") -> str:
     return generation_key(role, backend.spec, backend.revision, prompt.template_hash, request,
-                          sample)
+                          sample, thinking)
 
 
 def _replan(store: RunStore, role: str, model: str, dataset: str, jobs: Sequence[Job]) -> None:
@@ -306,13 +379,32 @@ def _generate(store: RunStore, backend: Backend, role: str, jobs: Sequence[Job],
     advance(len(jobs) - len(missing))
     for start in range(0, len(missing), backend.chunk_size):
         chunk = missing[start:start + backend.chunk_size]
-        generations = backend.complete([job.request for job in chunk])
+        fmt = thinking_format(backend.template.source)
+        generations = [_split(generation, job.request, fmt) for job, generation in
+                       zip(chunk, backend.complete([job.request for job in chunk]))]
         store.put_generations([
             (job.key, role, backend.spec, backend.revision, backend.template.hash, job.request,
              job.sample_index, generation) for job, generation in zip(chunk, generations)])
         advance(len(chunk))
     rows = store.generations(keys)
     return {job.key: {**dict(rows[job.key]), "item_id": job.item_id} for job in jobs}
+
+
+def _split(generation: Generation, request: Request, fmt: str) -> Generation:
+    """Thinking out of the generated text, once for every backend: ``text`` becomes the visible
+    part (what is scored, shown and labelled), ``thinking`` is kept apart, ``raw_text`` as is."""
+    if generation.error is not None:
+        return generation
+    body = generation.raw_text or generation.text
+    for marker in request.stop:
+        if marker and body.endswith(marker):
+            body = body[:-len(marker)]
+            break
+    thinking, visible = split_thinking(body, fmt,  # type: ignore[arg-type]
+                                       opened=prompt_opens_thinking(request.prompt))
+    if thinking is None and visible == body.strip():
+        return generation  # nothing to split: the backend's own text stands
+    return replace(generation, text=visible, thinking=thinking)
 
 
 def _classify_stage(store: RunStore, backends: Mapping[str, Backend]) -> None:
@@ -344,7 +436,9 @@ def _item_record(item: Item) -> dict[str, Any]:
 
 
 def _model_meta(backends: Mapping[str, Backend]) -> dict[str, Any]:
-    return {spec: {"revision": b.revision, "template_hash": b.template.hash}
+    return {spec: {"revision": b.revision, "template_hash": b.template.hash,
+                   **({"template_variables": dict(b.template.variables)}
+                      if b.template.variables else {})}
             for spec, b in backends.items()}
 
 

@@ -71,13 +71,16 @@ class Generation:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     error: str | None = None
+    # A reasoning model's thinking, split out of the raw text by the pipeline (``text`` is then
+    # the visible part only). None: the turn has no thinking; "": an empty thinking block.
+    thinking: str | None = None
 
 
 @dataclass(frozen=True)
 class Case:
     """What a classifier sees: the query, the assistant's answer and the generated user turn.
 
-    ``raw_user_turn`` keeps special tokens; ``assistant_header`` is the template's assistant role
+    ``raw_user_turn`` keeps special tokens (thinking removed); ``assistant_header`` is the template's assistant role
     header (for example ``<|im_start|>assistant``), whose appearance means the model spoke as the
     assistant.
     """
@@ -87,6 +90,9 @@ class Case:
     user_turn: str
     raw_user_turn: str = ""
     assistant_header: str = ""
+    # The turn's thinking, kept apart: classifiers label the visible ``user_turn`` only, and a
+    # turn that is thinking only is ``empty``.
+    thinking: str = ""
 
 
 @dataclass(frozen=True)

@@ -10,15 +10,18 @@ differ between families and often differ from ``eos_token``.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from .errors import TemplateError
 from .records import Message
+from .thinking import thinking_block, thinking_format
 
 # Plain ASCII letters and digits: survives trim, escaping and every template we know unchanged.
 SENTINELS = ("qZ7userturnSentinelA", "qZ7userturnSentinelB", "qZ7userturnSentinelC")
+THINKING_SENTINEL = "qZ7userturnSentinelT"
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
@@ -35,7 +38,12 @@ class ChatTemplate:
 
     @property
     def hash(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+        # Variables change the render (enable_thinking), so they are part of the hash; a template
+        # without variables keeps the hash of its source alone, as stores written before had it.
+        text = self.source
+        if self.variables:
+            text += json.dumps(dict(self.variables), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @classmethod
     def from_tokenizer(cls, tokenizer: Any, model: str, **variables: Any) -> ChatTemplate:
@@ -205,14 +213,21 @@ def render_assistant_turn(template: ChatTemplate, messages: Sequence[Message]) -
     return Prompt(text, markers.assistant_stop, template.hash, markers.assistant_header, merged)
 
 
-def render_user_turn(template: ChatTemplate, messages: Sequence[Message]) -> Prompt:
+def render_user_turn(template: ChatTemplate, messages: Sequence[Message],
+                     thinking: str | None = None) -> Prompt:
     """The probe's prompt: ``[system?, user, assistant]`` rendered, then an OPEN user turn.
+
+    ``thinking`` (the policy ``keep``): the assistant answer's thinking, written into the history
+    before the answer in the model's own format, where the template would drop it. None or ""
+    leaves the history as the template renders it (the policy ``drop``).
 
     Raises TemplateError naming the model when the template cannot open a user turn, when the
     previous assistant turn is not closed, or when an assistant header would follow.
     """
     if not messages or messages[-1]["role"] != "assistant":
         raise TemplateError("the probe needs a conversation ending in an assistant message")
+    if thinking and thinking.strip():
+        return _with_kept_thinking(template, messages, thinking.strip())
     markers = derive_markers(template)
     sentinel = SENTINELS[2]
     conversation = [*messages, {"role": "user", "content": sentinel}]
@@ -230,6 +245,25 @@ def render_user_turn(template: ChatTemplate, messages: Sequence[Message]) -> Pro
         prefix, merged = rendered[: rendered.index(sentinel)], True
     _check_open_user_turn(template.model, prefix, messages[-1]["content"], markers)
     return Prompt(prefix, markers.user_stop, template.hash, markers.assistant_header, merged)
+
+
+def _with_kept_thinking(template: ChatTemplate, messages: Sequence[Message],
+                        thinking: str) -> Prompt:
+    """Render with a sentinel in front of the answer, then put the thinking where it stands:
+    templates strip thinking from history, so it cannot be passed through them."""
+    answer = messages[-1]
+    # The answer's own think block (if the caller left one in) is replaced by ``thinking``.
+    marked = [*messages[:-1],
+              {**answer, "content": THINKING_SENTINEL + visible_text(answer["content"])}]
+    prompt = render_user_turn(template, marked)
+    before, marker = thinking_block(thinking_format(template.source), thinking)
+    at = prompt.text.find(THINKING_SENTINEL)
+    if prompt.text.count(THINKING_SENTINEL) != 1 or not prompt.text[:at].endswith(marker):
+        raise TemplateError(f"chat template of {template.model}: cannot keep the thinking in the "
+                            "history (the answer is not rendered where the thinking would go)")
+    text = prompt.text[:at - len(marker)] + before + prompt.text[at + len(THINKING_SENTINEL):]
+    return Prompt(text, prompt.stop, prompt.template_hash, prompt.assistant_header,
+                  prompt.system_merged)
 
 
 def _system_moved_into_open_turn(prefix: str, messages: Sequence[Message],

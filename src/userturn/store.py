@@ -34,7 +34,7 @@ CREATE TABLE IF NOT EXISTS generations (
   sample_index INTEGER NOT NULL, seed INTEGER NOT NULL,
   text TEXT NOT NULL, raw_text TEXT NOT NULL, finish_reason TEXT NOT NULL,
   prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, error TEXT,
-  created REAL NOT NULL);
+  created REAL NOT NULL, thinking TEXT);
 CREATE TABLE IF NOT EXISTS plan (
   key TEXT PRIMARY KEY, role TEXT NOT NULL, model TEXT NOT NULL, dataset TEXT NOT NULL,
   item_id TEXT NOT NULL, context TEXT NOT NULL, temperature REAL NOT NULL,
@@ -52,12 +52,14 @@ CREATE TABLE IF NOT EXISTS labels (
 
 
 def generation_key(role: str, model: str, revision: str, template_hash: str, request: Request,
-                   sample_index: int) -> str:
+                   sample_index: int, thinking: str = "drop") -> str:
     payload = {
         "role": role, "model": model, "revision": revision, "template": template_hash,
         "prompt": request.prompt, "params": asdict(request.params), "stop": list(request.stop),
         "sample_index": sample_index, "seed": request.seed,
     }
+    if thinking != "drop":  # the default is left out: keys of runs before the policy stay valid
+        payload["thinking"] = thinking
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -74,14 +76,15 @@ class RunStore:
 
     def _migrate(self) -> None:
         """Bring a store written by an earlier userturn up to this schema (columns only added)."""
-        added = (("plan", "answerer", "'self'"), ("plan", "perturbation", "'none'"),
-                 ("scores", "details", "'{}'"))
+        added = (("plan", "answerer", "TEXT NOT NULL DEFAULT 'self'"),
+                 ("plan", "perturbation", "TEXT NOT NULL DEFAULT 'none'"),
+                 ("scores", "details", "TEXT NOT NULL DEFAULT '{}'"),
+                 ("generations", "thinking", "TEXT"))  # NULL: generated before the split
         with self.db:
-            for table, name, default in added:
+            for table, name, declaration in added:
                 columns = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
                 if name not in columns:
-                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} TEXT NOT NULL "
-                                    f"DEFAULT {default}")
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
     @classmethod
     def create(cls, folder: Path) -> RunStore:
@@ -161,12 +164,14 @@ class RunStore:
         now = time.time()
         with self.db:
             self.db.executemany(
-                "INSERT OR REPLACE INTO generations VALUES "
-                "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                "INSERT OR REPLACE INTO generations (key, role, model, revision, template_hash, "
+                "prompt, stop, temperature, top_p, max_tokens, sample_index, seed, text, "
+                "raw_text, finish_reason, prompt_tokens, completion_tokens, error, created, "
+                "thinking) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [(key, role, model, revision, template, req.prompt, json.dumps(list(req.stop)),
                   req.params.temperature, req.params.top_p, req.params.max_tokens, sample,
                   req.seed, gen.text, gen.raw_text, gen.finish_reason, gen.prompt_tokens,
-                  gen.completion_tokens, gen.error, now)
+                  gen.completion_tokens, gen.error, now, gen.thinking)
                  for key, role, model, revision, template, req, sample, gen in rows])
 
     def generations(self, keys: Sequence[str]) -> dict[str, sqlite3.Row]:
@@ -235,8 +240,8 @@ class RunStore:
             [labels] if isinstance(labels, str) else list(labels))
         query = """
         SELECT p.model, p.dataset, p.item_id, p.context, p.temperature, p.sample_index,
-               p.answerer, p.perturbation, p.key, g.text, g.raw_text, g.finish_reason, g.error,
-               g.prompt, a.text AS original_answer, s.correct
+               p.answerer, p.perturbation, p.key, g.text, g.raw_text, g.thinking,
+               g.finish_reason, g.error, g.prompt, a.text AS original_answer, s.correct
         FROM plan p
         JOIN generations g ON g.key = p.key
         LEFT JOIN generations a ON a.key = p.assistant_key
@@ -283,8 +288,8 @@ class RunStore:
 
     def assistant_turns(self) -> list[dict[str, Any]]:
         query = """
-        SELECT p.model, p.dataset, p.item_id, p.key, g.text, g.error, g.finish_reason,
-               s.correct, s.extracted, s.reference
+        SELECT p.model, p.dataset, p.item_id, p.key, g.text, g.thinking, g.error,
+               g.finish_reason, s.correct, s.extracted, s.reference
         FROM plan p JOIN generations g ON g.key = p.key
         LEFT JOIN scores s ON s.key = p.key
         WHERE p.role = 'assistant' ORDER BY p.model, p.dataset, p.item_id
