@@ -144,6 +144,9 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--html", type=Path, metavar="FILE",
                          help="also write the comparison as a self-contained page with a "
                          "forest plot")
+    compare.add_argument("--labels", type=_names, metavar="SOURCES",
+                         help="label sources in priority order, comma-separated, read the same "
+                         "way in both runs (default: each run's own), e.g. rules or a judge name")
     compare.set_defaults(handler=_compare)
 
     export = sub.add_parser("export", help="export user turns with labels to JSONL, CSV or Parquet")
@@ -151,6 +154,10 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("jsonl", "csv", "parquet"), default="jsonl")
     export.add_argument("--out", type=Path, help="file to write (default: RUN/user_turns.FORMAT)")
     export.set_defaults(handler=_export)
+
+    from .train.cli import add_train_parser
+
+    add_train_parser(sub, _train)
     return parser
 
 
@@ -202,6 +209,13 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
     store.close()
     return 0
+
+
+def _train(args: argparse.Namespace, console: Console) -> int:
+    from .train.cli import train_command
+
+    with _progress_bars() as progress:
+        return train_command(args, console, progress)
 
 
 @contextmanager
@@ -305,7 +319,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     from .store import RunStore
 
     a, b = RunStore.open(args.run_a), RunStore.open(args.run_b)
-    comparisons, accuracy = compare_runs(a, b)
+    comparisons, accuracy = compare_runs(a, b, labels=args.labels)
     names = (str(args.run_a), str(args.run_b))
     print_comparison(comparisons, accuracy, console, names)
     if args.html:

@@ -47,9 +47,12 @@ class AccuracyComparison:
     mcnemar: McNemar
 
 
-def compare_runs(a: RunStore, b: RunStore, *, seed: int = 0) -> tuple[list[Comparison],
-                                                                        list[AccuracyComparison]]:
-    all_a, all_b = a.user_turns(), b.user_turns()  # read once: each call joins the whole run
+def compare_runs(a: RunStore, b: RunStore, *, seed: int = 0,
+                 labels: Sequence[str] | None = None) -> tuple[list[Comparison],
+                                                               list[AccuracyComparison]]:
+    """B minus A on shared items. ``labels``: the label sources, in priority order, that both
+    runs are read with (default: each run's own)."""
+    all_a, all_b = a.user_turns(labels), b.user_turns(labels)  # read once: each joins the run
     _check_same_items(a, b, {t["dataset"] for t in all_a} & {t["dataset"] for t in all_b})
     pairs = _model_pairs(_models(all_a), _models(all_b))
     turns_a, turns_b = _by_unit(all_a, pairs, 0), _by_unit(all_b, pairs, 1)
@@ -185,7 +188,7 @@ p {{ color: #5f6670; max-width: 880px; }} table {{ border-collapse: collapse; ma
 th, td {{ padding: 4px 10px; border-bottom: 1px solid #e4e6ea; text-align: right; }}
 th:nth-child(-n+5), td:nth-child(-n+5) {{ text-align: left; }} svg {{ max-width: 100%; }}
 </style></head><body>
-<h1>userturn compare</h1><p>A = {a}<br>B = {b}</p>
+<h1>userturn compare</h1><p>A = {a}<br>B = {b}</p>{note}
 <h2>Follow-up rate: B minus A on shared items</h2>
 <p>Paired bootstrap 95% intervals over the items both runs share; for greedy decoding (one turn
 per item) McNemar's exact p. Items present in one run only are dropped and counted.</p>
@@ -195,8 +198,9 @@ per item) McNemar's exact p. Items present in one run only are dropped and count
 
 
 def comparison_html(comparisons: Sequence[Comparison], accuracy: Sequence[AccuracyComparison],
-                    names: tuple[str, str]) -> str:
-    """One self-contained page: a forest plot of the differences and both tables."""
+                    names: tuple[str, str], note: str = "") -> str:
+    """One self-contained page: a forest plot of the differences and both tables. ``note`` is
+    plain text shown under the run names (escaped)."""
     from html import escape
 
     from . import plots
@@ -219,7 +223,9 @@ def comparison_html(comparisons: Sequence[Comparison], accuracy: Sequence[Accura
     acc_body = [(c.model_a, c.model_b, c.dataset, c.accuracy.items, _pct(c.accuracy.a.value),
                  _pct(c.accuracy.b.value), _delta(c.accuracy), f"{c.mcnemar.p_value:.3g}")
                 for c in accuracy]
-    return PAGE.format(a=escape(names[0]), b=escape(names[1]), forest=forest,
+    note_html = "".join(f"<p><strong>{escape(line)}</strong></p>"
+                        for line in note.splitlines() if line.strip())
+    return PAGE.format(a=escape(names[0]), b=escape(names[1]), note=note_html, forest=forest,
                        table=_html_table(header, body),
                        accuracy=_html_table(("A", "B", "dataset", "items", "A", "B",
                                              "difference [95% CI]", "McNemar p"), acc_body))

@@ -1,0 +1,108 @@
+"""``userturn train sft | rl | eval``. The flags are generated from the settings models, so the
+CLI, a YAML config and the manifest name every setting the same way."""
+
+from __future__ import annotations
+
+import argparse
+import typing
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ValidationError
+from rich.console import Console
+
+from ..errors import ConfigError
+from .settings import RLSettings, SFTSettings
+
+SFT_HELP = ("Supervised fine-tuning toward collaboration (TRL SFTTrainer, LoRA by default). "
+            "Default data: self-generated collaboration conversations (the model answers "
+            "training items, samples user turns, keeps those the rules label follow_up, adds its "
+            "next answer, mixes in its own correct answers). Then the probe runs on base and "
+            "checkpoint over the held-out items and the paired before/after is printed.")
+RL_HELP = ("Reinforcement learning with TRL's GRPO (or RLOO) and a userturn reward: probe (the "
+           "rules' verdict on the model's own user turn, with restatement, drift and length "
+           "penalties) or collab (task correctness + follow-up rate of user turns a frozen base "
+           "samples after the answer - answer tokens). LoRA, a KL anchor on by default. Then the "
+           "paired before/after.")
+
+
+def add_train_parser(sub: Any, run_handler: Callable[..., int]) -> None:
+    train = sub.add_parser("train", help="post-train toward collaboration, then probe base vs "
+                           "checkpoint", description="Post-training, then the before/after.")
+    kinds = train.add_subparsers(dest="train_command", required=True, metavar="KIND")
+    for name, model, text in (("sft", SFTSettings, SFT_HELP), ("rl", RLSettings, RL_HELP)):
+        parser = kinds.add_parser(name, help=text.split(".")[0], description=text)
+        parser.add_argument("config", nargs="?", type=Path, help="settings YAML file (flags win)")
+        _add_fields(parser, model)
+        parser.set_defaults(handler=run_handler, settings_model=model)
+    evaluate = kinds.add_parser("eval", help="repeat the before/after of a training folder",
+                                description="Probe base and checkpoint over the held-out items "
+                                "again (resumes finished work) and print the comparison.")
+    evaluate.add_argument("folder", type=Path)
+    evaluate.set_defaults(handler=run_handler, settings_model=None)
+
+
+def _add_fields(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
+    for name, field in model.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        annotation = field.annotation
+        default = field.get_default(call_default_factory=True)
+        help_text = f"{field.description + '; ' if field.description else ''}default: {default}"
+        kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if annotation is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(annotation) is typing.Literal:
+            kwargs["choices"] = typing.get_args(annotation)
+        elif typing.get_origin(annotation) is list:
+            kwargs["type"] = _floats
+        elif annotation in (int, float, Path) or (args and args[0] in (int, float)):
+            kwargs["type"] = annotation if annotation in (int, float, Path) else args[0]
+        parser.add_argument(flag, **kwargs)
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of numbers, got {text!r}") from None
+
+
+def settings_from(args: argparse.Namespace) -> BaseModel:
+    from ..config import _read_yaml
+
+    model: type[BaseModel] = args.settings_model
+    data: dict[str, Any] = _read_yaml(args.config) if args.config else {}
+    data.update({name: getattr(args, name) for name in model.model_fields
+                 if getattr(args, name) is not None})
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                             for e in exc.errors())
+        raise ConfigError(f"invalid training settings: {problems}") from None
+
+
+def train_command(args: argparse.Namespace, console: Console, progress: Any) -> int:
+    from ..compare import print_comparison
+    from .trainers import evaluate_checkpoint, run_rl, run_sft
+
+    log = lambda text: console.print(text)  # noqa: E731
+    if args.train_command == "eval":
+        result = evaluate_checkpoint(args.folder, progress=progress)
+        folder = args.folder
+    else:
+        settings = settings_from(args)
+        runner = run_sft if args.train_command == "sft" else run_rl
+        outcome = runner(settings, progress=progress, log=log)  # type: ignore[arg-type]
+        result, folder = outcome.before_after, outcome.output
+    if result is None:
+        console.print(f"checkpoint in {folder}/model; before/after: userturn train eval {folder}")
+        return 0
+    for labeller, (comparisons, accuracy) in result.by_labeller.items():
+        console.print(f"[bold]Labels: {labeller}[/bold]")
+        print_comparison(comparisons, accuracy, console, (str(result.base_run),
+                                                          str(result.tuned_run)))
+    console.print(result.note)
+    console.print(f"pages: {folder}/before_after.html; manifest: {folder}/manifest.json")
+    return 0

@@ -1,0 +1,87 @@
+"""Before/after: the probe on the base model and on the checkpoint, then ``userturn compare``.
+
+Both runs probe the same held-out items (the split's evaluation items) with the same seeds and
+decoding, so the comparison is paired item by item. The training signal came from the rules
+classifier (rejection sampling for SFT's self data, the reward for ``rl --reward probe|collab``),
+and a model trained on a metric can learn to please that metric: the effect is therefore also
+measured by a labeller that played no part in training when one is given (``--judge``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..compare import AccuracyComparison, Comparison, compare_runs, comparison_html
+from ..config import Experiment
+from ..data import Dataset
+from ..pipeline import Progress, run_experiment
+from .settings import TrainSettings
+
+GAMING_NOTE = ("The training signal came from the rules classifier ({how}). Follow-up rates "
+               "measured by the same rules can rise because the model learned what the rules "
+               "reward rather than to follow up; read them beside a labeller that played no part "
+               "in training{other}.")
+
+
+@dataclass
+class BeforeAfter:
+    base_run: Path
+    tuned_run: Path
+    by_labeller: dict[str, tuple[list[Comparison], list[AccuracyComparison]]]
+    note: str
+
+
+def before_after(settings: TrainSettings, held_out: Dataset, checkpoint: Path, *,
+                 how: str | None,
+                 progress: Progress | None = None) -> BeforeAfter:
+    out = settings.output
+    runs = {}
+    for name, model in (("eval-base", settings.model), ("eval-tuned", str(checkpoint))):
+        exp = Experiment(models=[model], datasets=[held_out.name], limit=settings.eval_items,
+                         temperatures=settings.temperatures, samples=settings.samples,
+                         max_tokens=settings.max_tokens, user_max_tokens=settings.user_max_tokens,
+                         seed=settings.seed, batch_size=settings.generation_batch_size,
+                         output=out / name, judge=settings.judge, judge_scope="all",
+                         judge_base_url=settings.judge_base_url)
+        runs[name] = run_experiment(exp, progress=progress, datasets=[held_out])
+    base, tuned = runs["eval-base"], runs["eval-tuned"]
+    labellers: dict[str, list[str]] = {"rules": ["rules"]}
+    judged = [s for s in tuned.label_sources() if s != "rules"]
+    if judged:
+        labellers[f"{judged[0]} (played no part in training)"] = judged[:1]
+    other = (f": here {judged[0]}" if judged else
+             ": none was run here; add one with `userturn judge` on both runs and "
+             "`userturn compare --labels JUDGE`")
+    note = (GAMING_NOTE.format(how=how, other=other) if how else
+            "The rules classifier played no part in training (the data came from a file).")
+    by_labeller = {name: compare_runs(base, tuned, labels=sources)
+                   for name, sources in labellers.items()}
+    names = (f"{settings.model} (base)", f"{checkpoint} (trained)")
+    for index, (name, (comparisons, accuracy)) in enumerate(by_labeller.items()):
+        page = out / ("before_after.html" if index == 0 else f"before_after.{index}.html")
+        page.write_text(comparison_html(comparisons, accuracy, names,
+                                        note=f"Labels: {name}.\n{note}"), encoding="utf-8")
+    base.close()
+    tuned.close()
+    return BeforeAfter(out / "eval-base", out / "eval-tuned", by_labeller, note)
+
+
+def summary_rows(result: BeforeAfter) -> list[dict[str, Any]]:
+    """The before/after figures as plain rows, for the manifest."""
+    rows = []
+    for labeller, (comparisons, accuracy) in result.by_labeller.items():
+        for c in comparisons:
+            d = c.follow_up
+            rows.append({"labeller": labeller, "measure": "follow_up_rate",
+                         "temperature": c.temperature, "perturbation": c.perturbation,
+                         "items": d.items, "base": d.a.value, "trained": d.b.value,
+                         "difference": d.delta, "low": d.low, "high": d.high})
+        for c in accuracy if labeller == "rules" else []:
+            d = c.accuracy
+            rows.append({"labeller": "-", "measure": "accuracy", "temperature": 0.0,
+                         "perturbation": "none", "items": d.items, "base": d.a.value,
+                         "trained": d.b.value, "difference": d.delta, "low": d.low,
+                         "high": d.high})
+    return rows

@@ -1,0 +1,118 @@
+"""Rewards for ``userturn train rl``: TRL reward functions (one float per completion).
+
+``probe`` is the user-side reward. The completion IS a user turn, written after an open user
+header; the classifier's verdict on it is the reward: +1 for ``follow_up``, minus a penalty for
+``restatement`` and for ``assistant_drift`` (the two degenerate modes a user turn can be pushed
+into by a reward that only likes questions), 0 otherwise (undecided included), minus a length
+penalty past a free budget so that the reward cannot be farmed with rambling.
+
+``collab`` is the assistant-side reward in the spirit of CollabLLM's multiturn-aware reward. The
+completion is an answer; its reward is task correctness, plus ``follow_weight`` x the follow-up
+rate of user turns that a frozen copy of the base model samples after it (forward-simulated next
+turns), minus ``token_weight`` x the answer's tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Mapping, Sequence
+
+from ..backends import Backend
+from ..data import Scorer
+from ..records import Case, GenerationParams, Item, Request
+from ..render import render_user_turn
+from ..rules import RulesClassifier
+
+
+def visible_turn(raw: str, stops: Sequence[str], specials: Sequence[str]) -> tuple[str, bool]:
+    """The text a generated turn shows (cut at the first stop marker, special tokens removed),
+    and whether it stopped on a marker."""
+    hits = [raw.find(stop) for stop in stops if stop and stop in raw]
+    stopped = bool(hits)
+    text = raw[:min(hits)] if hits else raw
+    for special in sorted(specials, key=len, reverse=True):
+        text = text.replace(special, "")
+    return text.strip(), stopped
+
+
+class ProbeReward:
+    """The classifier's verdict on the model's own user turn (see the module docstring)."""
+
+    __name__ = "probe"
+
+    def __init__(self, tokenizer: Any, stops: Sequence[str], assistant_header: str = "", *,
+                 classifier: Any = None, restatement_penalty: float = 1.0,
+                 drift_penalty: float = 1.0, length_penalty: float = 0.01,
+                 free_tokens: int = 64) -> None:
+        self.tokenizer, self.stops, self.assistant_header = tokenizer, tuple(stops), assistant_header
+        self.classifier = classifier or RulesClassifier()
+        self.restatement_penalty, self.drift_penalty = restatement_penalty, drift_penalty
+        self.length_penalty, self.free_tokens = length_penalty, free_tokens
+
+    def score(self, query: str, answer: str, raw_turn: str, tokens: int) -> tuple[float, str | None]:
+        text, _ = visible_turn(raw_turn, self.stops, self._specials())
+        label = self.classifier.classify(
+            Case(query, answer, text, raw_turn, self.assistant_header)).label
+        reward = {"follow_up": 1.0, "restatement": -self.restatement_penalty,
+                  "assistant_drift": -self.drift_penalty}.get(label or "", 0.0)
+        reward -= self.length_penalty * max(0, tokens - self.free_tokens)
+        return reward, label
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str],
+                 completion_ids: Sequence[Sequence[int]], query: Sequence[str],
+                 answer: Sequence[str], **_: Any) -> list[float]:
+        raws = [self.tokenizer.decode(ids, skip_special_tokens=False) for ids in completion_ids]
+        return [self.score(q, a, raw, len(ids))[0]
+                for q, a, raw, ids in zip(query, answer, raws, completion_ids)]
+
+    def _specials(self) -> list[str]:
+        return list(getattr(self.tokenizer, "all_special_tokens", []))
+
+
+class CollabReward:
+    """Correctness + follow-up rate of simulated next user turns - answer length."""
+
+    __name__ = "collab"
+
+    def __init__(self, items: Mapping[str, Item], scorer: Scorer | None, user_model: Backend,
+                 *, classifier: Any = None, follow_weight: float = 0.5,
+                 token_weight: float = 0.001, samples: int = 2, temperature: float = 1.0,
+                 user_max_tokens: int = 64, seed: int = 0) -> None:
+        self.items, self.scorer, self.user_model = items, scorer, user_model
+        self.classifier = classifier or RulesClassifier()
+        self.follow_weight, self.token_weight = follow_weight, token_weight
+        self.samples, self.seed = samples, seed
+        self.params = GenerationParams(temperature, 1.0, user_max_tokens)
+
+    def correctness(self, item: Item, answer: str) -> float:
+        if self.scorer is None:
+            return 0.0
+        return float(self.scorer.score(item, answer).correct)
+
+    def follow_up_rate(self, item: Item, answer: str) -> float:
+        """Sample user turns from the frozen model after ``answer``; the share of follow-ups."""
+        messages = [*item.messages, {"role": "assistant", "content": answer}]
+        prompt = render_user_turn(self.user_model.template, messages)
+        requests = [Request(prompt.text, self.params, prompt.stop, self._seed(item.id, answer, k))
+                    for k in range(self.samples)]
+        turns = [g for g in self.user_model.complete(requests) if g.error is None]
+        if not turns:
+            return 0.0
+        labels = [self.classifier.classify(Case(item.query, answer, g.text, g.raw_text,
+                                                prompt.assistant_header)).label for g in turns]
+        return sum(label == "follow_up" for label in labels) / len(turns)
+
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str],
+                 completion_ids: Sequence[Sequence[int]], item_id: Sequence[str],
+                 **_: Any) -> list[float]:
+        rewards = []
+        for text, ids, key in zip(completions, completion_ids, item_id):
+            item = self.items[key]
+            rewards.append(self.correctness(item, text)
+                           + self.follow_weight * self.follow_up_rate(item, text)
+                           - self.token_weight * len(ids))
+        return rewards
+
+    def _seed(self, item_id: str, answer: str, k: int) -> int:
+        digest = hashlib.sha256(f"{self.seed}|{item_id}|{answer}|{k}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") >> 1

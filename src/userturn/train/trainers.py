@@ -1,0 +1,354 @@
+"""``userturn train sft`` and ``userturn train rl``: one straight line each.
+
+    split the dataset (held-out evaluation items first) -> training data -> TRL trainer with a
+    LoRA adapter (or full fine-tuning) -> adapter + merged checkpoint + manifest
+    -> the probe on base and checkpoint over the held-out items -> paired comparison
+
+The merged checkpoint is a plain model folder, so every backend (transformers, vLLM, a server)
+can probe it. TRL, peft and datasets are imported here only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import __version__
+from ..backends.hf import TransformersBackend
+from ..errors import ModelError, UserturnError
+from ..models import resolve_model
+from ..pipeline import Progress, run_experiment
+from ..config import Experiment
+from ..render import ChatTemplate, derive_markers, render_assistant_turn, render_user_turn
+from .data import Split, conversations_file, self_generated, split_dataset, write_conversations
+from .evaluate import BeforeAfter, before_after, summary_rows
+from .masks import build_example
+from .settings import RLSettings, SFTSettings, TrainSettings
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Outcome:
+    output: Path
+    manifest: dict[str, Any]
+    before_after: BeforeAfter | None
+
+
+class TrainingError(UserturnError):
+    """A training run that cannot start or produced nothing usable."""
+
+
+def run_sft(settings: SFTSettings, progress: Progress | None = None,
+            log: Callable[[str], None] = print) -> Outcome:
+    out = _prepare(settings, "sft")
+    split = split_dataset(settings.dataset, eval_items=settings.eval_items,
+                          train_items=settings.train_items, seed=settings.seed)
+    data: dict[str, Any] = {"source": settings.data}
+    ref = resolve_model(settings.model)
+    if settings.data == "self":
+        backend = TransformersBackend(ref, batch_size=settings.generation_batch_size,
+                                      device=settings.device)
+        log(f"self-generated data: {len(split.train.items)} training items, "
+            f"{settings.data_samples} user turns each at T={settings.data_temperature:g}")
+        conversations, stats = self_generated(
+            backend, split.train, output=out / "selfgen", samples=settings.data_samples,
+            temperature=settings.data_temperature, max_tokens=settings.max_tokens,
+            user_max_tokens=settings.user_max_tokens, seed=settings.seed,
+            next_answer=settings.next_answer, mix_correct=settings.mix_correct,
+            batch_size=settings.generation_batch_size, progress=progress)
+        data["self_generated"] = stats.as_dict()
+        del backend
+    else:
+        conversations = conversations_file(settings.data, limit=settings.train_items)
+    if not conversations:
+        raise TrainingError("no training conversation: the model wrote no user turn the rules "
+                            "label follow_up and none of its answers was correct (try more "
+                            "--train-items or --data-samples, or a conversation file)")
+    data["sha256"] = write_conversations(out / "data.jsonl", conversations)
+    data["conversations"] = len(conversations)
+    tokenizer, model = _load(ref.path, settings)
+    template = ChatTemplate.from_tokenizer(tokenizer, settings.model)
+    examples = [build_example(tokenizer, template, c, settings.loss_on, settings.max_length)
+                for c in conversations]
+    kept = [e for e in examples if e is not None]
+    data.update(examples=len(kept), without_trained_tokens=len(examples) - len(kept),
+                trained_tokens=sum(e.trained_tokens for e in kept), loss_on=settings.loss_on)
+    if not kept:
+        raise TrainingError(f"no conversation has a token to train under --loss-on "
+                            f"{settings.loss_on} within --max-length {settings.max_length}")
+    log(f"training on {len(kept)} conversations ({data['trained_tokens']} trained tokens, "
+        f"loss on {settings.loss_on} turns)")
+    from datasets import Dataset as HFDataset
+    from trl import SFTConfig, SFTTrainer
+
+    rows = HFDataset.from_list([{"input_ids": e.input_ids, "labels": e.labels} for e in kept])
+    args = SFTConfig(**_common_args(settings, out, default_lr=1e-5 if settings.full else 2e-4),
+                     dataset_kwargs={"skip_prepare_dataset": True}, max_length=None)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer,
+                         peft_config=_lora(settings))
+    started = time.time()
+    trainer.train()
+    training = _training_record(trainer, time.time() - started)
+    checkpoint = _save(trainer, tokenizer, out, settings)
+    manifest = _manifest(settings, "sft", ref, split, data, training)
+    if settings.data != "self":  # the split's training items were not used: the file was
+        manifest["items"]["train"] = []
+    return _finish(settings, out, manifest, split, checkpoint, progress, log,
+                   how="self-generated data kept by rejection sampling on its labels"
+                   if settings.data == "self" else None)
+
+
+def run_rl(settings: RLSettings, progress: Progress | None = None,
+           log: Callable[[str], None] = print) -> Outcome:
+    out = _prepare(settings, "rl")
+    split = split_dataset(settings.dataset, eval_items=settings.eval_items,
+                          train_items=settings.train_items, seed=settings.seed)
+    ref = resolve_model(settings.model)
+    backend = TransformersBackend(ref, batch_size=settings.generation_batch_size,
+                                  device=settings.device)
+    items = {item.id: item for item in split.train.items}
+    if settings.reward == "probe":
+        # The user turn follows the model's own greedy answer: answer the training items first
+        # (a probe run, resumable), then open the user turn after each answer.
+        exp = Experiment(models=[backend.spec], datasets=[split.train.name], limit=None,
+                         temperatures=[0.0], samples=1, max_tokens=settings.max_tokens,
+                         user_max_tokens=settings.user_max_tokens, seed=settings.seed,
+                         batch_size=settings.generation_batch_size, output=out / "answers")
+        store = run_experiment(exp, backends={backend.spec: backend}, progress=progress,
+                               datasets=[split.train])
+        answers = {a["item_id"]: a["text"] for a in store.assistant_turns() if a["error"] is None}
+        store.close()
+        prompts = [{"prompt": render_user_turn(backend.template, [
+            *item.messages, {"role": "assistant", "content": answers[item.id]}]).text,
+            "query": item.query, "answer": answers[item.id], "item_id": item.id}
+            for item in split.train.items if answers.get(item.id)]
+        stops = derive_markers(backend.template).user_stop
+    else:
+        prompts = [{"prompt": render_assistant_turn(backend.template, list(item.messages)).text,
+                    "query": item.query, "answer": "", "item_id": item.id}
+                   for item in split.train.items]
+        stops = derive_markers(backend.template).assistant_stop
+    tokenizer, model = _load(ref.path, settings)
+    reward = _reward(settings, tokenizer, backend, items, split, stops)
+    if settings.reward == "probe":
+        del backend  # the collab reward keeps the frozen base model to simulate the user
+    for row in prompts:
+        row["prompt"] = _trl_prompt(tokenizer, row["prompt"])
+    _stop_on(model, tokenizer, stops)
+    completion = settings.max_completion_length or (
+        settings.user_max_tokens if settings.reward == "probe" else settings.max_tokens)
+    log(f"{settings.algorithm.upper()} with the {settings.reward} reward on {len(prompts)} "
+        f"prompts, {settings.num_generations} completions each, KL beta {settings.beta:g}")
+    from datasets import Dataset as HFDataset
+
+    rows = HFDataset.from_list(prompts)
+    common = _common_args(settings, out, default_lr=1e-5)
+    common["per_device_train_batch_size"] = settings.num_generations
+    rl_args = dict(num_generations=settings.num_generations, max_completion_length=completion,
+                   beta=settings.beta, temperature=settings.rl_temperature)
+    if settings.algorithm == "grpo":
+        from trl import GRPOConfig as Config, GRPOTrainer as Trainer
+    else:
+        from trl import RLOOConfig as Config, RLOOTrainer as Trainer
+    trainer = Trainer(model=model, reward_funcs=[reward], args=Config(**common, **rl_args),
+                      train_dataset=rows, processing_class=tokenizer,
+                      peft_config=_lora(settings))
+    started = time.time()
+    trainer.train()
+    training = _training_record(trainer, time.time() - started)
+    _restore_stop(trainer.model, tokenizer, ref.path)
+    checkpoint = _save(trainer, tokenizer, out, settings)
+    data = {"prompts": len(prompts), "reward": settings.reward, "completion_tokens": completion}
+    manifest = _manifest(settings, "rl", ref, split, data, training)
+    return _finish(settings, out, manifest, split, checkpoint, progress, log,
+                   how=f"the {settings.reward} reward")
+
+
+# --- shared steps --------------------------------------------------------------------------------
+
+def _prepare(settings: TrainSettings, kind: str) -> Path:
+    """The output folder. A finished run there with other settings is never overwritten."""
+    out = settings.output
+    manifest = out / MANIFEST
+    if manifest.exists():
+        old = json.loads(manifest.read_text(encoding="utf-8"))
+        if old.get("settings") != settings.model_dump(mode="json") or old.get("kind") != kind:
+            raise TrainingError(f"{out} holds another training run ({old.get('kind')}, other "
+                                "settings); choose another --output")
+        raise TrainingError(f"{out} already holds this finished training run; run "
+                            f"`userturn train eval {out}` to repeat the before/after")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _load(path: str, settings: TrainSettings) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    except OSError as exc:
+        raise ModelError(f"cannot load {settings.model!r}: {str(exc).splitlines()[0]}") from exc
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer, model
+
+
+def _lora(settings: TrainSettings) -> Any:
+    if settings.full:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
+                      target_modules="all-linear", task_type="CAUSAL_LM")
+
+
+def _common_args(settings: TrainSettings, out: Path, *, default_lr: float) -> dict[str, Any]:
+    import torch
+
+    cuda = torch.cuda.is_available() and settings.device != "cpu"
+    return dict(output_dir=str(out / "trainer"), learning_rate=settings.learning_rate or default_lr,
+                max_steps=settings.max_steps, num_train_epochs=settings.epochs,
+                per_device_train_batch_size=settings.batch_size,
+                gradient_accumulation_steps=settings.gradient_accumulation, logging_steps=1,
+                save_strategy="no", report_to="none", seed=settings.seed,
+                use_cpu=not cuda, bf16=cuda and torch.cuda.is_bf16_supported(),
+                disable_tqdm=False)
+
+
+def _trl_prompt(tokenizer: Any, text: str) -> str:
+    """TRL tokenizes text prompts with the tokenizer's special tokens on: a BOS the template
+    already wrote would then appear twice."""
+    bos = tokenizer.bos_token
+    adds_bos = tokenizer("")["input_ids"][:1] == [tokenizer.bos_token_id]
+    return text[len(bos):] if bos and adds_bos and text.startswith(bos) else text
+
+
+def _stop_on(model: Any, tokenizer: Any, stops: Any) -> None:
+    """Generation during RL stops where the probe stops: on the turn's end-of-turn tokens."""
+    ids = set(_as_list(model.generation_config.eos_token_id))
+    for marker in stops:
+        tokens = tokenizer(marker, add_special_tokens=False)["input_ids"]
+        if len(tokens) == 1:
+            ids.add(tokens[0])
+    model.generation_config.eos_token_id = sorted(ids)
+
+
+def _restore_stop(model: Any, tokenizer: Any, path: str) -> None:
+    from transformers import GenerationConfig
+
+    try:
+        original = GenerationConfig.from_pretrained(path)
+    except OSError:
+        return
+    target = getattr(model, "base_model", model)
+    target = getattr(target, "model", target)
+    for m in {id(model): model, id(target): target}.values():
+        if hasattr(m, "generation_config"):
+            m.generation_config.eos_token_id = original.eos_token_id
+
+
+def _as_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, int) else list(value)
+
+
+def _reward(settings: RLSettings, tokenizer: Any, backend: TransformersBackend,
+            items: dict[str, Any], split: Split, stops: Any) -> Any:
+    from .rewards import CollabReward, ProbeReward
+
+    if settings.reward == "probe":
+        header = derive_markers(backend.template).assistant_header.strip()
+        return ProbeReward(tokenizer, stops, header,
+                           restatement_penalty=settings.restatement_penalty,
+                           drift_penalty=settings.drift_penalty,
+                           length_penalty=settings.length_penalty,
+                           free_tokens=settings.free_tokens)
+    return CollabReward(items, split.train.scorer, backend, follow_weight=settings.follow_weight,
+                        token_weight=settings.token_weight, samples=settings.collab_samples,
+                        user_max_tokens=settings.user_max_tokens, seed=settings.seed)
+
+
+def _training_record(trainer: Any, seconds: float) -> dict[str, Any]:
+    history = [dict(h) for h in trainer.state.log_history]
+    losses = [h["loss"] for h in history if "loss" in h]
+    if losses and not all(math.isfinite(x) for x in losses):
+        raise TrainingError(f"the training loss is not finite: {losses}")
+    return {"seconds": round(seconds, 1), "steps": trainer.state.global_step,
+            "loss_first": losses[0] if losses else None,
+            "loss_last": losses[-1] if losses else None, "log_history": history}
+
+
+def _save(trainer: Any, tokenizer: Any, out: Path, settings: TrainSettings) -> Path:
+    """The adapter (LoRA) and a merged, plain model folder every backend can load."""
+    checkpoint = out / "model"
+    model = trainer.model
+    if not settings.full:
+        model.save_pretrained(out / "adapter")
+        model = model.merge_and_unload()
+    model.save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    return checkpoint
+
+
+def _manifest(settings: TrainSettings, kind: str, ref: Any, split: Split, data: dict[str, Any],
+              training: dict[str, Any]) -> dict[str, Any]:
+    versions = {"userturn": __version__, "python": platform.python_version()}
+    for package in ("torch", "transformers", "trl", "peft"):
+        try:
+            from importlib.metadata import version
+
+            versions[package] = version(package)
+        except Exception:  # not installed: nothing to record
+            pass
+    return {"kind": kind, "base_model": settings.model, "base_revision": ref.revision,
+            "settings": settings.model_dump(mode="json"), "seed": settings.seed,
+            "items": {"dataset": settings.dataset, "eval": [i.id for i in split.eval.items],
+                      "train": [i.id for i in split.train.items],
+                      "dropped_repeating_eval": list(split.dropped)},
+            "data": data, "training": training, "versions": versions,
+            "adapter": None if settings.full else "adapter", "checkpoint": "model"}
+
+
+def _finish(settings: TrainSettings, out: Path, manifest: dict[str, Any], split: Split,
+            checkpoint: Path, progress: Progress | None, log: Callable[[str], None], *,
+            how: str) -> Outcome:
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+    log(f"trained in {manifest['training']['seconds']:.0f} s "
+        f"({manifest['training']['steps']} steps); checkpoint {checkpoint}")
+    result = None
+    if settings.evaluate:
+        result = evaluate_checkpoint(out, progress=progress, how=how)
+    return Outcome(out, manifest, result)
+
+
+def evaluate_checkpoint(out: Path, *, progress: Progress | None = None,
+                        how: str | None = "") -> BeforeAfter:
+    """The before/after of a finished training folder (re-runnable: the probe runs resume)."""
+    manifest_path = out / MANIFEST
+    if not manifest_path.exists():
+        raise TrainingError(f"{out} holds no finished training run ({MANIFEST} is missing)")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    kind = manifest["kind"]
+    settings = (SFTSettings if kind == "sft" else RLSettings).model_validate(
+        {**manifest["settings"], "output": str(out)})
+    split = split_dataset(settings.dataset, eval_items=settings.eval_items,
+                          train_items=settings.train_items, seed=settings.seed)
+    if [i.id for i in split.eval.items] != manifest["items"]["eval"]:
+        raise TrainingError(f"the held-out items of {settings.dataset} are not those the "
+                            "manifest recorded; the dataset changed since training")
+    if how == "":  # re-evaluation: what the first evaluation recorded
+        how = manifest.get("evaluation", {}).get("how")
+    result = before_after(settings, split.eval, out / manifest["checkpoint"], how=how,
+                          progress=progress)
+    manifest["evaluation"] = {"how": how, "rows": summary_rows(result), "note": result.note}
+    manifest_path.write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
+    return result
