@@ -68,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
                      "of the tokenizer and chat template (default: MODEL)")
     run.add_argument("--prompt-as", dest="prompt_as", choices=("tokens", "text"),
                      help="for openai/MODEL: send prompts as token ids (default) or text")
+    run.add_argument("--thinking", choices=("drop", "keep"),
+                     help="the answer's thinking in the user-turn prompt: drop it as the "
+                     "template does (default) or keep it before the answer")
+    run.add_argument("--enable-thinking", dest="enable_thinking", type=_on_off,
+                     help="Qwen3-style templates: on, off or on,off (each a model of its own, "
+                     "MODEL[thinking=on]); default: the template's own")
     run.add_argument("--judge", help="LLM judge for what the rules leave undecided, e.g. "
                      "openai/gpt-5.4-mini (key from OPENAI_API_KEY)")
     run.add_argument("--judge-scope", dest="judge_scope", choices=("undecided", "all"))
@@ -165,6 +171,14 @@ def _names(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def _on_off(text: str) -> list[bool]:
+    values = {"on": True, "off": False, "true": True, "false": False}
+    try:
+        return [values[part.strip().lower()] for part in text.split(",") if part.strip()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected on, off or on,off, got {text!r}") from None
+
+
 def _floats(text: str) -> list[float]:
     try:
         return [float(part) for part in text.split(",") if part.strip()]
@@ -196,7 +210,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
             "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
             "judge_scope", "judge_base_url", "answerers", "perturbations", "skip_invalid",
-            "context_turns", "base_url", "tokenizer", "prompt_as")
+            "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking")
     overrides = {k: getattr(args, k) for k in keys}
     if args.fields:
         from .data.files import parse_field_mappings

@@ -12,8 +12,8 @@ from .errors import UserturnError
 from .store import RunStore
 
 COLUMNS = ("model", "dataset", "item_id", "context", "temperature", "sample_index", "query",
-           "answer", "answer_correct", "user_turn", "raw_user_turn", "finish_reason", "error",
-           "label", "label_source", "rationale", "prompt", "key")
+           "answer", "answer_correct", "user_turn", "raw_user_turn", "thinking", "finish_reason",
+           "error", "label", "label_source", "rationale", "prompt", "key")
 
 
 def user_turn_records(store: RunStore) -> list[dict[str, Any]]:
@@ -22,7 +22,8 @@ def user_turn_records(store: RunStore) -> list[dict[str, Any]]:
         records.append({
             **{k: turn[k] for k in ("model", "dataset", "item_id", "context", "temperature",
                                     "sample_index", "answer", "finish_reason", "error", "label",
-                                    "rationale", "label_source", "prompt", "key", "query")},
+                                    "rationale", "label_source", "prompt", "key", "query",
+                                    "thinking")},
             "answer_correct": None if turn["correct"] is None else bool(turn["correct"]),
             "user_turn": turn["text"], "raw_user_turn": turn["raw_text"],
         })

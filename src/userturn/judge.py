@@ -18,6 +18,7 @@ from typing import Any, Callable, Protocol, Sequence
 from .errors import ConfigError
 from .openai_http import APIError, OpenAIHTTP, retry_after
 from .records import LABELS, Case, Label
+from .rules import thinking_only
 
 RUBRIC_VERSION = "1"  # bump whenever the rubric or the parser changes: stored beside labels
 
@@ -296,6 +297,9 @@ class Judge:
         self.max_reasks, self.concurrency, self.max_tokens = max_reasks, concurrency, max_tokens
 
     def classify(self, case: Case) -> Label:
+        if case.thinking.strip() and not case.user_turn.strip():
+            # Nothing visible to judge; asking would show the judge an empty turn at a cost.
+            return thinking_only(self.name)
         messages = judge_messages(case)
         problem = ""
         for _ in range(self.max_reasks + 1):

@@ -235,7 +235,8 @@ def _joint_record(key: tuple[str, str, str, float], j: dict[str, Any]) -> dict[s
 
 
 TURN_COLUMNS = ("model", "answerer", "dataset", "perturbation", "temperature", "sample_index",
-                "item_id", "query", "answer", "correct", "text", "raw_text", "finish_reason",
+                "item_id", "query", "answer", "correct", "text", "raw_text", "thinking",
+                "finish_reason",
                 "error", "label", "label_source", "rationale", "label_error", "status", "prompt",
                 "key")
 
@@ -323,7 +324,8 @@ def browser_data(report: Report) -> dict[str, Any]:
               "dataset": t["dataset"], "perturbation": t["perturbation"],
               "temperature": t["temperature"], "sample": t["sample_index"], "item": t["item_id"],
               "query": ref(t["query"]), "answer": ref(t["answer"]), "prompt": ref(t["prompt"]),
-              "text": t["text"], "raw": t["raw_text"], "finish": t["finish_reason"],
+              "text": t["text"], "raw": t["raw_text"], "thinking": t.get("thinking"),
+              "finish": t["finish_reason"],
               "error": t["error"], "status": t["status"], "source": t["label_source"],
               "correct": None if t["correct"] is None else bool(t["correct"]),
               "labels": [[lab["source"], lab["label"], lab["rationale"], lab["error"]]

@@ -133,9 +133,14 @@ def _design(config: dict[str, Any]) -> str:
         parts.append(f"{many('perturbations', 'perturbation')} + original")
     if [a for a in config.get("answerers", []) if a != "self"]:
         parts.append(f"answerers: {', '.join(config['answerers'])}")
+    if config.get("enable_thinking") is not None:
+        parts.append("thinking " + "/".join("on" if v else "off"
+                                            for v in config["enable_thinking"]))
     limit = config.get("limit")
+    # The answer's thinking in the user-turn prompt: the policy changes what the prober saw.
+    policy = f", answer thinking {config['thinking']}" if config.get("thinking") else ""
     return " × ".join(parts) + f"; {'all' if limit is None else limit} items per dataset, " \
-        f"seed {config.get('seed')}"
+        f"seed {config.get('seed')}{policy}"
 
 
 def _plural(n: int, word: str) -> str:

@@ -10,8 +10,10 @@ role-labelled scripts ("User: ..."), short replies that may answer a question th
 not one question mostly of its own words, questions that share too little with the answer to be
 called grounded, requests to continue an answer that does not look cut off, a bare number, "The
 answer is N." with an N other than the assistant's final answer (with that N it restates the
-answer: drift; "is not N" disputes it), and a question that degenerates into repetition later. A
-thinking block counts as text: reasoning about how to respond reads as ``meta``. A query's format
+answer: drift; "is not N" disputes it), and a question that degenerates into repetition later. The
+pipeline splits a reasoning model's thinking off first (``Case.thinking``): the rules label the
+visible text, and a turn that is thinking only is ``empty``. A thinking block left in the text
+counts as text: reasoning about how to respond reads as ``meta``. A query's format
 instructions ("Give the result as your final answer.") are no task content, and "What is the
 answer to the question: X" is read as X.
 
@@ -501,6 +503,12 @@ _RULES: tuple[Callable[[_View], Optional[Verdict]], ...] = (
 )
 
 
+def thinking_only(source: str) -> Label:
+    """A turn with thinking and nothing visible wrote no user turn: ``empty`` (labels.md)."""
+    return Label(label="empty", source=source,
+                 rationale="thinking only: no visible text after the thinking")
+
+
 class RulesClassifier:
     """Labels the clear cases of labels.md; leaves the rest undecided for the judge."""
 
@@ -508,6 +516,8 @@ class RulesClassifier:
     version = "2"  # bump when rules change; stored beside labels
 
     def classify(self, case: Case) -> Label:
+        if case.thinking.strip() and not case.user_turn.strip():
+            return thinking_only(self.name)
         try:
             view = _View(case)
             for rule in _RULES:
