@@ -57,8 +57,15 @@ def render_stop(backend) -> tuple[str, ...]:
 
 def time_bare(backend, prompts: list[str], params: GenerationParams, batch_size: int) -> float:
     """What a researcher would write by hand: pad, generate, decode."""
+    return time_and_count_bare(backend, prompts, params, batch_size)[0]
+
+
+def time_and_count_bare(backend, prompts: list[str], params: GenerationParams,
+                        batch_size: int) -> tuple[float, int]:
+    """time_bare, and the tokens generated up to each row's end of turn (counted untimed)."""
     tokenizer, model = backend.tokenizer, backend.model
     eos = tokenizer.convert_tokens_to_ids(render_stop(backend)[0])
+    generated, untimed = 0, 0.0
     start = time.perf_counter()
     for offset in range(0, len(prompts), batch_size):
         encoded = [prompt_token_ids(tokenizer, p) for p in prompts[offset:offset + batch_size]]
@@ -69,7 +76,11 @@ def time_bare(backend, prompts: list[str], params: GenerationParams, batch_size:
             output = model.generate(**batch, max_new_tokens=params.max_tokens, eos_token_id=eos,
                                     pad_token_id=tokenizer.pad_token_id, **sampling)
         tokenizer.batch_decode(output[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
-    return time.perf_counter() - start
+        counted = time.perf_counter()
+        for row in output[:, batch["input_ids"].shape[1]:].tolist():
+            generated += next((i + 1 for i, t in enumerate(row) if t == eos), len(row))
+        untimed += time.perf_counter() - counted
+    return time.perf_counter() - start - untimed, generated
 
 
 def main() -> None:
