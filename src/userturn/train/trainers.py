@@ -10,6 +10,7 @@ can probe it. TRL, peft and datasets are imported here only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import platform
@@ -312,10 +313,17 @@ def _manifest(settings: TrainSettings, kind: str, ref: Any, split: Split, data: 
     return {"kind": kind, "base_model": settings.model, "base_revision": ref.revision,
             "settings": settings.model_dump(mode="json"), "seed": settings.seed,
             "items": {"dataset": settings.dataset, "eval": [i.id for i in split.eval.items],
+                      "eval_sha256": _items_hash(split.eval.items),
                       "train": [i.id for i in split.train.items],
                       "dropped_repeating_eval": list(split.dropped)},
             "data": data, "training": training, "versions": versions,
             "adapter": None if settings.full else "adapter", "checkpoint": "model"}
+
+
+def _items_hash(items: Any) -> str:
+    """What the items say, not just their ids (file ids are positions)."""
+    text = json.dumps([[i.id, [dict(m) for m in i.messages], i.reference] for i in items])
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 def _finish(settings: TrainSettings, out: Path, manifest: dict[str, Any], split: Split,
@@ -342,7 +350,8 @@ def evaluate_checkpoint(out: Path, *, progress: Progress | None = None,
         {**manifest["settings"], "output": str(out)})
     split = split_dataset(settings.dataset, eval_items=settings.eval_items,
                           train_items=settings.train_items, seed=settings.seed)
-    if [i.id for i in split.eval.items] != manifest["items"]["eval"]:
+    if ([i.id for i in split.eval.items] != manifest["items"]["eval"]
+            or _items_hash(split.eval.items) != manifest["items"]["eval_sha256"]):
         raise TrainingError(f"the held-out items of {settings.dataset} are not those the "
                             "manifest recorded; the dataset changed since training")
     if how == "":  # re-evaluation: what the first evaluation recorded
