@@ -97,6 +97,7 @@ def main() -> None:
     backend = load_backend("smollm2", batch_size=args.batch_size, device="cpu")
     lm = HFLM(pretrained=backend.model, tokenizer=backend.tokenizer, batch_size=args.batch_size,
               max_gen_toks=args.max_tokens, device="cpu")
+    run_userturn(backend, items[:2], 4)  # warm-up (the model is shared by both sides)
     with tempfile.TemporaryDirectory() as folder:
         task_dir = Path(folder)
         data = task_dir / "items.jsonl"
