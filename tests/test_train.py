@@ -256,3 +256,20 @@ def test_train_cli_rejects_bad_settings_before_any_work(tmp_path: Path, capsys) 
     code = main(["train", "sft", "--eval-items", "0", "--output", str(out)])
     assert code == 2 and not out.exists()
     assert "eval_items" in capsys.readouterr().err
+
+
+def test_the_gpu_training_benchmark_runs_its_smoke_size_on_cpu() -> None:
+    """The GPU script cannot run in CI; its tiny CPU size keeps it from rotting."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).parent.parent
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "gpu_train.py"), "--size", "tiny", "--device",
+         "cpu", "--steps", "1", "--seq-len", "64", "--batch-size", "2", "--new-tokens", "4"],
+        capture_output=True, text=True, timeout=300, env={**__import__("os").environ,
+                                                          "PYTHONPATH": str(root / "src")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["lora"] and summary["train_tokens_per_s"] > 0
+    assert summary["generate_tokens_per_s"] > 0
