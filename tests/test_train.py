@@ -206,8 +206,13 @@ def test_sft_two_steps_on_the_tiny_model_then_before_after(tmp_path: Path, gsm_f
     comparisons, accuracy = result.by_labeller["rules"]
     assert {c.temperature for c in comparisons} == {0.0, 1.0}
     assert all(c.follow_up.items == 2 for c in comparisons) and accuracy[0].accuracy.items == 2
+    # The held-out rule set, which played no part in training, measured the same turns.
+    assert list(result.by_labeller) == ["rules", "heldout-rules (played no part in training)"]
+    held = result.by_labeller["heldout-rules (played no part in training)"][0]
+    assert [c.follow_up.items for c in held] == [c.follow_up.items for c in comparisons]
     page = (out / "before_after.html").read_text()
     assert "played no part in training" in page
+    assert (out / "before_after.1.html").exists()
     rows = json.loads((out / "manifest.json").read_text())["evaluation"]["rows"]
     assert {r["measure"] for r in rows} == {"follow_up_rate", "accuracy"}
     # A finished folder is never trained over; `train eval` repeats the before/after.
@@ -273,3 +278,23 @@ def test_the_gpu_training_benchmark_runs_its_smoke_size_on_cpu() -> None:
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["lora"] and summary["train_tokens_per_s"] > 0
     assert summary["generate_tokens_per_s"] > 0
+
+
+def test_the_held_out_rule_set_is_a_usable_second_labeller() -> None:
+    """On the hand-labelled table of the rules' tests (labels.md), the held-out set's follow-up
+    calls stay usable: measured 9 of 14 right (precision), 9 of 17 found (recall)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import test_rules
+
+    from userturn.records import Case
+    from userturn.train.heldout import HeldOutRules
+
+    labeller = HeldOutRules()
+    pairs = [(c.expected == "follow_up", labeller.classify(Case(
+        c.query, c.answer, c.turn, c.raw or c.turn, test_rules.CHATML)).label == "follow_up")
+        for c in test_rules.CASES if c.expected is not None]
+    hits = sum(truth and said for truth, said in pairs)
+    assert hits / sum(said for _, said in pairs) >= 0.6
+    assert hits / sum(truth for truth, _ in pairs) >= 0.5

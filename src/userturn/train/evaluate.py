@@ -4,7 +4,8 @@ Both runs probe the same held-out items (the split's evaluation items) with the 
 decoding, so the comparison is paired item by item. The training signal came from the rules
 classifier (rejection sampling for SFT's self data, the reward for ``rl --reward probe|collab``),
 and a model trained on a metric can learn to please that metric: the effect is therefore also
-measured by a labeller that played no part in training when one is given (``--judge``).
+measured by labellers that played no part in training: the held-out rule set
+(``train.heldout``, always) and the judge when one is given (``--judge``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from ..compare import AccuracyComparison, Comparison, compare_runs, comparison_h
 from ..config import Experiment
 from ..data import Dataset
 from ..pipeline import Progress, run_experiment
+from ..records import Case
+from ..store import RunStore
+from .heldout import HeldOutRules
 from .settings import TrainSettings
 
 GAMING_NOTE = ("The training signal came from the rules classifier ({how}). Follow-up rates "
                "measured by the same rules can rise because the model learned what the rules "
-               "reward rather than to follow up; read them beside a labeller that played no part "
-               "in training{other}.")
+               "reward rather than to follow up; read them beside the labellers that played no "
+               "part in training{other}.")
 
 
 @dataclass
@@ -47,13 +51,18 @@ def before_after(settings: TrainSettings, held_out: Dataset, checkpoint: Path, *
                          judge_base_url=settings.judge_base_url)
         runs[name] = run_experiment(exp, progress=progress, datasets=[held_out])
     base, tuned = runs["eval-base"], runs["eval-tuned"]
-    labellers: dict[str, list[str]] = {"rules": ["rules"]}
-    judged = [s for s in tuned.label_sources() if s != "rules"]
+    heldout = HeldOutRules()
+    for store, model in ((base, settings.model), (tuned, str(checkpoint))):
+        label_turns(store, heldout, _assistant_header(model))
+    labellers: dict[str, list[str]] = {"rules": ["rules"],
+                                       f"{heldout.name} (played no part in training)":
+                                       [heldout.name]}
+    judged = [s for s in tuned.label_sources() if s not in ("rules", heldout.name)]
     if judged:
         labellers[f"{judged[0]} (played no part in training)"] = judged[:1]
-    other = (f": here {judged[0]}" if judged else
-             ": none was run here; add one with `userturn judge` on both runs and "
-             "`userturn compare --labels JUDGE`")
+    other = (f": the held-out rule set and {judged[0]}" if judged else
+             ": here the held-out rule set, a coarse one; add a judge with `--judge`, or later "
+             "with `userturn judge` on both runs and `userturn compare --labels JUDGE`")
     note = (GAMING_NOTE.format(how=how, other=other) if how else
             "The rules classifier played no part in training (the data came from a file).")
     by_labeller = {name: compare_runs(base, tuned, labels=sources)
@@ -66,6 +75,23 @@ def before_after(settings: TrainSettings, held_out: Dataset, checkpoint: Path, *
     base.close()
     tuned.close()
     return BeforeAfter(out / "eval-base", out / "eval-tuned", by_labeller, note)
+
+
+def _assistant_header(model: str) -> str:
+    from ..backends import load_template
+    from ..render import derive_markers
+
+    return derive_markers(load_template(model)).assistant_header.strip()
+
+
+def label_turns(store: RunStore, classifier: HeldOutRules, assistant_header: str) -> None:
+    """Label every user turn of a run that this labeller has not labelled yet."""
+    done = store.labelled_keys(classifier.name, classifier.version)
+    rows = [(t["key"], classifier.version,
+             classifier.classify(Case(t["query"], t["answer"] or "", t["text"], t["raw_text"],
+                                      assistant_header)))
+            for t in store.user_turns("rules") if t["error"] is None and t["key"] not in done]
+    store.put_labels(rows)
 
 
 def summary_rows(result: BeforeAfter) -> list[dict[str, Any]]:
