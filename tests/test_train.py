@@ -298,3 +298,24 @@ def test_the_held_out_rule_set_is_a_usable_second_labeller() -> None:
     hits = sum(truth and said for truth, said in pairs)
     assert hits / sum(said for _, said in pairs) >= 0.6
     assert hits / sum(truth for truth, _ in pairs) >= 0.5
+
+
+def test_rloo_one_step_with_the_collab_reward(tmp_path: Path, gsm_file: Path,
+                                              monkeypatch) -> None:
+    """The assistant-side path: prompts open an ASSISTANT turn, and the reward simulates user
+    turns with the frozen base after each sampled answer."""
+    seen: list[str] = []
+    original = CollabReward.follow_up_rate
+
+    def recording(self, item, answer):
+        seen.append(answer)
+        return original(self, item, answer)
+
+    monkeypatch.setattr(CollabReward, "follow_up_rate", recording)
+    settings = RLSettings(model="tiny", dataset=f"gsm8k:{gsm_file}", eval_items=2, train_items=2,
+                          algorithm="rloo", reward="collab", max_steps=1, num_generations=2,
+                          max_tokens=8, user_max_tokens=4, collab_samples=1, evaluate=False,
+                          output=tmp_path / "rloo")
+    outcome = run_rl(settings, log=lambda _: None)
+    assert outcome.manifest["training"]["steps"] == 1
+    assert outcome.manifest["data"]["reward"] == "collab" and len(seen) == 2
