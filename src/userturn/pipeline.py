@@ -21,14 +21,15 @@ from . import __version__
 from .backends import Backend, load_backend
 from .config import Experiment
 from .data import Dataset, load_dataset
-from .errors import ConfigError, TemplateError
+from .errors import TemplateError
 from .judge import Judge, judge_from_spec
 from .perturb import Perturbation, parse_perturbations
 from .records import HUMAN, Case, Generation, GenerationParams, Item, Message, Request
-from .render import ChatTemplate, Prompt, render_assistant_turn, render_user_turn
+from .render import Prompt, render_assistant_turn, render_user_turn
 from .rules import RulesClassifier
 from .store import RunStore, generation_key
 from .thinking import prompt_opens_thinking, split_thinking, thinking_format
+from .variants import thinking_variants
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 
@@ -67,7 +68,7 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
                     for spec in dict.fromkeys([*exp.models, *_answer_models(exp, exp.models)])}
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)
-    backends, probers = _thinking_variants(backends, datasets[0].items[0], exp)
+    backends, probers = thinking_variants(backends, _conversation(datasets[0].items[0], exp), exp)
     answer_models = _answer_models(exp, probers)
     judge = _judge(exp)
     store = RunStore.create(exp.output)
@@ -94,59 +95,6 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
         judge_turns(store, judge, exp.judge_scope, progress)
     store.set_meta({"finished": time.time()})
     return store
-
-
-class ThinkingVariant:
-    """A probed model with ``enable_thinking`` fixed: a model of its own in the plan, the report
-    and compare (``MODEL[thinking=on]``); generation is the base backend's."""
-
-    def __init__(self, base: Backend, enable: bool) -> None:
-        self.base, self.enable = base, enable
-        self.spec = variant_spec(base.spec, enable)
-        self.template: ChatTemplate = replace(
-            base.template, variables={**base.template.variables, "enable_thinking": enable})
-        self.revision, self.chunk_size = base.revision, base.chunk_size
-
-    def complete(self, requests: Sequence[Request]) -> list[Generation]:
-        return self.base.complete(requests)
-
-
-def variant_spec(spec: str, enable: bool) -> str:
-    return f"{spec}[thinking={'on' if enable else 'off'}]"
-
-
-def _thinking_variants(backends: Mapping[str, Backend], item: Item, exp: Experiment
-                       ) -> tuple[dict[str, Backend], list[str]]:
-    """The backends with each prober split into its enable_thinking variants, and the probers.
-
-    A template that ignores enable_thinking would give variants that differ in name only: that is
-    refused up front rather than reported as two identical models."""
-    if exp.enable_thinking is None:
-        return dict(backends), list(exp.models)
-    out = {spec: b for spec, b in backends.items() if spec not in exp.models
-           or spec in exp.answerers}
-    probers = []
-    for spec in exp.models:
-        on, off = ThinkingVariant(backends[spec], True), ThinkingVariant(backends[spec], False)
-        if _probe_prompts(on, item, exp) == _probe_prompts(off, item, exp):
-            raise ConfigError(
-                f"enable_thinking has no effect on the chat template of {spec}: thinking on and "
-                "off render the same prompts; leave enable_thinking out for this model")
-        for enable in exp.enable_thinking:
-            variant = on if enable else off
-            out[variant.spec] = variant
-            probers.append(variant.spec)
-    return out, probers
-
-
-def _probe_prompts(backend: Backend, item: Item, exp: Experiment) -> tuple[str, ...]:
-    """The prompts a prober is given for one item: its answer prompt (if it answers itself) and
-    the user-turn prompt."""
-    messages = _conversation(item, exp)
-    user = render_user_turn(backend.template, [*messages, {"role": "assistant", "content": "42"}])
-    if "self" not in exp.answerers:
-        return (user.text,)
-    return (render_assistant_turn(backend.template, messages).text, user.text)
 
 
 def _human_stage(store: RunStore, dataset: Dataset,

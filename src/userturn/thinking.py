@@ -20,7 +20,6 @@ import re
 from typing import Literal
 
 ThinkingFormat = Literal["think", "harmony"]
-ThinkingPolicy = Literal["drop", "keep"]
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)

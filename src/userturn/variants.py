@@ -1,0 +1,70 @@
+"""enable_thinking as an experiment factor: each value makes a probed model of its own.
+
+``MODEL[thinking=on]`` and ``MODEL[thinking=off]`` share the base backend (one set of weights) and
+differ in the template variable, so they are separate models in the plan, the tables, the report
+and compare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Mapping, Sequence
+
+from .backends import Backend
+from .config import Experiment
+from .errors import ConfigError
+from .records import Generation, Message, Request
+from .render import ChatTemplate, render_assistant_turn, render_user_turn
+
+
+class ThinkingVariant:
+    """A probed model with ``enable_thinking`` fixed: a model of its own in the plan, the report
+    and compare (``MODEL[thinking=on]``); generation is the base backend's."""
+
+    def __init__(self, base: Backend, enable: bool) -> None:
+        self.base, self.enable = base, enable
+        self.spec = variant_spec(base.spec, enable)
+        self.template: ChatTemplate = replace(
+            base.template, variables={**base.template.variables, "enable_thinking": enable})
+        self.revision, self.chunk_size = base.revision, base.chunk_size
+
+    def complete(self, requests: Sequence[Request]) -> list[Generation]:
+        return self.base.complete(requests)
+
+
+def variant_spec(spec: str, enable: bool) -> str:
+    return f"{spec}[thinking={'on' if enable else 'off'}]"
+
+
+def thinking_variants(backends: Mapping[str, Backend], messages: Sequence[Message],
+                      exp: Experiment) -> tuple[dict[str, Backend], list[str]]:
+    """The backends with each prober split into its enable_thinking variants, and the probers.
+
+    A template that ignores enable_thinking would give variants that differ in name only: that is
+    refused up front rather than reported as two identical models."""
+    if exp.enable_thinking is None:
+        return dict(backends), list(exp.models)
+    out = {spec: b for spec, b in backends.items() if spec not in exp.models
+           or spec in exp.answerers}
+    probers = []
+    for spec in exp.models:
+        on, off = ThinkingVariant(backends[spec], True), ThinkingVariant(backends[spec], False)
+        if _probe_prompts(on, messages, exp) == _probe_prompts(off, messages, exp):
+            raise ConfigError(
+                f"enable_thinking has no effect on the chat template of {spec}: thinking on and "
+                "off render the same prompts; leave enable_thinking out for this model")
+        for enable in exp.enable_thinking:
+            variant = on if enable else off
+            out[variant.spec] = variant
+            probers.append(variant.spec)
+    return out, probers
+
+
+def _probe_prompts(backend: Backend, messages: Sequence[Message], exp: Experiment
+                   ) -> tuple[str, ...]:
+    """The prompts a prober is given for one conversation: its answer prompt (if it answers
+    itself) and the user-turn prompt."""
+    user = render_user_turn(backend.template, [*messages, {"role": "assistant", "content": "42"}])
+    if "self" not in exp.answerers:
+        return (user.text,)
+    return (render_assistant_turn(backend.template, messages).text, user.text)
