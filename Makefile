@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-slow bench clean
+.PHONY: setup demo train-demo test test-slow bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ setup: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/userturn run --output runs/demo
+
+# SFT of SmolLM2 on its own collaboration data (LoRA, CPU), then the probe on base vs checkpoint.
+train-demo: $(STAMP)
+	$(BIN)/userturn train sft --output runs/train-sft
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
