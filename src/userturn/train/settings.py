@@ -31,6 +31,9 @@ class TrainSettings(BaseModel):
     gradient_accumulation: int = Field(default=1, ge=1)
     max_length: int = Field(default=1024, ge=16)
     device: str | None = None
+    gradient_checkpointing: bool | None = Field(default=None, description="recompute "
+                                                "activations to save memory; default: on with "
+                                                "a GPU, off on CPU (where it only costs time)")
     # Generation: the training data, and the before/after probe (the probe's own defaults).
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 1.0], min_length=1)
     samples: int = Field(default=4, ge=1)

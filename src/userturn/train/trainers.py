@@ -189,7 +189,13 @@ def _prepare(settings: TrainSettings, kind: str) -> Path:
 
 
 def _load(path: str, settings: TrainSettings) -> tuple[Any, Any]:
+    import warnings
+
     import torch
+
+    # transformers' renaming notices (gradient -> activation checkpointing) come from TRL's own
+    # calls, not from anything the user can change.
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -221,7 +227,8 @@ def _common_args(settings: TrainSettings, out: Path, *, default_lr: float) -> di
                 gradient_accumulation_steps=settings.gradient_accumulation, logging_steps=1,
                 save_strategy="no", report_to="none", seed=settings.seed,
                 use_cpu=not cuda, bf16=cuda and torch.cuda.is_bf16_supported(),
-                disable_tqdm=False)
+                gradient_checkpointing=cuda if settings.gradient_checkpointing is None
+                else settings.gradient_checkpointing, disable_tqdm=False)
 
 
 def _trl_prompt(tokenizer: Any, text: str) -> str:
