@@ -86,7 +86,7 @@ class TransformersBackend:
 
     def _split_stops(self, stop: tuple[str, ...]) -> tuple[list[int], list[str]]:
         eos = [*as_list(self.model.generation_config.eos_token_id), self.tokenizer.eos_token_id]
-        return split_stops(stop, self._encode, eos)
+        return split_stops(stop, self._encode, eos, self._special)
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]

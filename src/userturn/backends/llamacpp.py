@@ -61,6 +61,11 @@ class LlamaCppBackend:
     def _encode(self, text: str) -> list[int]:
         return self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
+    def _is_control(self, marker: str) -> bool:
+        """A special token's text (``<|im_end|>``): it is one token only when parsed as special."""
+        plain = self.llama.tokenize(marker.encode("utf-8"), add_bos=False, special=False)
+        return plain != self._encode(marker)
+
     def prompt_ids(self, text: str) -> list[int]:
         """Token ids of a rendered prompt, special tokens parsed, BOS exactly once."""
         ids = self._encode(text)
@@ -80,7 +85,8 @@ class LlamaCppBackend:
             return Generation("", "", "error", len(ids), 0,
                               f"the prompt ({len(ids)} tokens) fills the context ({self.n_ctx}); "
                               "raise n_ctx in the llama.cpp options")
-        stop_ids, stop_strings = split_stops(request.stop, self._encode, self._eos_ids)
+        stop_ids, stop_strings = split_stops(request.stop, self._encode, self._eos_ids,
+                                             [m for m in request.stop if self._is_control(m)])
         stop_set = set(stop_ids)
         window = 4 + max((len(self._encode(m)) for m in stop_strings), default=0)
         self.llama.set_seed(request.seed)

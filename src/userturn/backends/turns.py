@@ -16,14 +16,18 @@ Decode = Callable[[Sequence[int]], str]  # token ids -> text, special tokens kep
 
 
 def split_stops(stop: Sequence[str], encode: Callable[[str], list[int]],
-                eos_ids: Iterable[int | None]) -> tuple[list[int], list[str]]:
-    """(stop token ids, stop strings): a marker that is one token stops on its id (cheap, exact);
-    a longer one is matched in the decoded text. End-of-sequence ids always stop."""
+                eos_ids: Iterable[int | None],
+                special: Iterable[str] = ()) -> tuple[list[int], list[str]]:
+    """(stop token ids, stop strings): a marker that is one special token (``<|im_end|>``) stops
+    on its id (cheap, exact); any other marker is matched in the decoded text, since a plain word
+    is often generated as another token (with its leading space) than the one it encodes to alone.
+    End-of-sequence ids always stop."""
     ids = {i for i in eos_ids if i is not None}
+    specials = set(special)
     strings = []
     for marker in stop:
         tokens = encode(marker)
-        if len(tokens) == 1:
+        if len(tokens) == 1 and marker in specials:
             ids.add(tokens[0])
         else:
             strings.append(marker)

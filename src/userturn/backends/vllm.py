@@ -83,7 +83,7 @@ class VLLMBackend:
                     "", "", "error", len(ids), 0, f"the prompt ({len(ids)} tokens) does not fit "
                     f"the model length ({self.max_model_len})")
                 continue
-            stop_ids, stop_strings = split_stops(request.stop, self._encode, self._eos)
+            stop_ids, stop_strings = split_stops(request.stop, self._encode, self._eos, self._special)
             sampling = request.params
             prompts.append(TokensPrompt(prompt_token_ids=ids))
             params.append(SamplingParams(
