@@ -85,8 +85,10 @@ def bare_llamacpp(backend: Any) -> Callable[..., tuple[float, int]]:
         for index, prompt in enumerate(prompts):
             out = llama.create_completion(prompt, max_tokens=params.max_tokens,
                                           temperature=params.temperature, top_p=params.top_p,
-                                          stop=stop, seed=index)
-            tokens += out["usage"]["completion_tokens"]
+                                          top_k=0, min_p=0.0, stop=stop, seed=index)
+            # Its count leaves out the end-of-turn token it generated; userturn's includes it.
+            ended = out["choices"][0]["finish_reason"] == "stop"
+            tokens += out["usage"]["completion_tokens"] + ended
         return time.perf_counter() - start, tokens
 
     return run

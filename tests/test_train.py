@@ -83,16 +83,13 @@ def test_self_generated_data_keeps_follow_ups_and_protects_accuracy(tmp_path: Pa
     items = (Item("pencils", ({"role": "user", "content": QUERY},), "26"),
              Item("chairs", ({"role": "user", "content": "There are 7 rows of 8 chairs. How many "
                                                         "chairs are there?"},), "56"))
-    train = load_dataset  # noqa: F841 (the real scorer comes with a loaded dataset)
-    from dataclasses import replace
-
     from userturn.data import Dataset
     from userturn.data.gsm8k import GSM8KScorer
 
     dataset = Dataset("mini", items, GSM8KScorer(), "hand-made")
     backend = ScriptedBackend(_scripted_model)
     conversations, stats = self_generated(
-        backend, replace(dataset), output=tmp_path / "selfgen", samples=6, temperature=1.0,
+        backend, dataset, output=tmp_path / "selfgen", samples=6, temperature=1.0,
         max_tokens=64, user_max_tokens=32, seed=0, next_answer=True, mix_correct=True)
     assert stats.items == 2 and stats.answers_correct == 1 and stats.user_turns == 12
     follow_ups = [c for c in conversations if len(c) > 2]

@@ -72,7 +72,7 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     answer_models = _answer_models(exp, probers)
     judge = _judge(exp)
     store = RunStore.create(exp.output)
-    store.set_meta({"config": exp.model_dump(mode="json"), "versions": _versions(),
+    store.set_meta({"config": exp.model_dump(mode="json"), "versions": versions(),
                     "started": time.time(), "models": _model_meta(backends)})
     store.keep_plan([*backends, HUMAN], [dataset.name for dataset in datasets])
     for dataset in datasets:
@@ -390,9 +390,11 @@ def _model_meta(backends: Mapping[str, Backend]) -> dict[str, Any]:
             for spec, b in backends.items()}
 
 
-def _versions() -> dict[str, str]:
+def versions(packages: Sequence[str] = ("torch", "transformers", "tokenizers", "numpy")
+              ) -> dict[str, str]:
+    """What a result depends on: userturn, Python and the installed versions of ``packages``."""
     versions = {"userturn": __version__, "python": platform.python_version()}
-    for package in ("torch", "transformers", "tokenizers", "numpy"):
+    for package in packages:
         try:
             from importlib.metadata import version
 

@@ -13,17 +13,15 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import __version__
 from ..backends.hf import TransformersBackend
 from ..errors import ModelError, UserturnError
 from ..models import resolve_model
-from ..pipeline import Progress, run_experiment
+from ..pipeline import Progress, run_experiment, versions
 from ..config import Experiment
 from ..render import ChatTemplate, derive_markers, render_assistant_turn, render_user_turn
 from .data import Split, conversations_file, self_generated, split_dataset, write_conversations
@@ -309,21 +307,14 @@ def _save(trainer: Any, tokenizer: Any, out: Path, settings: TrainSettings) -> P
 
 def _manifest(settings: TrainSettings, kind: str, ref: Any, split: Split, data: dict[str, Any],
               training: dict[str, Any]) -> dict[str, Any]:
-    versions = {"userturn": __version__, "python": platform.python_version()}
-    for package in ("torch", "transformers", "trl", "peft"):
-        try:
-            from importlib.metadata import version
-
-            versions[package] = version(package)
-        except Exception:  # not installed: nothing to record
-            pass
     return {"kind": kind, "base_model": settings.model, "base_revision": ref.revision,
             "settings": settings.model_dump(mode="json"), "seed": settings.seed,
             "items": {"dataset": settings.dataset, "eval": [i.id for i in split.eval.items],
                       "eval_sha256": _items_hash(split.eval.items),
                       "train": [i.id for i in split.train.items],
                       "dropped_repeating_eval": list(split.dropped)},
-            "data": data, "training": training, "versions": versions,
+            "data": data, "training": training,
+            "versions": versions(("torch", "transformers", "tokenizers", "trl", "peft")),
             "adapter": None if settings.full else "adapter", "checkpoint": "model"}
 
 
