@@ -136,3 +136,22 @@ def test_export_has_one_row_per_user_turn(gsm_file, tmp_path, fmt):
     assert first["query"].startswith("Tom has 3 boxes") and first["user_turn"]
     assert first["label"] in ("generic", "follow_up") and first["prompt"]
     assert not (tmp_path / f"turns.{fmt}.partial").exists()
+
+
+def test_engine_arguments_from_the_config_reach_the_backend(tmp_path: Path, gsm_file: Path,
+                                                            monkeypatch) -> None:
+    """backend_args (e.g. vLLM's tensor_parallel_size) go from the experiment to load_backend."""
+    import userturn.pipeline as pipeline
+
+    seen: dict = {}
+
+    def fake_load(spec, **kwargs):
+        seen[spec] = kwargs["backend_args"]
+        return ScriptedBackend(lambda r: "Why 26?<|im_end|>", spec=spec)
+
+    monkeypatch.setattr(pipeline, "load_backend", fake_load)
+    exp = Experiment(models=["vllm/some-model"], datasets=[f"gsm8k:{gsm_file}"], limit=1,
+                     temperatures=[0.0], backend_args={"tensor_parallel_size": 2},
+                     output=tmp_path / "run")
+    run_experiment(exp).close()
+    assert seen == {"vllm/some-model": {"tensor_parallel_size": 2}}

@@ -51,6 +51,9 @@ class Experiment(BaseModel):
     prompt_as: Literal["tokens", "text"] = Field(
         default="tokens", description="openai/MODEL models: send the rendered prompt as token "
         "ids (vLLM, SGLang, llama.cpp) or as text (transformers serve)")
+    backend_args: dict[str, Any] = Field(
+        default_factory=dict, description="engine arguments for vllm/ and llamacpp/ models, "
+        "as they are (e.g. tensor_parallel_size, data_parallel_size, n_ctx, n_gpu_layers)")
     thinking: Literal["drop", "keep"] = Field(
         default="drop", description="the assistant answer's thinking in the user-turn prompt: "
         "drop (as the template drops it from history) or keep (shown before the answer)")

@@ -64,7 +64,8 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     perturbations = parse_perturbations(exp.perturbations)
     if backends is None:
         backends = {spec: load_backend(spec, batch_size=exp.batch_size, base_url=exp.base_url,
-                                       tokenizer=exp.tokenizer, prompt_as=exp.prompt_as)
+                                       tokenizer=exp.tokenizer, prompt_as=exp.prompt_as,
+                                       backend_args=exp.backend_args or None)
                     for spec in dict.fromkeys([*exp.models, *_answer_models(exp, exp.models)])}
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)
