@@ -38,6 +38,14 @@ test-slow: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
+	$(BIN)/python benchmarks/backends.py --backend transformers
+	# The optional engines, where installed (docs/backends.md).
+	if $(BIN)/python -c "import llama_cpp" 2>/dev/null; then \
+		$(BIN)/python benchmarks/backends.py --backend llamacpp; \
+	else echo "llama.cpp not installed: skipped (pip install 'userturn[llamacpp]')"; fi
+	if test -x .venv-vllm/bin/python; then \
+		VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python benchmarks/backends.py --backend vllm; \
+	else echo "no .venv-vllm: vLLM skipped (docs/backends.md)"; fi
 
 clean:
 	rm -rf runs/ .pytest_cache
