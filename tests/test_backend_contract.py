@@ -445,7 +445,8 @@ def _wait_healthy(url: str, process: subprocess.Popen, log: Path, limit: float) 
     pytest.skip(f"`transformers serve` did not answer /health within {limit:.0f} s")
 
 
-def test_transformers_serve_writes_the_same_greedy_user_turn(tiny_backend, tmp_path) -> None:
+def test_transformers_serve_writes_the_same_greedy_user_turn(tiny_backend, tmp_path,
+                                                             gsm_file) -> None:
     for module in ("fastapi", "uvicorn", "openai"):
         pytest.importorskip(module, reason="`transformers serve` needs fastapi, uvicorn and "
                                            "openai: pip install fastapi uvicorn openai")
@@ -477,6 +478,22 @@ def test_transformers_serve_writes_the_same_greedy_user_turn(tiny_backend, tmp_p
         assert [g.completion_tokens for g in remote] == [g.completion_tokens for g in local]
         assert [g.prompt_tokens for g in remote] == [g.prompt_tokens for g in local]
         assert remote[2].raw_text.endswith(marker) and local[2].raw_text.endswith(marker)
+        # A whole probe run through the server writes the same greedy user turns as in process.
+        from userturn.config import Experiment
+        from userturn.pipeline import run_experiment
+
+        turns = {}
+        for name, spec, extra in (("local", "tiny", {}), ("served", f"openai/{folder}", {
+                "base_url": f"{url}/v1", "tokenizer": "tiny", "prompt_as": "text"})):
+            exp = Experiment(models=[spec], datasets=[f"gsm8k:{gsm_file}"], limit=3,
+                             temperatures=[0.0], max_tokens=12, user_max_tokens=10,
+                             output=tmp_path / name, **extra)
+            store = run_experiment(exp, backends={"tiny": tiny_backend} if name == "local"
+                                   else None)
+            turns[name] = [(t["item_id"], t["text"]) for t in store.user_turns()
+                           if t["model"] != "human"]
+            store.close()
+        assert len(turns["local"]) == 3 and turns["served"] == turns["local"]
     finally:
         process.terminate()
         try:
