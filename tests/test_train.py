@@ -316,3 +316,40 @@ def test_rloo_one_step_with_the_collab_reward(tmp_path: Path, gsm_file: Path,
     outcome = run_rl(settings, log=lambda _: None)
     assert outcome.manifest["training"]["steps"] == 1
     assert outcome.manifest["data"]["reward"] == "collab" and len(seen) == 2
+
+
+def test_training_items_never_share_a_template_with_held_out_items() -> None:
+    """GSM-Symbolic items of one template differ only in names and numbers: keep them apart."""
+    split = split_dataset("gsm_symbolic", eval_items=20, train_items=40, seed=0)
+    held = {item.metadata["template"] for item in split.eval.items}
+    assert len(split.train.items) == 40 and split.dropped  # seed 0 draws some templates twice
+    assert all(item.metadata["template"] not in held for item in split.train.items)
+
+
+def test_a_conversation_whose_roles_do_not_alternate_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "two_users.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "a"},
+                                             {"role": "assistant", "content": "b"}]}) + "\n"
+                    + json.dumps({"conversations": [{"from": "human", "value": "a"},
+                                                    {"from": "human", "value": "b"}]}) + "\n",
+                    encoding="utf-8")
+    with pytest.raises(DatasetError, match="two_users.jsonl line 2: .*two user messages"):
+        conversations_file(path)
+
+
+def test_the_saved_checkpoint_keeps_the_base_end_of_sequence(tiny_backend) -> None:
+    """RL adds the turn's stop tokens to generation; the checkpoint must not keep them."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from userturn.models import resolve_model
+    from userturn.train.trainers import _restore_stop, _stop_on
+
+    model = AutoModelForCausalLM.from_pretrained(resolve_model("tiny").path)
+    model.generation_config.eos_token_id = 3  # an EOS other than the user turn's stop
+    original = _stop_on(model, tiny_backend.tokenizer, ("<|im_end|>",), lambda _: None)
+    end_of_turn = tiny_backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert original == 3 and model.generation_config.eos_token_id == sorted({3, end_of_turn})
+    wrapped = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear"))
+    _restore_stop(wrapped, original)
+    assert wrapped.merge_and_unload().generation_config.eos_token_id == 3

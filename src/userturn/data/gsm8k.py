@@ -204,10 +204,16 @@ def gsm_symbolic_items(size: int, seed: int) -> tuple[Item, ...]:
             "gsm_symbolic needs the 'reasoning-gym' package: pip install 'userturn[offline]'"
         ) from None
     entries = reasoning_gym.create_dataset("gsm_symbolic", size=size, seed=seed)
-    return tuple(_symbolic_item(index, entry, seed) for index, entry in enumerate(entries))
+    # Which GSM-Symbolic template an item instantiates: items of one template differ only in
+    # names and numbers, so a training split must keep templates apart from evaluation items.
+    templates = getattr(entries, "task_indices", None)
+    return tuple(_symbolic_item(index, entry, seed,
+                                None if templates is None else int(templates[index]))
+                 for index, entry in enumerate(entries))
 
 
-def _symbolic_item(index: int, entry: Mapping[str, Any], seed: int) -> Item:
+def _symbolic_item(index: int, entry: Mapping[str, Any], seed: int,
+                   template: int | None = None) -> Item:
     meta = entry.get("metadata", {})
     item_id = f"gsm_symbolic-s{seed}-{index:04d}"
     reference = normalize_number(str(entry["answer"]))
@@ -215,6 +221,8 @@ def _symbolic_item(index: int, entry: Mapping[str, Any], seed: int) -> Item:
         raise DatasetError(f"gsm_symbolic seed={seed} item {index}: answer has no number")
     solution = meta.get("answer_cot", entry["answer"])
     metadata = {"solution": solution, "source_index": meta.get("source_index", index)}
+    if template is not None:
+        metadata["template"] = template
     return Item(item_id, ({"role": "user", "content": entry["question"]},), reference, metadata)
 
 

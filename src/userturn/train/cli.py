@@ -50,7 +50,7 @@ def _add_fields(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None
         help_text = f"{field.description + '; ' if field.description else ''}default: {default}"
         kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if annotation is bool:
+        if annotation is bool or (args == [bool]):
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(annotation) is typing.Literal:
             kwargs["choices"] = typing.get_args(annotation)

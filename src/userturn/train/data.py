@@ -31,6 +31,7 @@ from ..pipeline import Progress, run_experiment
 from ..records import GenerationParams, Request
 from ..render import render_assistant_turn
 from ..rules import RulesClassifier
+from .masks import check_roles
 
 Conversation = list[dict[str, Any]]  # messages; a message may carry "loss": False
 
@@ -39,22 +40,34 @@ Conversation = list[dict[str, Any]]  # messages; a message may carry "loss": Fal
 class Split:
     eval: Dataset  # the probe's held-out items: the dataset's first ``eval_items``
     train: Dataset  # the items after them, minus repeated queries
-    dropped: tuple[str, ...] = ()  # training ids dropped because their query is an eval query
+    dropped: tuple[str, ...] = ()  # candidates dropped: an eval query or template again
 
 
 def split_dataset(spec: str, *, eval_items: int, train_items: int, seed: int) -> Split:
-    """The first ``eval_items`` items for evaluation, the next ``train_items`` for training."""
+    """The first ``eval_items`` items for evaluation, the next ``train_items`` for training that
+    neither repeat an evaluation query nor (GSM-Symbolic) instantiate an evaluation item's
+    template. Up to four times ``train_items`` candidates are read to find them."""
     if eval_items < 1 or train_items < 1:
         raise DatasetError("eval_items and train_items must each be at least 1")
-    loaded = load_dataset(spec, limit=eval_items + train_items, seed=seed)
+    loaded = load_dataset(spec, limit=eval_items + 4 * train_items, seed=seed)
     held, rest = loaded.items[:eval_items], loaded.items[eval_items:]
-    if not rest:
+    queries = {item.query.strip() for item in held}
+    templates = {item.metadata["template"] for item in held if "template" in item.metadata}
+
+    def overlaps(item: Any) -> bool:
+        return (item.query.strip() in queries
+                or item.metadata.get("template", object()) in templates)
+
+    train: list[Any] = []
+    dropped: list[str] = []
+    for item in rest:
+        if len(train) == train_items:
+            break
+        (dropped.append(item.id) if overlaps(item) else train.append(item))
+    if not train:
         raise DatasetError(f"{spec} has {len(loaded.items)} items: none is left for training "
                            f"after the {eval_items} evaluation items")
-    queries = {item.query.strip() for item in held}
-    train = tuple(item for item in rest if item.query.strip() not in queries)
-    dropped = tuple(item.id for item in rest if item.query.strip() in queries)
-    return Split(replace(loaded, items=held), replace(loaded, items=train), dropped)
+    return Split(replace(loaded, items=held), replace(loaded, items=tuple(train)), tuple(dropped))
 
 
 @dataclass
@@ -150,6 +163,9 @@ def conversations_file(path: str | Path, *, limit: int | None = None) -> list[Co
             raise DatasetError(f"{where}: {row.error or 'expected an object'}")
         try:
             messages = _row_messages(row.data)
+            check_roles(messages)
+        except ValueError as exc:
+            raise DatasetError(f"{where}: {exc}") from None
         except RowError as exc:
             raise DatasetError(f"{where}: {exc.field}: {exc.reason}") from None
         except DatasetError as exc:

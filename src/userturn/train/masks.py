@@ -61,7 +61,7 @@ def loss_spans(template: ChatTemplate, messages: Sequence[Mapping[str, Any]],
                loss_on: str) -> tuple[str, tuple[tuple[int, int], ...]]:
     """The rendered conversation and the character spans that carry loss."""
     plain = [{"role": m["role"], "content": m["content"]} for m in messages]
-    _check_roles(plain)
+    check_roles(plain)
     try:
         text = template.render(plain)
     except TemplateError:
@@ -123,7 +123,7 @@ def _turn_end(text: str, start: int, content: str, stops: Sequence[str], model: 
     return found + len(stop)
 
 
-def _check_roles(messages: Sequence[Mapping[str, str]]) -> None:
+def check_roles(messages: Sequence[Mapping[str, str]]) -> None:
     roles = [m["role"] for m in messages if m["role"] != "system"]
     if not roles or roles[0] != "user":
         raise ValueError("a training conversation starts with a user message")
@@ -141,7 +141,10 @@ def build_example(tokenizer: Any, template: ChatTemplate, messages: Sequence[Map
     if not spans:
         return None
     ids, offsets = _tokens_with_offsets(tokenizer, text)
-    labels = [token if any(start <= begin < end for start, end in spans) and end_at > begin
+    # A token is trained when it overlaps a span: SentencePiece folds the space before a word
+    # into the word's token, which then starts one character before the turn does.
+    labels = [token if end_at > begin and any(begin < end and end_at > start
+                                              for start, end in spans)
               else IGNORE for token, (begin, end_at) in zip(ids, offsets)]
     if max_length is not None:
         ids, labels = ids[:max_length], labels[:max_length]

@@ -73,8 +73,8 @@ def run_sft(settings: SFTSettings, progress: Progress | None = None,
     data["conversations"] = len(conversations)
     tokenizer, model = _load(ref.path, settings)
     template = ChatTemplate.from_tokenizer(tokenizer, settings.model)
-    examples = [build_example(tokenizer, template, c, settings.loss_on, settings.max_length)
-                for c in conversations]
+    examples = [_example(tokenizer, template, c, settings, number)
+                for number, c in enumerate(conversations, 1)]
     kept = [e for e in examples if e is not None]
     data.update(examples=len(kept), without_trained_tokens=len(examples) - len(kept),
                 trained_tokens=sum(e.trained_tokens for e in kept), loss_on=settings.loss_on)
@@ -95,6 +95,8 @@ def run_sft(settings: SFTSettings, progress: Progress | None = None,
     trainer.train()
     training = _training_record(trainer, time.time() - started)
     checkpoint = _save(trainer, tokenizer, out, settings)
+    del trainer, model
+    _free_memory()
     manifest = _manifest(settings, "sft", ref, split, data, training)
     if settings.data != "self":  # the split's training items were not used: the file was
         manifest["items"]["train"] = []
@@ -139,11 +141,13 @@ def run_rl(settings: RLSettings, progress: Progress | None = None,
         del backend  # the collab reward keeps the frozen base model to simulate the user
     for row in prompts:
         row["prompt"] = _trl_prompt(tokenizer, row["prompt"])
-    _stop_on(model, tokenizer, stops)
+    original_eos = _stop_on(model, tokenizer, stops, log)
     completion = settings.max_completion_length or (
         settings.user_max_tokens if settings.reward == "probe" else settings.max_tokens)
     log(f"{settings.algorithm.upper()} with the {settings.reward} reward on {len(prompts)} "
-        f"prompts, {settings.num_generations} completions each, KL beta {settings.beta:g}")
+        f"prompts, {settings.num_generations} completions each (a device batch is one prompt's "
+        f"group: --batch-size is not used; --gradient-accumulation groups prompts), "
+        f"KL beta {settings.beta:g}")
     from datasets import Dataset as HFDataset
 
     rows = HFDataset.from_list(prompts)
@@ -161,12 +165,24 @@ def run_rl(settings: RLSettings, progress: Progress | None = None,
     started = time.time()
     trainer.train()
     training = _training_record(trainer, time.time() - started)
-    _restore_stop(trainer.model, tokenizer, ref.path)
+    _restore_stop(trainer.model, original_eos)
     checkpoint = _save(trainer, tokenizer, out, settings)
+    del trainer, model, reward
+    _free_memory()
     data = {"prompts": len(prompts), "reward": settings.reward, "completion_tokens": completion}
     manifest = _manifest(settings, "rl", ref, split, data, training)
     return _finish(settings, out, manifest, split, checkpoint, progress, log,
                    how=f"the {settings.reward} reward")
+
+
+def _example(tokenizer: Any, template: ChatTemplate, conversation: Any, settings: SFTSettings,
+             number: int) -> Any:
+    try:
+        return build_example(tokenizer, template, conversation, settings.loss_on,
+                             settings.max_length)
+    except ValueError as exc:
+        raise TrainingError(f"training conversation {number} (data.jsonl line {number}): "
+                            f"{exc}") from None
 
 
 # --- shared steps --------------------------------------------------------------------------------
@@ -237,28 +253,41 @@ def _trl_prompt(tokenizer: Any, text: str) -> str:
     return text[len(bos):] if bos and adds_bos and text.startswith(bos) else text
 
 
-def _stop_on(model: Any, tokenizer: Any, stops: Any) -> None:
-    """Generation during RL stops where the probe stops: on the turn's end-of-turn tokens."""
-    ids = set(_as_list(model.generation_config.eos_token_id))
+def _stop_on(model: Any, tokenizer: Any, stops: Any, log: Callable[[str], None]) -> Any:
+    """Generation during RL stops where the probe stops: on the turn's end-of-turn tokens.
+    Returns the model's own setting, for :func:`_restore_stop`."""
+    original = model.generation_config.eos_token_id
+    ids = set(_as_list(original))
     for marker in stops:
         tokens = tokenizer(marker, add_special_tokens=False)["input_ids"]
         if len(tokens) == 1:
             ids.add(tokens[0])
+        else:  # TRL stops on token ids only: the turn then ends at the completion budget
+            log(f"note: the stop marker {marker!r} is {len(tokens)} tokens; RL completions "
+                "cannot stop on it and run to --max-completion-length")
     model.generation_config.eos_token_id = sorted(ids)
+    return original
 
 
-def _restore_stop(model: Any, tokenizer: Any, path: str) -> None:
-    from transformers import GenerationConfig
+def _restore_stop(model: Any, original: Any) -> None:
+    """The saved checkpoint keeps the base model's own end-of-sequence setting."""
+    seen = set()
+    while model is not None and id(model) not in seen:
+        seen.add(id(model))
+        if hasattr(model, "generation_config"):
+            model.generation_config.eos_token_id = original
+        model = getattr(model, "base_model", None) or getattr(model, "model", None)
 
-    try:
-        original = GenerationConfig.from_pretrained(path)
-    except OSError:
-        return
-    target = getattr(model, "base_model", model)
-    target = getattr(target, "model", target)
-    for m in {id(model): model, id(target): target}.values():
-        if hasattr(m, "generation_config"):
-            m.generation_config.eos_token_id = original.eos_token_id
+
+def _free_memory() -> None:
+    """Before the before/after loads two more models: the trained one and its optimizer go."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _as_list(value: Any) -> list[int]:
@@ -326,7 +355,8 @@ def _items_hash(items: Any) -> str:
 
 def _finish(settings: TrainSettings, out: Path, manifest: dict[str, Any], split: Split,
             checkpoint: Path, progress: Progress | None, log: Callable[[str], None], *,
-            how: str) -> Outcome:
+            how: str | None) -> Outcome:
+    manifest["signal"] = how  # what the classifier did in training (None: nothing)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
     log(f"trained in {manifest['training']['seconds']:.0f} s "
         f"({manifest['training']['steps']} steps); checkpoint {checkpoint}")
@@ -352,10 +382,10 @@ def evaluate_checkpoint(out: Path, *, progress: Progress | None = None,
             or _items_hash(split.eval.items) != manifest["items"]["eval_sha256"]):
         raise TrainingError(f"the held-out items of {settings.dataset} are not those the "
                             "manifest recorded; the dataset changed since training")
-    if how == "":  # re-evaluation: what the first evaluation recorded
-        how = manifest.get("evaluation", {}).get("how")
+    if how == "":  # re-evaluation: what training recorded
+        how = manifest.get("signal")
     result = before_after(settings, split.eval, out / manifest["checkpoint"], how=how,
                           progress=progress)
-    manifest["evaluation"] = {"how": how, "rows": summary_rows(result), "note": result.note}
+    manifest["evaluation"] = {"rows": summary_rows(result), "note": result.note}
     manifest_path.write_text(json.dumps(manifest, indent=2, default=str), encoding="utf-8")
     return result
