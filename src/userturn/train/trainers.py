@@ -258,13 +258,12 @@ def _stop_on(model: Any, tokenizer: Any, stops: Any, log: Callable[[str], None])
     Returns the model's own setting, for :func:`_restore_stop`."""
     original = model.generation_config.eos_token_id
     ids = set(_as_list(original))
-    for marker in stops:
-        tokens = tokenizer(marker, add_special_tokens=False)["input_ids"]
-        if len(tokens) == 1:
-            ids.add(tokens[0])
-        else:  # TRL stops on token ids only: the turn then ends at the completion budget
-            log(f"note: the stop marker {marker!r} is {len(tokens)} tokens; RL completions "
-                "cannot stop on it and run to --max-completion-length")
+    single = [tokenizer(m, add_special_tokens=False)["input_ids"] for m in stops]
+    ids.update(tokens[0] for tokens in single if len(tokens) == 1)
+    if stops and not any(len(tokens) == 1 for tokens in single):
+        # TRL stops on token ids only: the turn then ends at the completion budget.
+        log(f"note: no stop marker of this template ({', '.join(map(repr, stops))}) is one "
+            "token; RL completions run to --max-completion-length")
     model.generation_config.eos_token_id = sorted(ids)
     return original
 
