@@ -196,7 +196,13 @@ def test_sft_two_steps_on_the_tiny_model_then_before_after(tmp_path: Path, gsm_f
 
     base = AutoModelForCausalLM.from_pretrained(resolve_model("tiny").path)
     reloaded = PeftModel.from_pretrained(base, str(out / "adapter"))
-    assert sum(p.numel() for n, p in reloaded.named_parameters() if "lora_" in n) > 0
+    state = {n: p for n, p in reloaded.named_parameters() if "lora_B" in n}
+    assert len(state) == sum("lora_B" in k for k in weights) > 0
+    for key, saved in weights.items():  # the reloaded adapter holds the trained values
+        if "lora_B" in key:
+            match = [p for n, p in state.items() if n.replace(".default", "").endswith(
+                key.split("base_model.model.", 1)[-1])]
+            assert len(match) == 1 and match[0].detach().equal(saved)
     # The before/after probed both models on the held-out items, paired.
     result = outcome.before_after
     assert result is not None
