@@ -141,7 +141,7 @@ def test_probe_reward_on_hand_made_turns(tiny_backend) -> None:
     assert rewards == [1.0, -1.0, -1.0, 0.0, -1.0]
     # Past the free budget every token costs: a follow-up padded with rambling scores less.
     strict = ProbeReward(tokenizer, ("<|im_end|>",), length_penalty=0.01, free_tokens=4)
-    score, label = strict.score(QUERY, ANSWER, FOLLOW_UP + "<|im_end|>", tokens=24)
+    score, label = strict.score(QUERY, ANSWER, FOLLOW_UP, FOLLOW_UP + "<|im_end|>", tokens=24)
     assert label == "follow_up" and score == pytest.approx(1.0 - 0.2)
 
 

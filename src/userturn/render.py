@@ -139,14 +139,14 @@ def derive_markers(template: ChatTemplate) -> TurnMarkers:
     if user_end.strip() and user_end == user_to_assistant:
         # The template writes the assistant header after EVERY user message (so it follows the
         # sentinel too): the end-of-turn is what user and assistant turns end with alike.
-        user_end = _common_prefix(user_end, assistant_end) or user_end
+        user_end = common_prefix(user_end, assistant_end) or user_end
     header = user_to_assistant[len(user_end):] if user_to_assistant.startswith(user_end) else ""
     header = header or user_to_assistant
     # The generation prompt may say more than history does (an empty think block, gpt-oss's
     # channel): the header proper is what both agree on.
     generated = _between(opened, c, None)
     generated = generated[len(user_end):] if generated.startswith(user_end) else generated
-    header = _common_prefix(header, generated) or header
+    header = common_prefix(header, generated) or header
     to_user = _between(three, b, c)
     return TurnMarkers(
         user_end=user_end,
@@ -166,7 +166,7 @@ def _drop_final_eos(text: str, eos: str | None) -> str:
     return text
 
 
-def _common_prefix(first: str, second: str) -> str:
+def common_prefix(first: str, second: str) -> str:
     size = 0
     while size < min(len(first), len(second)) and first[size] == second[size]:
         size += 1
@@ -191,11 +191,11 @@ def _render_with_system_fallback(
     except TemplateError:
         if not messages or messages[0]["role"] != "system":
             raise
-    merged = _merge_system(messages)
+    merged = merge_system(messages)
     return template.render(merged, add_generation_prompt), True
 
 
-def _merge_system(messages: Sequence[Message]) -> list[Message]:
+def merge_system(messages: Sequence[Message]) -> list[Message]:
     system, rest = messages[0]["content"], [dict(m) for m in messages[1:]]
     for message in rest:
         if message["role"] == "user":
@@ -241,7 +241,7 @@ def render_user_turn(template: ChatTemplate, messages: Sequence[Message],
     if not merged and _system_moved_into_open_turn(prefix, messages, markers):
         # [INST]-style templates prepend the system text to the LAST user message, which here is
         # the turn the model is to write. Put it where the model saw it when answering instead.
-        rendered = template.render([*_merge_system(messages), conversation[-1]])
+        rendered = template.render([*merge_system(messages), conversation[-1]])
         prefix, merged = rendered[: rendered.index(sentinel)], True
     _check_open_user_turn(template.model, prefix, messages[-1]["content"], markers)
     return Prompt(prefix, markers.user_stop, template.hash, markers.assistant_header, merged)

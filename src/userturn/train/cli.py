@@ -99,10 +99,11 @@ def train_command(args: argparse.Namespace, console: Console, progress: Any) -> 
     if result is None:
         console.print(f"checkpoint in {folder}/model; before/after: userturn train eval {folder}")
         return 0
-    for labeller, (comparisons, accuracy) in result.by_labeller.items():
+    for index, (labeller, (comparisons, accuracy)) in enumerate(result.by_labeller.items()):
         console.print(f"[bold]Labels: {labeller}[/bold]")
-        print_comparison(comparisons, accuracy, console, (str(result.base_run),
-                                                          str(result.tuned_run)))
+        # Accuracy does not depend on the labeller: its table is printed once.
+        print_comparison(comparisons, accuracy if index == 0 else [], console,
+                         (str(result.base_run), str(result.tuned_run)))
     console.print(result.note)
     console.print(f"pages: {folder}/before_after.html; manifest: {folder}/manifest.json")
     return 0

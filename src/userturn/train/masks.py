@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
 from ..errors import TemplateError
-from ..render import (ChatTemplate, _merge_system, derive_markers, prompt_token_ids,
-                      render_assistant_turn, render_user_turn, visible_text)
+from ..render import (ChatTemplate, common_prefix, derive_markers, merge_system,
+                      prompt_token_ids, render_assistant_turn, render_user_turn, visible_text)
 
 LossOn = Literal["assistant", "user", "both"]
 LOSS_ON: tuple[str, ...] = ("assistant", "user", "both")
@@ -69,7 +69,7 @@ def loss_spans(template: ChatTemplate, messages: Sequence[Mapping[str, Any]],
             raise
         # A template without a system role: the system text goes into the first user message,
         # as the probe does. Positions shift by one.
-        plain, messages = _merge_system(plain), list(messages[1:])
+        plain, messages = merge_system(plain), list(messages[1:])
         text = template.render(plain)
     markers = derive_markers(template)
     # In history an answer may end with the end-of-turn both roles share rather than with what
@@ -87,7 +87,7 @@ def loss_spans(template: ChatTemplate, messages: Sequence[Mapping[str, Any]],
             stops = markers.user_stop
         # The generation prompt may say more than history does (Qwen3's empty think block when
         # thinking is off): the turn starts where the two part.
-        start = _shared_prefix(opened, text)
+        start = len(common_prefix(opened, text))
         before = text[:start]
         if any(visible_text(m["content"]).strip() not in before for m in plain[:position]):
             raise TemplateError(
@@ -97,13 +97,6 @@ def loss_spans(template: ChatTemplate, messages: Sequence[Mapping[str, Any]],
         spans.append((start, _turn_end(text, start, message["content"], stops,
                                        template.model, position)))
     return text, tuple(spans)
-
-
-def _shared_prefix(first: str, second: str) -> int:
-    size = 0
-    while size < min(len(first), len(second)) and first[size] == second[size]:
-        size += 1
-    return size
 
 
 def _turn_end(text: str, start: int, content: str, stops: Sequence[str], model: str,

@@ -18,21 +18,11 @@ import hashlib
 from typing import Any, Mapping, Sequence
 
 from ..backends import Backend
+from ..backends.turns import finish_turn, specials_longest_first, split_stops
 from ..data import Scorer
 from ..records import Case, GenerationParams, Item, Request
 from ..render import render_user_turn
 from ..rules import RulesClassifier
-
-
-def visible_turn(raw: str, stops: Sequence[str], specials: Sequence[str]) -> tuple[str, bool]:
-    """The text a generated turn shows (cut at the first stop marker, special tokens removed),
-    and whether it stopped on a marker."""
-    hits = [raw.find(stop) for stop in stops if stop and stop in raw]
-    stopped = bool(hits)
-    text = raw[:min(hits)] if hits else raw
-    for special in sorted(specials, key=len, reverse=True):
-        text = text.replace(special, "")
-    return text.strip(), stopped
 
 
 class ProbeReward:
@@ -45,12 +35,17 @@ class ProbeReward:
                  drift_penalty: float = 1.0, length_penalty: float = 0.01,
                  free_tokens: int = 64) -> None:
         self.tokenizer, self.stops, self.assistant_header = tokenizer, tuple(stops), assistant_header
+        # The completion is cut into a turn exactly as the probe cuts a generated user turn.
+        self._specials = specials_longest_first(getattr(tokenizer, "all_special_tokens", []))
+        self._stop_ids, _ = split_stops(
+            self.stops, lambda m: tokenizer(m, add_special_tokens=False)["input_ids"],
+            [tokenizer.eos_token_id], self._specials)
         self.classifier = classifier or RulesClassifier()
         self.restatement_penalty, self.drift_penalty = restatement_penalty, drift_penalty
         self.length_penalty, self.free_tokens = length_penalty, free_tokens
 
-    def score(self, query: str, answer: str, raw_turn: str, tokens: int) -> tuple[float, str | None]:
-        text, _ = visible_turn(raw_turn, self.stops, self._specials())
+    def score(self, query: str, answer: str, text: str, raw_turn: str,
+              tokens: int) -> tuple[float, str | None]:
         label = self.classifier.classify(
             Case(query, answer, text, raw_turn, self.assistant_header)).label
         reward = {"follow_up": 1.0, "restatement": -self.restatement_penalty,
@@ -61,12 +56,13 @@ class ProbeReward:
     def __call__(self, prompts: Sequence[str], completions: Sequence[str],
                  completion_ids: Sequence[Sequence[int]], query: Sequence[str],
                  answer: Sequence[str], **_: Any) -> list[float]:
-        raws = [self.tokenizer.decode(ids, skip_special_tokens=False) for ids in completion_ids]
-        return [self.score(q, a, raw, len(ids))[0]
-                for q, a, raw, ids in zip(query, answer, raws, completion_ids)]
+        turns = [finish_turn(ids, 0, self.stops, set(self._stop_ids), self._decode,
+                             self._specials) for ids in completion_ids]
+        return [self.score(q, a, turn.text, turn.raw_text, len(ids))[0]
+                for q, a, turn, ids in zip(query, answer, turns, completion_ids)]
 
-    def _specials(self) -> list[str]:
-        return list(getattr(self.tokenizer, "all_special_tokens", []))
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
 
 
 class CollabReward:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..backends.hf import TransformersBackend
+from ..backends.turns import as_list
 from ..errors import ModelError, UserturnError
 from ..models import resolve_model
 from ..pipeline import Progress, run_experiment, versions
@@ -257,7 +258,7 @@ def _stop_on(model: Any, tokenizer: Any, stops: Any, log: Callable[[str], None])
     """Generation during RL stops where the probe stops: on the turn's end-of-turn tokens.
     Returns the model's own setting, for :func:`_restore_stop`."""
     original = model.generation_config.eos_token_id
-    ids = set(_as_list(original))
+    ids = set(as_list(original))
     single = [tokenizer(m, add_special_tokens=False)["input_ids"] for m in stops]
     ids.update(tokens[0] for tokens in single if len(tokens) == 1)
     if stops and not any(len(tokens) == 1 for tokens in single):
@@ -287,12 +288,6 @@ def _free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def _as_list(value: Any) -> list[int]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, int) else list(value)
 
 
 def _reward(settings: RLSettings, tokenizer: Any, backend: TransformersBackend,
