@@ -88,7 +88,7 @@ class TokenLexer:
         if not pieces or pieces[-1][1]:
             return None
         tail = pieces[-1][0]
-        for token in self.specials:
+        for token in sorted(self.specials):
             for size in range(1, len(token)):
                 if tail.endswith(token[:size]) and token[:size].strip():
                     return token
