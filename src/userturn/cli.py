@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--perturbation", dest="perturbations", action="append",
                      help="truncate[:F], append_question[:generic|specific], wrong_answer, swap, "
                      "empty, refusal (repeatable)")
+    run.add_argument("--user-turn-variant", dest="user_turn_variants", action="append",
+                     metavar="SPEC", help="native, prefill:TEXT, system:none|default|TEXT, "
+                     "template:FILE or warmup:K (repeatable; each paired with native)")
     run.add_argument("--output", "-o", type=Path, help="run folder (default runs/demo)")
     run.add_argument("--base-url", dest="base_url", help="for openai/MODEL: an OpenAI-compatible "
                      "server with /v1/completions (vLLM, SGLang, llama.cpp, transformers serve)")
@@ -97,8 +100,20 @@ def _parser() -> argparse.ArgumentParser:
     render = sub.add_parser("render", help="show the exact probe prompt of a model",
                             description="Print the prompt that opens a user turn after "
                             "[system?, user, assistant], with special tokens visible, the stop "
-                            "markers that end the user turn, and the template hash.")
-    render.add_argument("--model", required=True, help="model spec, e.g. smollm2")
+                            "markers that end the user turn, the assistant header, what became "
+                            "of the system message and the template hash. --template reads any "
+                            "template file, without weights or a tokenizer download.")
+    source = render.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="model spec, e.g. smollm2")
+    source.add_argument("--template", type=Path, metavar="FILE", help="a chat template file: "
+                        ".jinja, or a tokenizer_config.json")
+    render.add_argument("--bos", help="with --template: the BOS token text (default: the "
+                        "file's, else none)")
+    render.add_argument("--eos", help="with --template: the EOS token text (default: the "
+                        "file's, else none)")
+    render.add_argument("--variant", default="native", metavar="SPEC", help="a user-turn "
+                        "variant to show: native (default), prefill:TEXT, system:..., "
+                        "template:FILE, warmup:K")
     render.add_argument("--query", default=EXAMPLE_QUERY)
     render.add_argument("--answer", default=EXAMPLE_ANSWER)
     render.add_argument("--system", default=None, help="optional system prompt")
@@ -212,7 +227,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
             "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
             "judge_scope", "judge_base_url", "answerers", "perturbations", "skip_invalid",
-            "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking")
+            "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking",
+            "user_turn_variants")
     overrides = {k: getattr(args, k) for k in keys}
     if args.fields:
         from .data.files import parse_field_mappings
@@ -247,25 +263,48 @@ def _progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
 
 
 def _render(args: argparse.Namespace, console: Console) -> int:
-    from .backends import load_template
-    from .render import render_user_turn
+    from .errors import ConfigError
+    from .user_variants import UserVariantBackend, parse_user_variant
 
-    template = load_template(args.model, args.tokenizer)
+    if args.model is None:
+        from .template_file import load_template_file
+
+        if args.tokenizer is not None:
+            raise ConfigError("--tokenizer is for --model openai/MODEL, not --template")
+        template = load_template_file(args.template, bos=args.bos, eos=args.eos)
+        name = f"template file {args.template}"
+    else:
+        from .backends import load_template
+
+        if args.bos is not None or args.eos is not None:
+            raise ConfigError("--bos and --eos are for --template: a model brings its own")
+        template = load_template(args.model, args.tokenizer)
+        name = f"model: {args.model}"
+    variant = parse_user_variant(args.variant)
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = [*system, {"role": "user", "content": args.query},
                 {"role": "assistant", "content": args.answer}]
-    prompt = render_user_turn(template, messages)
+    prober = _TemplateOnly(template)
+    prompt = UserVariantBackend(prober, variant).user_prompt(messages)
     out = console.file
-    out.write(f"model: {args.model}\ntemplate hash: {prompt.template_hash}\n")
-    if prompt.system_merged:
-        out.write("note: the template has no system role; the system text was merged into the "
-                  "first user message\n")
+    out.write(f"{name}\ntemplate hash: {prompt.template_hash}\n")
+    if variant.kind != "native":
+        out.write(f"user-turn variant: {variant.spec}\n")
+    out.write(f"system message: {prompt.system}\n")
     out.write("----- prompt (exact text; the model writes the user turn after the last line) "
               "-----\n")
     out.write(prompt.text)
     out.write("\n----- end of prompt -----\n")
     out.write(f"stop markers (end of the user turn): {list(prompt.stop)}\n")
+    out.write(f"assistant header: {prompt.assistant_header!r}\n")
     return 0
+
+
+class _TemplateOnly:
+    """A prober with a template and nothing to generate with: what `render` needs."""
+
+    def __init__(self, template) -> None:
+        self.template, self.spec, self.revision, self.chunk_size = template, template.model, "", 1
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:
@@ -351,8 +390,11 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
 def _print_tables(store, console: Console, labels: Sequence[str] | None = None) -> None:
     from .summary import assistant_errors, print_instruction_accuracy, print_summary, summarize
 
+    from .user_variants import print_variant_comparisons, variant_comparisons
+
     sources = labels or store.label_sources()
     print_summary(summarize(store, sources), console, assistant_failures=assistant_errors(store))
+    print_variant_comparisons(variant_comparisons(store.user_turns(sources)), console)
     print_instruction_accuracy(store, console)
     console.print(f"[dim]labels from: {' , then '.join(sources)}[/dim]")
 

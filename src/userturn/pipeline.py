@@ -29,6 +29,7 @@ from .render import Prompt, render_assistant_turn, render_user_turn
 from .rules import RulesClassifier
 from .store import RunStore, generation_key
 from .thinking import prompt_opens_thinking, split_thinking, thinking_format
+from .user_variants import answers_as, expand_user_variants, user_prompt_of, variant_meta
 from .variants import thinking_variants
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
@@ -69,12 +70,15 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
                     for spec in dict.fromkeys([*exp.models, *_answer_models(exp, exp.models)])}
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)
-    backends, probers = thinking_variants(backends, _conversation(datasets[0].items[0], exp), exp)
-    answer_models = _answer_models(exp, probers)
+    first = _conversation(datasets[0].items[0], exp)
+    backends, probers = thinking_variants(backends, first, exp)
+    backends, probers = expand_user_variants(
+        backends, probers, exp.user_turn_variants, [*first, {"role": "assistant", "content": "42"}])
+    answer_models = _answer_models(exp, [answers_as(backends[spec]) for spec in probers])
     judge = _judge(exp)
     store = RunStore.create(exp.output)
     store.set_meta({"config": exp.model_dump(mode="json"), "versions": versions(),
-                    "started": time.time(), "models": _model_meta(backends)})
+                    "started": time.time(), "models": _model_meta(backends, first)})
     store.keep_plan([*backends, HUMAN], [dataset.name for dataset in datasets])
     for dataset in datasets:
         store.put_items(dataset.name, [_item_record(item) for item in dataset.items])
@@ -85,12 +89,12 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
                    for spec in answer_models}
         references = _reference_answers(dataset)
         for spec in probers:
-            sets = {answerer: answers[spec] if answerer == "self" else
+            sets = {answerer: answers[answers_as(backends[spec])] if answerer == "self" else
                     references if answerer == "reference" else
                     _data_answers(dataset) if answerer == "data" else answers[answerer]
                     for answerer in exp.answerers}
             _user_stage(store, backends[spec], dataset, sets, perturbations, exp, progress)
-        _human_stage(store, dataset, answers.get(probers[0], {}))
+        _human_stage(store, dataset, answers.get(answers_as(backends[probers[0]]), {}))
     _classify_stage(store, backends)
     if judge is not None:
         judge_turns(store, judge, exp.judge_scope, progress)
@@ -250,7 +254,7 @@ def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
                     f"{assistant_key}|{answerer}|{spec}|{shown}{policy}".encode()).hexdigest()[:16]
                 contexts.append((context, spec, shown))
                 messages = [*_conversation(item, exp), {"role": "assistant", "content": shown}]
-                prompt = render_user_turn(backend.template, messages, thinking=thought)
+                prompt = user_prompt_of(backend, messages, thought)
                 jobs.extend(_user_jobs(backend, dataset, item, prompt, context, assistant_key,
                                        answerer, spec, exp))
     store.put_contexts(contexts)
@@ -384,11 +388,22 @@ def _item_record(item: Item) -> dict[str, Any]:
             "reference": item.reference, "metadata": dict(item.metadata)}
 
 
-def _model_meta(backends: Mapping[str, Backend]) -> dict[str, Any]:
+def _model_meta(backends: Mapping[str, Backend], conversation: Sequence[Message]
+                ) -> dict[str, Any]:
     return {spec: {"revision": b.revision, "template_hash": b.template.hash,
                    **({"template_variables": dict(b.template.variables)}
-                      if b.template.variables else {})}
+                      if b.template.variables else {}),
+                   "system_message": _system_verdict(b, conversation), **variant_meta(b)}
             for spec, b in backends.items()}
+
+
+def _system_verdict(backend: Backend, conversation: Sequence[Message]) -> str:
+    """What the probe prompt does with the run's system message, in plain words."""
+    try:
+        return user_prompt_of(backend, [*conversation, {"role": "assistant", "content": "42"}],
+                            None).system
+    except TemplateError as exc:
+        return f"not rendered: {exc}"
 
 
 def versions(packages: Sequence[str] = ("torch", "transformers", "tokenizers", "numpy")

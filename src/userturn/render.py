@@ -263,7 +263,7 @@ def merge_system(messages: Sequence[Message], into_last: bool = False,
     else followed by a blank line."""
     system, rest = messages[0]["content"], [dict(m) for m in messages[1:]]
     users = [m for m in rest if m["role"] == "user"]
-    if users:
+    if users and system.strip():  # an empty system message merges as nothing
         target = users[-1] if into_last else users[0]
         target["content"] = (joined if joined is not None else f"{system}\n\n") + target["content"]
     return rest
