@@ -535,8 +535,8 @@ def test_render_of_a_gguf_reads_its_embedded_template(capsys) -> None:
     from userturn.backends import load_template
 
     assert f"template hash: {load_template('smollm2').hash}" in out
-    assert out.rstrip().endswith("stop markers (end of the user turn): "
-                                 "['<|im_end|>', '<|im_start|>assistant']")
+    assert "\nstop markers (end of the user turn): ['<|im_end|>', '<|im_start|>assistant']\n" in out
+    assert out.rstrip().endswith("assistant header: '<|im_start|>assistant\\n'")
 
 
 # --- every end-of-generation token stops a turn ---------------------------------------------
