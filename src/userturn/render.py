@@ -9,6 +9,7 @@ differ between families and often differ from ``eos_token``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -42,7 +43,7 @@ class ChatTemplate:
 
     @property
     def lexer(self) -> TokenLexer:
-        return TokenLexer(self.special_tokens)
+        return _lexer(self.special_tokens)
 
     @property
     def hash(self) -> str:
@@ -142,6 +143,12 @@ SYSTEM_MOVED = ("moved to the last user message, as the template does: rendered 
 SYSTEM_DROPPED = "dropped by the template (it does not render the system text)"
 SYSTEM_VERDICTS = (SYSTEM_NONE, SYSTEM_KEPT, SYSTEM_MERGED, SYSTEM_MERGED_BY_TEMPLATE,
                    SYSTEM_MOVED, SYSTEM_DROPPED)
+
+
+@functools.lru_cache(maxsize=32)
+def _lexer(special_tokens: tuple[str, ...]) -> TokenLexer:
+    # Built once per vocabulary: every render derives the markers again.
+    return TokenLexer(special_tokens)
 
 
 def added_tokens(tokenizer: Any) -> tuple[str, ...]:
