@@ -135,6 +135,8 @@ def test_a_run_with_two_variants_reports_both_rates_and_the_paired_difference(
     code, out, _ = run_cli(capsys, "report", str(tmp_path / "run"))
     assert code == 0
     assert "User-turn variants vs native" in out and "prefill:Thanks" in out and "warmup:1" in out
+    # Each variant's own row in the rate table, its name shown whole (not read as rich markup).
+    assert "tiny[user=prefill:Thanks]" in out and "tiny[user=warmup:1]" in out
 
 
 def test_the_prefill_is_in_the_prompt_not_in_the_stored_turn(tmp_path, tiny_backend):

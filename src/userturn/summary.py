@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .records import HUMAN, LABELS
@@ -131,7 +132,8 @@ def print_summary(rows: list[Row], console: Console, *, assistant_failures: int 
                  "invalid", "errors", "accuracy", *(["vs real turn"] if similar else [])):
         table.add_column(name, justify="right" if name in NUMERIC else "left")
     for row in rows:
-        table.add_row(row.model, *(getattr(row, name) for name in extra), row.dataset,
+        # escape: a variant's name (MODEL[user=...]) is not rich markup.
+        table.add_row(escape(row.model), *(getattr(row, name) for name in extra), row.dataset,
                       _temperature(row.temperature), str(row.items), str(row.turns),
                       _pct(row.follow_up), str(row.undecided), str(row.invalid),
                       str(row.errors), _pct(row.accuracy),
@@ -141,7 +143,7 @@ def print_summary(rows: list[Row], console: Console, *, assistant_failures: int 
     for name in ("model", *extra, "dataset", "T", *LABEL_HEADERS.values(), "undecided"):
         labels.add_column(name, justify="left" if name in ("model", "dataset", *extra) else "right")
     for row in rows:
-        labels.add_row(row.model, *(getattr(row, name) for name in extra), row.dataset,
+        labels.add_row(escape(row.model), *(getattr(row, name) for name in extra), row.dataset,
                        _temperature(row.temperature),
                        *(str(row.labels.get(label, 0)) for label in LABELS), str(row.undecided))
     console.print(labels)
@@ -192,7 +194,7 @@ def print_instruction_accuracy(store: RunStore, console: Console) -> None:
         table.add_column(name, justify="left" if name in ("model", "dataset") else "right")
     for (model, dataset), scores in sorted(groups.items()):
         result = aggregate(scores)
-        table.add_row(model, dataset, *(_share(result[k]) for k in (
+        table.add_row(escape(model), dataset, *(_share(result[k]) for k in (
             "prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose")),
             str(result["n_prompts"]), str(result["n_undecided_prompts"]))
     console.print(table)
