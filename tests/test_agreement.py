@@ -9,7 +9,7 @@ import math
 import pytest
 from rich.console import Console
 
-from userturn.agreement import (NOTHING_TO_COMPARE, Agreement, cohen_kappa, confusion_matrix,
+from userturn.labels.agreement import (NOTHING_TO_COMPARE, Agreement, cohen_kappa, confusion_matrix,
                                 kappa_interval, order_sources, pairwise_agreement, per_label,
                                 print_agreement)
 from userturn.backends.fake import ScriptedBackend

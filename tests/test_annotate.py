@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from userturn.annotate import DEFINITIONS, AnnotationError, AnnotationServer, build_sample
+from userturn.labels.annotate import DEFINITIONS, AnnotationError, AnnotationServer, build_sample
 from userturn.backends.fake import ScriptedBackend
 from userturn.config import Experiment
 from userturn.pipeline import run_experiment

@@ -10,7 +10,7 @@ from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn
 
 from userturn.backends.fake import ScriptedBackend
 from userturn.cli import main
-from userturn.compare import compare_runs
+from userturn.report.compare import compare_runs
 from userturn.errors import StoreError
 from userturn.pipeline import run_experiment
 from userturn.records import Request
@@ -92,7 +92,7 @@ def test_compare_page_has_the_forest_plot_and_escapes_names(gsm_file, tmp_path, 
     assert "<svg" in html and "B higher, interval excludes 0" in html
     assert "+66.7 pts" in html
     assert not re.search(r"(src|href)\s*=\s*[\"']?https?:", html)  # self-contained
-    from userturn.compare import comparison_html
+    from userturn.report.compare import comparison_html
 
     comparisons, accuracy = compare_runs(RunStore.open(tmp_path / "a" / "run"),
                                          RunStore.open(tmp_path / "b" / "run"))

@@ -12,7 +12,7 @@ from userturn.cli import main
 from userturn.config import Experiment
 from userturn.pipeline import run_experiment
 from userturn.records import Request
-from userturn.summary import summarize
+from userturn.report.summary import summarize
 
 CONVERSATIONS = [
     {"id": "c1", "conversations": [
@@ -111,7 +111,7 @@ def test_ifbench_offline_with_instruction_accuracy(tmp_path):
     assert "prompt_loose" in json.loads(details)
     from rich.console import Console
 
-    from userturn.summary import print_instruction_accuracy
+    from userturn.report.summary import print_instruction_accuracy
 
     console = Console(record=True, width=200)
     print_instruction_accuracy(store, console)

@@ -11,7 +11,7 @@ from userturn.backends.fake import ScriptedBackend
 from userturn.cli import main
 from userturn.pipeline import run_experiment
 from userturn.records import Request
-from userturn.summary import summarize
+from userturn.report.summary import summarize
 
 
 def script(request: Request) -> str:
@@ -89,7 +89,7 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
     assert main(["agreement", str(exp.output)]) == 0
     out = capsys.readouterr().out
     assert "judge:openai/judge-c@rubric1" in out and "rules" in out
-    from userturn.agreement import pairwise_agreement
+    from userturn.labels.agreement import pairwise_agreement
     from userturn.store import RunStore
 
     (pair,) = pairwise_agreement(RunStore.open(exp.output))
@@ -99,7 +99,7 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
 
 
 def test_a_local_transformers_model_can_judge_and_garbage_is_invalid_not_guessed(tiny_backend):
-    from userturn.judge import BackendChatClient, judge_from_spec
+    from userturn.labels.judge import BackendChatClient, judge_from_spec
     from userturn.records import Case
 
     judge = judge_from_spec("tiny")

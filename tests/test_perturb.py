@@ -8,7 +8,7 @@ from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn, run, script
 from userturn.backends.fake import ScriptedBackend
 from userturn.errors import ConfigError
 from userturn.perturb import GENERIC_QUESTION, REFUSAL, parse_perturbation, parse_perturbations
-from userturn.summary import summarize
+from userturn.report.summary import summarize
 
 ANSWER = "He had 3 * 12 = 36 pencils. After giving away 10 he has 36 - 10 = 26.\n#### 26"
 OTHERS = {"a": "answer A", "b": ANSWER, "c": "answer C"}

@@ -14,7 +14,7 @@ from userturn.export import export_user_turns
 from userturn.pipeline import run_experiment
 from userturn.records import Request
 from userturn.store import RunStore
-from userturn.summary import summarize
+from userturn.report.summary import summarize
 
 ITEMS = 6
 SAMPLES = 3

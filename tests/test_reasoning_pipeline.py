@@ -11,16 +11,16 @@ import pytest
 from conftest import QUESTIONS
 from test_render_golden import load
 from userturn.backends.fake import ScriptedBackend
-from userturn.compare import compare_runs
+from userturn.report.compare import compare_runs
 from userturn.config import Experiment
 from userturn.errors import ConfigError
 from userturn.export import user_turn_records
-from userturn.judge import Judge
+from userturn.labels.judge import Judge
 from userturn.pipeline import run_experiment
 from userturn.records import Case, Request
-from userturn.report import browser_data, build_report
+from userturn.report.compute import browser_data, build_report
 from userturn.store import RunStore
-from userturn.summary import summarize
+from userturn.report.summary import summarize
 
 ITEMS = 3
 BOXES, APPLES, PAGES = (q for q, _ in QUESTIONS[:ITEMS])

@@ -19,10 +19,10 @@ from userturn.backends.fake import ScriptedBackend
 from userturn.config import Experiment
 from userturn.pipeline import run_experiment
 from userturn.records import Label, Request
-from userturn.report import build_report, export_tables, json_for_script, write_html_report
+from userturn.report.compute import build_report, export_tables, json_for_script, write_html_report
 from userturn.stats import paired_difference
 from userturn.store import RunStore
-from userturn.summary import summarize
+from userturn.report.summary import summarize
 
 MODELS = ["fake/alpha", "fake/beta"]
 TEMPERATURES = [0.0, 0.7, 1.0]

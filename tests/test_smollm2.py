@@ -9,7 +9,7 @@ import pytest
 from userturn.config import Experiment
 from userturn.models import resolve_model
 from userturn.pipeline import run_experiment
-from userturn.summary import summarize
+from userturn.report.summary import summarize
 
 pytestmark = pytest.mark.slow
 

@@ -274,7 +274,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     store = RunStore.open(args.run)
     _print_tables(store, console, args.labels)
     if args.html:
-        from .report import write_html_report
+        from .report.compute import write_html_report
 
         page = write_html_report(store, args.run / "report.html", labels=args.labels,
                                  tables_dir=args.run / "report_tables")
@@ -284,7 +284,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
 
 def _judge(args: argparse.Namespace, console: Console) -> int:
-    from .judge import judge_from_spec
+    from .labels.judge import judge_from_spec
     from .pipeline import judge_turns
     from .store import RunStore
 
@@ -300,14 +300,14 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
 
 
 def _annotate(args: argparse.Namespace, console: Console) -> int:
-    from .annotate import serve
+    from .labels.annotate import serve
 
     return serve(args.run, args.annotator, size=args.size, seed=args.seed, port=args.port,
                  open_browser=not args.no_browser)
 
 
 def _agreement(args: argparse.Namespace, console: Console) -> int:
-    from .agreement import pairwise_agreement, print_agreement
+    from .labels.agreement import pairwise_agreement, print_agreement
     from .store import RunStore
 
     store = RunStore.open(args.run)
@@ -331,7 +331,7 @@ def _datasets(args: argparse.Namespace, console: Console) -> int:
 
 
 def _compare(args: argparse.Namespace, console: Console) -> int:
-    from .compare import compare_runs, print_comparison
+    from .report.compare import compare_runs, print_comparison
     from .store import RunStore
 
     a, b = RunStore.open(args.run_a), RunStore.open(args.run_b)
@@ -339,7 +339,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     names = (str(args.run_a), str(args.run_b))
     print_comparison(comparisons, accuracy, console, names)
     if args.html:
-        from .compare import comparison_html
+        from .report.compare import comparison_html
 
         args.html.write_text(comparison_html(comparisons, accuracy, names), encoding="utf-8")
         console.print(f"wrote {args.html}")
@@ -349,7 +349,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
 
 
 def _print_tables(store, console: Console, labels: Sequence[str] | None = None) -> None:
-    from .summary import assistant_errors, print_instruction_accuracy, print_summary, summarize
+    from .report.summary import assistant_errors, print_instruction_accuracy, print_summary, summarize
 
     sources = labels or store.label_sources()
     print_summary(summarize(store, sources), console, assistant_failures=assistant_errors(store))

@@ -22,11 +22,11 @@ from .backends import Backend, load_backend
 from .config import Experiment
 from .data import Dataset, load_dataset
 from .errors import TemplateError
-from .judge import Judge, judge_from_spec
+from .labels.judge import Judge, judge_from_spec
 from .perturb import Perturbation, parse_perturbations
 from .records import HUMAN, Case, Generation, GenerationParams, Item, Message, Request
 from .render import Prompt, render_assistant_turn, render_user_turn
-from .rules import RulesClassifier
+from .labels.rules import RulesClassifier
 from .store import RunStore, generation_key
 from .thinking import prompt_opens_thinking, split_thinking, thinking_format
 from .variants import thinking_variants

@@ -84,7 +84,7 @@ def settings_from(args: argparse.Namespace) -> BaseModel:
 
 
 def train_command(args: argparse.Namespace, console: Console, progress: Any) -> int:
-    from ..compare import print_comparison
+    from ..report.compare import print_comparison
     from .trainers import evaluate_checkpoint, run_rl, run_sft
 
     log = lambda text: console.print(text)  # noqa: E731

@@ -30,7 +30,7 @@ from ..errors import DatasetError
 from ..pipeline import Progress, run_experiment
 from ..records import GenerationParams, Request
 from ..render import render_assistant_turn
-from ..rules import RulesClassifier
+from ..labels.rules import RulesClassifier
 from .masks import check_roles
 
 Conversation = list[dict[str, Any]]  # messages; a message may carry "loss": False

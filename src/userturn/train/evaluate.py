@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..compare import AccuracyComparison, Comparison, compare_runs, comparison_html
+from ..report.compare import AccuracyComparison, Comparison, compare_runs, comparison_html
 from ..config import Experiment
 from ..data import Dataset
 from ..pipeline import Progress, run_experiment

@@ -16,11 +16,11 @@ from typing import Any, Iterable, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from .errors import StoreError
-from .records import HUMAN
-from .stats import Difference, McNemar, direction, mcnemar_exact, paired_difference
-from .stats import single_sample_mcnemar
-from .store import RunStore
+from ..errors import StoreError
+from ..records import HUMAN
+from ..stats import Difference, McNemar, direction, mcnemar_exact, paired_difference
+from ..stats import single_sample_mcnemar
+from ..store import RunStore
 from .summary import counts_toward_rate
 
 Unit = tuple[str, str, str, str, float]  # model pairing, dataset, answerer, perturbation, T

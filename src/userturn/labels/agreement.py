@@ -32,10 +32,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from .records import LABELS
-from .stats import _check_bootstrap, _percentiles
-from .store import RunStore
-from .summary import LABEL_HEADERS
+from ..records import LABELS
+from ..stats import _check_bootstrap, _percentiles
+from ..store import RunStore
+from ..report.summary import LABEL_HEADERS
 
 _NAN = float("nan")
 _CHUNK = 256  # bootstrap resamples evaluated at once (bounds memory on large runs)

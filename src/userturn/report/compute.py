@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import plots
-from .perturb import EXPECTED
-from .records import LABELS
-from .stats import Correlation, Difference, McNemar, Rate, direction, joint_table
-from .stats import paired_difference, rank_correlation, single_sample_mcnemar
-from .store import RunStore
+from ..perturb import EXPECTED
+from ..records import LABELS
+from ..stats import Correlation, Difference, McNemar, Rate, direction, joint_table
+from ..stats import paired_difference, rank_correlation, single_sample_mcnemar
+from ..store import RunStore
 from .summary import Row, assistant_errors, counts_toward_rate, summarize
 
 STATUSES = ("undecided", "invalid", "failed")  # turns without a label, in plot 3 and the browser
@@ -288,7 +288,7 @@ def write_html_report(store: RunStore, out: Path, *, labels: Sequence[str] | Non
                       tables_dir: Path | None = None) -> Path:
     """Write the report to ``out`` (one HTML file, no network). With ``tables_dir`` the tables
     are exported there too and linked from the page."""
-    from .report_html import render_page
+    from .page import render_page
 
     report = build_report(store, labels)
     out = Path(out)
@@ -310,7 +310,7 @@ def _relative(path: Path, base: Path) -> str:
 
 
 def _template() -> str:
-    return resources.files("userturn").joinpath("report_page.html").read_text(encoding="utf-8")
+    return resources.files("userturn.report").joinpath("report_page.html").read_text(encoding="utf-8")
 
 
 def browser_data(report: Report) -> dict[str, Any]:

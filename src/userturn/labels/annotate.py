@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import UserturnError
-from .records import LABELS, Label
-from .store import RunStore
+from ..errors import UserturnError
+from ..records import LABELS, Label
+from ..store import RunStore
 
 DEFAULT_SIZE = 100
 DEFAULT_SEED = 0
@@ -341,7 +341,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _template() -> str:
-    return resources.files("userturn").joinpath("annotate_page.html").read_text(encoding="utf-8")
+    return resources.files("userturn.labels").joinpath("annotate_page.html").read_text(encoding="utf-8")
 
 
 def serve(folder: Path | str, annotator: str, *, size: int | None = None,

@@ -10,9 +10,9 @@ from typing import Any, Mapping, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from .records import HUMAN, LABELS
-from .stats import Rate, clustered_rate
-from .store import RunStore
+from ..records import HUMAN, LABELS
+from ..stats import Rate, clustered_rate
+from ..store import RunStore
 
 NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors", "accuracy",
            "vs real turn")
@@ -174,8 +174,8 @@ def print_instruction_accuracy(store: RunStore, console: Console) -> None:
     """IFEval/IFBench runs: the four accuracies the benchmarks define, per model and dataset."""
     import json
 
-    from .data.instructions import aggregate
-    from .records import Score
+    from ..data.instructions import aggregate
+    from ..records import Score
 
     groups: dict[tuple[str, str], list[Score]] = defaultdict(list)
     rows = store.db.execute(

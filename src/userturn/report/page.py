@@ -1,4 +1,4 @@
-"""The sections of the HTML report, laid out from a computed :class:`~userturn.report.Report`.
+"""The sections of the HTML report, laid out from a computed :class:`~userturn.report.compute.Report`.
 
 Only run metadata and numbers are written into the page as HTML (escaped); model-written text
 travels in the JSON block and is shown by the page's script with ``textContent``.
@@ -12,8 +12,8 @@ from collections import defaultdict
 from typing import Any, Sequence
 
 from . import plots
-from .report import CATEGORIES, Comparison, Panel, Report, Row, esc, fill, json_for_script, now
-from .stats import McNemar, Rate
+from .compute import CATEGORIES, Comparison, Panel, Report, Row, esc, fill, json_for_script, now
+from ..stats import McNemar, Rate
 
 NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "
                   "judge labels them; invalid verdicts and failed generations are left out of the "
