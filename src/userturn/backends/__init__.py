@@ -87,9 +87,9 @@ def load_template(spec: str, tokenizer: str | None = None) -> ChatTemplate:
     """The chat template of a model, without loading its weights. ``openai/MODEL`` takes it from
     ``tokenizer`` (a local folder, embedded name or hub id; default MODEL), as its backend does."""
     if spec.startswith("openai/"):
-        from .openai import _load_tokenizer
+        from .openai import load_tokenizer
 
-        loaded, _ = _load_tokenizer(tokenizer or spec.split("/", 1)[1])
+        loaded, _ = load_tokenizer(tokenizer or spec.split("/", 1)[1])
         return ChatTemplate.from_tokenizer(loaded, spec)
     if tokenizer is not None:
         raise ModelError("--tokenizer is for openai/MODEL models: other models bring their own")
