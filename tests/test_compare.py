@@ -15,6 +15,7 @@ from userturn.errors import StoreError
 from userturn.pipeline import run_experiment
 from userturn.records import Request
 from userturn.store import RunStore
+from userturn.turns import read_turns
 
 
 def answers(request: Request) -> str:
@@ -108,6 +109,6 @@ def test_runs_with_a_human_baseline_pair_their_one_probed_model(tmp_path):
                  skip_invalid=True)
     b = make_run(chats, tmp_path, "b", trained, "fake/tuned", datasets=[f"conversations:{chats}"],
                  skip_invalid=True)
-    assert "human" in {t["model"] for t in a.user_turns()}
+    assert "human" in {t.model for t in read_turns(a)}
     comparisons, _ = compare_runs(a, b)
     assert {(c.model_a, c.model_b) for c in comparisons} == {("fake/base", "fake/tuned")}
