@@ -75,11 +75,12 @@ def test_own_csv_file_with_a_field_mapping(tmp_path, capsys):
     path = tmp_path / "mine.csv"
     path.write_text("question,target\nWhat is 3+4?,7\nWhat is 2+2?,4\n,5\n")
     out = tmp_path / "own"
+    # From the command line with the scripted fake/ backend: the blank row is skipped and counted.
     code = main(["run", "--model", "fake/scripted", "--dataset", str(path), "--field",
-                 "query=question", "--field", "answer=target", "--output", str(out)])
-    # fake/ models cannot be loaded from the command line: a clear one-line error, nothing written.
-    assert code == 2 and not out.exists()
-    capsys.readouterr()
+                 "query=question", "--field", "answer=target", "--skip-invalid",
+                 "--output", str(out)])
+    assert code == 0 and "fake/scripted" in capsys.readouterr().out
+    assert {row.items for row in load_run(out).summary()} == {2}
     store = run(tmp_path, str(path), fields={"query": "question", "answer": "target"},
                 skip_invalid=True)
     (greedy, sampled) = load_run(store).summary()
