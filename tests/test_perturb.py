@@ -68,7 +68,7 @@ def test_run_pairs_each_perturbed_context_with_the_original(gsm_file, tmp_path):
     for turn in turns:
         by_item.setdefault(turn.item_id, {}).setdefault(turn.perturbation, set()).add(
             turn.answer)
-    for item, contexts in by_item.items():
+    for contexts in by_item.values():
         assert "none" in contexts  # every perturbed context has its original
         (original,) = contexts["none"]
         for spec in set(contexts) - {"none"}:

@@ -155,9 +155,9 @@ def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> li
     """
     sources = label_sources(store, labels)
     stored: dict[str, list[StoredLabel]] = {}
-    for row in store.label_rows():
-        stored.setdefault(row["key"], []).append(StoredLabel(
-            row["source"], row["version"], row["label"], row["rationale"], row["error"]))
+    for found in store.label_rows():
+        stored.setdefault(found["key"], []).append(StoredLabel(
+            found["source"], found["version"], found["label"], found["rationale"], found["error"]))
     items: dict[str, dict[str, dict[str, Any]]] = {}
     turns = []
     for row in store.user_turn_rows():

@@ -337,7 +337,7 @@ def _healthbench_item(row: Row) -> Item:
     if not isinstance(prompt, list) or not prompt:
         raise RowError("prompt", "missing" if prompt is None else "expected a list of messages")
     messages: list[Message] = []
-    for position, message in enumerate(prompt):
+    for position in range(len(prompt)):
         role = role_at(prompt, position, "prompt")
         messages.append({"role": role, "content": content_at(prompt, position, "prompt")})
     if messages[-1]["role"] != "user":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Hashable, Iterable, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -124,8 +124,8 @@ def _compare_accuracy(a: Sequence[Answer], b: Sequence[Answer],
     return out
 
 
-def _scores(answers: Sequence[Answer], model: str) -> dict[str, dict[str, bool]]:
-    scores: dict[str, dict[str, bool]] = defaultdict(dict)
+def _scores(answers: Sequence[Answer], model: str) -> dict[str, dict[Hashable, bool]]:
+    scores: dict[str, dict[Hashable, bool]] = defaultdict(dict)
     for answer in answers:
         if answer.model == model and answer.correct is not None:
             scores[answer.dataset][answer.item_id] = answer.correct
@@ -165,10 +165,10 @@ def print_comparison(comparisons: Sequence[Comparison],
         for column in ("A", "B", "dataset", "items", "A", "B", "difference [95% CI]",
                        "McNemar p"):
             acc.add_column(column, justify="right")
-        for c in accuracy:
-            d = c.accuracy
-            acc.add_row(c.model_a, c.model_b, c.dataset, str(d.items), _pct(d.a.value),
-                        _pct(d.b.value), difference(d), f"{c.mcnemar.p_value:.3g}")
+        for ac in accuracy:
+            d = ac.accuracy
+            acc.add_row(ac.model_a, ac.model_b, ac.dataset, str(d.items), _pct(d.a.value),
+                        _pct(d.b.value), difference(d), f"{ac.mcnemar.p_value:.3g}")
         console.print(acc)
 
 

@@ -312,7 +312,8 @@ def forest(rows: Sequence[ForestRow], *, x_label: str,
     body.append(_text(sx(0) - 8, top - 12, "← fewer follow-ups", anchor="end", fill=MUTED,
                       size=11.5))
     body.append(_text(sx(0) + 8, top - 12, "more follow-ups →", fill=MUTED, size=11.5))
-    y, group, ys = top, None, []
+    y, group = top, None
+    ys: list[float] = []
     for row in rows:
         if row.group != group:
             group = row.group
