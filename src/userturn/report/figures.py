@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 COLUMN, PAGE = 3.3, 6.9  # inches: one column and the full text width of a two-column paper
-STYLE = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
+STYLE: dict[str, Any] = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
          "xtick.labelsize": 7, "ytick.labelsize": 7, "axes.spines.top": False,
          "axes.spines.right": False, "axes.linewidth": 0.6, "lines.linewidth": 1.2,
          "pdf.fonttype": 42, "ps.fonttype": 42, "savefig.bbox": "tight",
@@ -48,9 +48,9 @@ def write_figures(report: Report, folder: Path) -> list[Path]:
             figure = draw(report, plt)
             if figure is None:
                 continue
-            for suffix, options in ((".pdf", {}), (".png", {"dpi": 300})):
+            for suffix, dpi in ((".pdf", "figure"), (".png", 300)):
                 path = folder / f"{name}{suffix}"
-                figure.savefig(path, **options)
+                figure.savefig(path, dpi=dpi)
                 written.append(path)
             plt.close(figure)
     return written
