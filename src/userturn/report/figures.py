@@ -43,7 +43,7 @@ def write_figures(report: Report, folder: Path) -> list[Path]:
         "follow_up_vs_temperature": _temperature, "accuracy_vs_follow_up": _accuracy,
         "labels": _labels, "perturbations": _perturbations}
     written = []
-    with plt.rc_context(STYLE):
+    with plt.rc_context(STYLE):  # type: ignore[arg-type]  # rc keys are a Literal set
         for name, draw in drawers.items():
             figure = draw(report, plt)
             if figure is None:
