@@ -12,7 +12,8 @@ The Python API (docs/api.md)::
 __version__ = "0.1.0"
 
 from .api import Run, classify, load_run, render_user_turn, run  # noqa: E402
+from .errors import UserturnError  # noqa: E402
 from .turns import COLUMNS, Answer, Turn  # noqa: E402
 
-__all__ = ["COLUMNS", "Answer", "Run", "Turn", "__version__", "classify", "load_run",
+__all__ = ["COLUMNS", "Answer", "Run", "Turn", "UserturnError", "__version__", "classify", "load_run",
            "render_user_turn", "run"]
