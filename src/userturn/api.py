@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .config import Experiment
     from .render import Prompt
     from .report.compute import Report
-    from .report.summary import Row
+    from .report.summary import SummaryRow
 
 Labels = str | Sequence[str] | None
 
@@ -61,7 +61,7 @@ class Run:
         with self._open() as store:
             return read_answers(store)
 
-    def summary(self, labels: Labels = None) -> list[Row]:
+    def summary(self, labels: Labels = None) -> list[SummaryRow]:
         """The rows of ``userturn report``'s table: the follow-up rate with its interval, label
         counts, undecided / invalid / failed turns and task accuracy per condition."""
         from .report.summary import summarize

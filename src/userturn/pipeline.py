@@ -30,7 +30,7 @@ from .labels.rules import RulesClassifier
 from .store import RunStore, generation_key
 from .thinking import prompt_opens_thinking, split_thinking, thinking_format
 from .turns import Turn, read_turns
-from .variants import thinking_variants
+from .thinking_variants import thinking_variants
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 

@@ -10,7 +10,7 @@ from collections import defaultdict
 from . import plots
 from .compute import Panel, PerturbationEffect, Report
 from .numbers import p_value, percent, points, temperature_axis, temperature_label
-from .summary import Row
+from .summary import SummaryRow
 
 RATE_X_LABEL, RATE_Y_LABEL = "Sampling temperature", "Genuine follow-up rate"
 FOREST_X_LABEL = "Perturbed minus original follow-up rate (percentage points)"
@@ -23,7 +23,7 @@ def model_index(report: Report, model: str) -> int:
 # -- plot 1: follow-up rate vs temperature --------------------------------------------------------
 def temperature_series(report: Report) -> list[plots.Series]:
     """One line per model (and answerer, dataset) over the unperturbed contexts."""
-    groups: dict[tuple[str, str, str], list[Row]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[SummaryRow]] = defaultdict(list)
     for r in report.rows:
         if r.perturbation == "none":
             groups[(r.model, r.answerer, r.dataset)].append(r)

@@ -19,7 +19,7 @@ from ..records import LABELS
 from ..stats import Correlation, Difference, McNemar, Rate, direction, joint_table
 from ..stats import paired_difference, rank_correlation, single_sample_mcnemar
 from ..turns import STATUSES, Answer, Turn
-from .summary import Row, assistant_errors, summarize
+from .summary import SummaryRow, assistant_errors, summarize
 
 # The stacked categories of the label plot and the browser's filter: labels, then statuses.
 CATEGORIES = [(label, label.replace("_", " ")) for label in LABELS] + [
@@ -62,7 +62,7 @@ class Report:
     folder: Path
     meta: Mapping[str, Any]
     sources: list[str]
-    rows: list[Row]
+    rows: list[SummaryRow]
     comparisons: list[PerturbationEffect]
     panels: list[Panel]
     joints: list[Joint]
@@ -115,7 +115,7 @@ def _comparisons(turns: Sequence[Turn]) -> list[PerturbationEffect]:
                                       c.temperature))
 
 
-def _panels(rows: list[Row]) -> list[Panel]:
+def _panels(rows: list[SummaryRow]) -> list[Panel]:
     chosen = [r for r in rows if r.answerer == "self" and r.perturbation == "none"]
     panels = []
     for dataset, temperature in sorted({(r.dataset, r.temperature) for r in chosen}):

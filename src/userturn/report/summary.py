@@ -20,7 +20,7 @@ NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors",
 
 
 @dataclass(frozen=True)
-class Row:
+class SummaryRow:
     model: str
     dataset: str
     temperature: float
@@ -45,7 +45,7 @@ class Row:
                 "failed": self.errors}
 
 
-def summarize(turns: Sequence[Turn], answers: Sequence[Answer]) -> list[Row]:
+def summarize(turns: Sequence[Turn], answers: Sequence[Answer]) -> list[SummaryRow]:
     """One row per model, answerer, dataset, perturbation and temperature, from a run's turns
     (read with the label sources that should decide) and its answers (task accuracy)."""
     accuracy = _accuracy(answers)
@@ -57,7 +57,7 @@ def summarize(turns: Sequence[Turn], answers: Sequence[Answer]) -> list[Row]:
     for (model, answerer, dataset, perturbation, temp), group in sorted(
             groups.items(), key=lambda kv: (*kv[0][:3], kv[0][3] != "none", *kv[0][3:])):
         status = Counter(t.status for t in group)
-        rows.append(Row(
+        rows.append(SummaryRow(
             model=model, dataset=dataset, temperature=temp,
             items=len({t.item_id for t in group}), turns=len(group),
             follow_up=clustered_rate((t.item_id, t.follow_up) for t in group
@@ -99,7 +99,7 @@ def assistant_errors(answers: Sequence[Answer]) -> int:
     return sum(1 for answer in answers if answer.error is not None)
 
 
-def print_summary(rows: list[Row], console: Console, *, assistant_failures: int = 0) -> None:
+def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failures: int = 0) -> None:
     # Answerer and perturbation columns appear only when the experiment varies them.
     extra = [name for name, values in (("answerer", {r.answerer for r in rows}),
                                        ("perturbation", {r.perturbation for r in rows}))

@@ -12,7 +12,7 @@ from typing import Any
 from ..records import LABELS
 from ..stats import Rate
 from .compute import CATEGORIES, PerturbationEffect, Report
-from .summary import Row
+from .summary import SummaryRow
 
 
 def _rate_cols(prefix: str, rate: Rate | None) -> dict[str, Any]:
@@ -47,12 +47,12 @@ def tables(report: Report) -> dict[str, list[dict[str, Any]]]:
                             for label in t.labels]}
 
 
-def _row_keys(row: Row) -> dict[str, Any]:
+def _row_keys(row: SummaryRow) -> dict[str, Any]:
     return {"model": row.model, "answerer": row.answerer, "dataset": row.dataset,
             "perturbation": row.perturbation, "temperature": row.temperature}
 
 
-def _summary_record(row: Row) -> dict[str, Any]:
+def _summary_record(row: SummaryRow) -> dict[str, Any]:
     return {**_row_keys(row), "items": row.items, "turns": row.turns,
             **_rate_cols("follow_up", row.follow_up), "undecided": row.undecided,
             "invalid": row.invalid, "errors": row.errors, **_rate_cols("accuracy", row.accuracy),
