@@ -119,14 +119,6 @@ class RunStore:
         rows = self.db.execute("SELECT item_id, data FROM items WHERE dataset = ?", (dataset,))
         return {r["item_id"]: json.loads(r["data"]) for r in rows}
 
-    def queries(self, dataset: str) -> dict[str, str]:
-        """item id -> the query (the last user message of the item's conversation)."""
-        out = {}
-        for item_id, record in self.items(dataset).items():
-            users = [m["content"] for m in record["messages"] if m["role"] == "user"]
-            out[item_id] = users[-1] if users else ""
-        return out
-
     # -- the plan -----------------------------------------------------------------------------
     def replace_plan(self, rows: Sequence[Mapping[str, Any]], *, role: str, model: str,
                      dataset: str) -> None:
