@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from userturn.annotate import DEFINITIONS, AnnotationError, AnnotationServer, build_sample
+from userturn.labels.annotate import DEFINITIONS, AnnotationError, AnnotationServer, build_sample
 from userturn.backends.fake import ScriptedBackend
 from userturn.config import Experiment
 from userturn.pipeline import run_experiment
 from userturn.records import LABELS, Label, Request
 from userturn.store import RunStore
+from userturn.turns import read_turns
 
 PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 ITEMS, SAMPLES = 6, 2
@@ -45,7 +46,7 @@ def make_run(gsm_file: Path, tmp_path: Path, **backend: Any) -> Path:
 def set_strata(folder: Path, labels: list[str | None]) -> list[str]:
     """Give the user turns labels of a test source, in user_turns order; returns the keys."""
     store = RunStore.open(folder)
-    keys = [t["key"] for t in store.user_turns()]
+    keys = [t.key for t in read_turns(store)]
     store.put_labels([(k, "t", Label(lab, source="strata")) for k, lab in zip(keys, labels)])
     store.close()
     return keys
@@ -58,10 +59,10 @@ def test_sample_contains_the_rare_label_and_allocates_evenly(gsm_file, tmp_path)
     keys = set_strata(folder, labels)
     by_key = dict(zip(keys, labels))
     store = RunStore.open(folder)
-    sample = build_sample(store, size=3, seed=0, strata_source="strata")
+    sample = build_sample(read_turns(store, "strata"), size=3, seed=0)
     assert keys[-1] in sample  # the single meta turn
     assert Counter(by_key[k] for k in sample) == {"generic": 1, None: 1, "meta": 1}
-    sample = build_sample(store, size=10, seed=0, strata_source="strata")
+    sample = build_sample(read_turns(store, "strata"), size=10, seed=0)
     # meta and undecided are exhausted; their unused slots go to the large stratum
     assert Counter(by_key[k] for k in sample) == {"generic": 6, None: 3, "meta": 1}
     # strata interleave: the rare ones are not all at the end
@@ -70,26 +71,26 @@ def test_sample_contains_the_rare_label_and_allocates_evenly(gsm_file, tmp_path)
 
 def test_sample_is_deterministic_per_seed(gsm_file, tmp_path):
     store = RunStore.open(make_run(gsm_file, tmp_path))
-    first = build_sample(store, size=8, seed=3)
-    assert build_sample(store, size=8, seed=3) == first
-    assert any(build_sample(store, size=8, seed=s) != first for s in range(4, 9))
+    first = build_sample(read_turns(store, "rules"), size=8, seed=3)
+    assert build_sample(read_turns(store, "rules"), size=8, seed=3) == first
+    assert any(build_sample(read_turns(store, "rules"), size=8, seed=s) != first for s in range(4, 9))
 
 
 def test_sample_size_bounds(gsm_file, tmp_path):
     store = RunStore.open(make_run(gsm_file, tmp_path))
-    everything = build_sample(store, size=1000, seed=0)
+    everything = build_sample(read_turns(store, "rules"), size=1000, seed=0)
     assert len(everything) == len(set(everything)) == TURNS
-    assert set(everything) == {t["key"] for t in store.user_turns()}
-    assert len(build_sample(store, size=1, seed=0)) == 1
+    assert set(everything) == {t.key for t in read_turns(store)}
+    assert len(build_sample(read_turns(store, "rules"), size=1, seed=0)) == 1
     with pytest.raises(ValueError):
-        build_sample(store, size=0)
+        build_sample(read_turns(store, "rules"), size=0)
 
 
 def test_failed_generations_are_not_sampled(gsm_file, tmp_path):
     fail = lambda r: r.prompt.endswith("user\n") and r.params.temperature == 0  # noqa: E731
     store = RunStore.open(make_run(gsm_file, tmp_path, fail=fail))
-    sample = build_sample(store, size=100, seed=0)
-    failed = {t["key"] for t in store.user_turns() if t["error"] is not None}
+    sample = build_sample(read_turns(store, "rules"), size=100, seed=0)
+    failed = {t.key for t in read_turns(store) if t.error is not None}
     assert len(failed) == ITEMS and not failed & set(sample) and len(sample) == TURNS - ITEMS
 
 

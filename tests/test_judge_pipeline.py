@@ -11,7 +11,8 @@ from userturn.backends.fake import ScriptedBackend
 from userturn.cli import main
 from userturn.pipeline import run_experiment
 from userturn.records import Request
-from userturn.summary import summarize
+from userturn.turns import read_turns
+from userturn import load_run
 
 
 def script(request: Request) -> str:
@@ -32,15 +33,18 @@ def test_run_with_judge_sends_only_undecided_turns(gsm_file, tmp_path):
         exp = experiment(gsm_file, tmp_path, judge="openai/judge-a", judge_base_url=fake.url)
         store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
         assert len(fake.requests) == ITEMS * SAMPLES  # the greedy "Thanks!" turns are rules' own
-    greedy, sampled = summarize(store)
+    greedy, sampled = load_run(store).summary()
     assert greedy.labels == {"generic": ITEMS}
     assert sampled.labels == {"new_query": ITEMS * SAMPLES} and sampled.undecided == 0
-    turn = next(t for t in store.user_turns() if t["temperature"] > 0)
-    assert turn["label_source"] == "judge:openai/judge-a@rubric1"
-    assert turn["rationale"] == "Ignores the answer."
+    turn = next(t for t in read_turns(store) if t.temperature > 0)
+    assert turn.label_source == "judge:openai/judge-a@rubric1"
+    assert turn.rationale == "Ignores the answer."
     assert store.label_sources() == ["rules", "judge:openai/judge-a@rubric1"]
     # Both labels are stored: the rules' undecided one and the judge's.
-    sources = store.labels_by_source()
+    sources: dict[str, dict[str, str | None]] = {}
+    for turn in read_turns(store):
+        for label in turn.labels:
+            sources.setdefault(label.source, {})[turn.key] = label.label
     assert set(sources) == {"rules", "judge:openai/judge-a@rubric1"}
     assert all(label is None for key, label in sources["rules"].items()
                if key in sources["judge:openai/judge-a@rubric1"])
@@ -72,10 +76,10 @@ def test_unreachable_judge_is_counted_invalid_and_the_run_goes_on(gsm_file, tmp_
         fake.always(Drop())
         exp = experiment(gsm_file, tmp_path, judge="openai/down", judge_base_url=fake.url)
         store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
-    greedy, sampled = summarize(store)
+    greedy, sampled = load_run(store).summary()
     assert sampled.invalid == ITEMS * SAMPLES and sampled.undecided == 0
     assert greedy.labels == {"generic": ITEMS}
-    errors = [t["label_error"] for t in store.user_turns() if t["temperature"] > 0]
+    errors = [t.label_error for t in read_turns(store) if t.temperature > 0]
     assert all(e.startswith("request failed") for e in errors)
 
 
@@ -89,17 +93,17 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
     assert main(["agreement", str(exp.output)]) == 0
     out = capsys.readouterr().out
     assert "judge:openai/judge-c@rubric1" in out and "rules" in out
-    from userturn.agreement import pairwise_agreement
+    from userturn.labels.agreement import pairwise_agreement
     from userturn.store import RunStore
 
-    (pair,) = pairwise_agreement(RunStore.open(exp.output))
+    (pair,) = pairwise_agreement(read_turns(RunStore.open(exp.output)))
     # The rules labelled the greedy "Thanks!" turns generic, as did the judge; the sampled turns
     # the rules left undecided are excluded.
     assert (pair.n, pair.raw, pair.excluded) == (ITEMS, 1.0, ITEMS * SAMPLES)
 
 
 def test_a_local_transformers_model_can_judge_and_garbage_is_invalid_not_guessed(tiny_backend):
-    from userturn.judge import BackendChatClient, judge_from_spec
+    from userturn.labels.judge import BackendChatClient, judge_from_spec
     from userturn.records import Case
 
     judge = judge_from_spec("tiny")

@@ -116,7 +116,7 @@ def load_experiment(path: Path | None, overrides: Mapping[str, Any]) -> Experime
     """The config file (if any) with non-None overrides on top, validated."""
     data: dict[str, Any] = {}
     if path is not None:
-        data = _read_yaml(Path(path))
+        data = read_yaml(Path(path))
     for key, value in overrides.items():
         if value is not None:
             data.pop({"models": "model", "datasets": "dataset"}.get(key, ""), None)
@@ -129,7 +129,7 @@ def load_experiment(path: Path | None, overrides: Mapping[str, Any]) -> Experime
         raise ConfigError(f"invalid config ({where}): {first['msg']}") from None
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
     try:

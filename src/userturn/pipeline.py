@@ -22,14 +22,15 @@ from .backends import Backend, load_backend
 from .config import Experiment
 from .data import Dataset, load_dataset
 from .errors import TemplateError
-from .judge import Judge, judge_from_spec
+from .labels.judge import Judge, judge_from_spec
 from .perturb import Perturbation, parse_perturbations
-from .records import HUMAN, Case, Generation, GenerationParams, Item, Message, Request
+from .records import HUMAN, Generation, GenerationParams, Item, Message, Request
 from .render import Prompt, render_assistant_turn, render_user_turn
-from .rules import RulesClassifier
+from .labels.rules import RulesClassifier
 from .store import RunStore, generation_key
 from .thinking import prompt_opens_thinking, split_thinking, thinking_format
-from .variants import thinking_variants
+from .turns import Turn, read_turns
+from .thinking_variants import thinking_variants
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 
@@ -158,29 +159,22 @@ def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | 
     already labelled are not sent again. Labels are committed chunk by chunk. Returns the number
     of turns sent. The run's label sources become rules-then-judge (or the judge alone).
     """
-    rules = store.labels_by_source().get("rules", {})
     done = store.labelled_keys(judge.name, judge.version)
-    turns = [t for t in store.user_turns(judge.name) if t["error"] is None
-             and t["key"] not in done and (scope == "all" or rules.get(t["key"]) is None)]
+    turns = [t for t in read_turns(store, judge.name) if t.error is None and t.key not in done
+             and (scope == "all" or _rules_label(t) is None)]
     advance = (progress or _silent)(f"judge {judge.name}", len(turns))
     for start in range(0, len(turns), chunk):
         batch = turns[start:start + chunk]
-        cases = [_case(turn, "") for turn in batch]
-        labels = judge.classify_many(cases)
-        store.put_labels([(t["key"], judge.version, label) for t, label in zip(batch, labels)])
+        labels = judge.classify_many([turn.case() for turn in batch])
+        store.put_labels([(t.key, judge.version, label) for t, label in zip(batch, labels)])
         advance(len(batch))
     sources = ["rules", judge.name] if scope == "undecided" else [judge.name]
     store.set_meta({"label_sources": sources})
     return len(turns)
 
 
-def _case(turn: Mapping[str, Any], assistant_header: str) -> Case:
-    # Classifiers see the visible text only: where thinking was split off, the raw text (which
-    # still holds it) is replaced by the visible text.
-    thinking = turn.get("thinking")
-    raw = turn["raw_text"] if thinking is None else turn["text"]
-    return Case(turn["query"], turn["answer"] or "", turn["text"], raw, assistant_header,
-                thinking or "")
+def _rules_label(turn: Turn) -> str | None:
+    return next((lab.label for lab in turn.labels if lab.source == RulesClassifier.name), None)
 
 
 def _silent(description: str, total: int) -> Callable[[int], None]:
@@ -362,11 +356,11 @@ def _classify_stage(store: RunStore, backends: Mapping[str, Backend]) -> None:
     done = store.labelled_keys(rules.name, rules.version)
     headers = {spec: _assistant_header(b) for spec, b in backends.items()}
     labels: list[tuple[str, str, Any]] = []
-    for turn in store.user_turns(rules.name):
-        if turn["key"] in done or turn["error"] is not None:
+    for turn in read_turns(store, rules.name):
+        if turn.key in done or turn.error is not None:
             continue
-        case = _case(turn, headers.get(turn["model"], ""))
-        labels.append((turn["key"], rules.version, rules.classify(case)))
+        labels.append((turn.key, rules.version,
+                       rules.classify(turn.case(headers.get(turn.model, "")))))
     store.put_labels(labels)
 
 

@@ -72,7 +72,7 @@ def clustered_rate(pairs: Iterable[tuple[Hashable, bool]], *, resamples: int = 2
 _NAN = float("nan")
 
 
-def _check_bootstrap(resamples: int, level: float) -> None:
+def check_bootstrap(resamples: int, level: float) -> None:
     if resamples < 1:
         raise ValueError(f"resamples must be at least 1, got {resamples}")
     if not 0 < level < 1:
@@ -89,7 +89,7 @@ def _per_item(pairs: Iterable[tuple[Hashable, Any]]) -> dict[Hashable, list[int]
     return per_item
 
 
-def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
+def percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
     tail = (1 - level) / 2
     low, high = np.quantile(values, [tail, 1 - tail])
     return float(low), float(high)
@@ -132,7 +132,7 @@ def paired_difference(a: Iterable[tuple[Hashable, bool]], b: Iterable[tuple[Hash
 
     With no shared item everything is NaN; with one, the interval is the degenerate ``delta``.
     """
-    _check_bootstrap(resamples, level)
+    check_bootstrap(resamples, level)
     per_a, per_b = _per_item(a), _per_item(b)
     shared = [item for item in per_a if item in per_b]
     dropped_a = len(per_a) - len(shared)
@@ -153,9 +153,9 @@ def paired_difference(a: Iterable[tuple[Hashable, bool]], b: Iterable[tuple[Hash
     draws = rng.integers(0, len(shared), size=(resamples, len(shared)))
     rates_a = hits_a[draws].sum(axis=1) / sizes_a[draws].sum(axis=1)
     rates_b = hits_b[draws].sum(axis=1) / sizes_b[draws].sum(axis=1)
-    low, high = _percentiles(rates_b - rates_a, level)
-    return Difference(Rate(int(hits_a.sum()), total_a, *_percentiles(rates_a, level)),
-                      Rate(int(hits_b.sum()), total_b, *_percentiles(rates_b, level)),
+    low, high = percentiles(rates_b - rates_a, level)
+    return Difference(Rate(int(hits_a.sum()), total_a, *percentiles(rates_a, level)),
+                      Rate(int(hits_b.sum()), total_b, *percentiles(rates_b, level)),
                       delta, low, high, len(shared), dropped_a, dropped_b)
 
 
@@ -278,7 +278,7 @@ def rank_correlation(x: Sequence[float], y: Sequence[float], *, resamples: int =
     out and counted in ``dropped``. With fewer than 3 remaining points, or a constant side, rho and
     the interval are NaN; this never raises. ``x`` and ``y`` of different lengths is an error.
     """
-    _check_bootstrap(resamples, level)
+    check_bootstrap(resamples, level)
     xs, ys = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
     if xs.shape != ys.shape:
         raise ValueError(f"x and y must have the same length, got {xs.size} and {ys.size}")
@@ -300,7 +300,7 @@ def rank_correlation(x: Sequence[float], y: Sequence[float], *, resamples: int =
     rhos = rhos[~np.isnan(rhos)]
     if rhos.size == 0:
         return Correlation(rho, _NAN, _NAN, n, dropped)
-    low, high = _percentiles(rhos, level)
+    low, high = percentiles(rhos, level)
     return Correlation(rho, low, high, n, dropped)
 
 
@@ -322,7 +322,7 @@ def joint_table(pairs: Iterable[tuple[Hashable, bool, bool]], *, resamples: int 
     The two rates come from different items, so they are not paired: compare them with their own
     intervals, not with :func:`paired_difference`.
     """
-    _check_bootstrap(resamples, level)
+    check_bootstrap(resamples, level)
     strata: dict[bool, list[tuple[Hashable, bool]]] = {True: [], False: []}
     counts = {"correct_hit": 0, "correct_miss": 0, "wrong_hit": 0, "wrong_miss": 0}
     for item, correct, hit in pairs:

@@ -33,8 +33,8 @@ def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
                  backend_args: Mapping[str, Any] | None = None) -> Backend:
     """A backend by spec: ``openai/MODEL`` is a server's /v1/completions (``base_url``, with the
     tokenizer and template loaded locally from ``tokenizer``, default MODEL); ``vllm/MODEL`` runs
-    vLLM in process; ``llamacpp/FILE.gguf`` runs llama.cpp; anything else runs in process through
-    transformers.
+    vLLM in process; ``llamacpp/FILE.gguf`` runs llama.cpp; ``fake/NAME`` is the scripted test
+    backend (no model); anything else runs in process through transformers.
 
     ``backend_args`` go to the engine as they are: vLLM's engine arguments (``LLM(...)``, e.g.
     ``{"tensor_parallel_size": 2}``) or llama.cpp's ``Llama(...)`` arguments (e.g.
@@ -51,7 +51,9 @@ def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
                                         tokenizer=tokenizer, prompt_as=prompt_as)
     ref = resolve_model(spec)
     if ref.backend == "fake":
-        raise ModelError("fake/ models are scripted in tests: construct ScriptedBackend directly")
+        from .fake import ScriptedBackend, probe_script
+
+        return ScriptedBackend(probe_script, spec=spec, chunk_size=batch_size)
     if ref.backend == "vllm":
         from .vllm import VLLMBackend
 
@@ -87,15 +89,17 @@ def load_template(spec: str, tokenizer: str | None = None) -> ChatTemplate:
     """The chat template of a model, without loading its weights. ``openai/MODEL`` takes it from
     ``tokenizer`` (a local folder, embedded name or hub id; default MODEL), as its backend does."""
     if spec.startswith("openai/"):
-        from .openai import _load_tokenizer
+        from .openai import load_tokenizer
 
-        loaded, _ = _load_tokenizer(tokenizer or spec.split("/", 1)[1])
+        loaded, _ = load_tokenizer(tokenizer or spec.split("/", 1)[1])
         return ChatTemplate.from_tokenizer(loaded, spec)
     if tokenizer is not None:
         raise ModelError("--tokenizer is for openai/MODEL models: other models bring their own")
     ref = resolve_model(spec)
     if ref.backend == "fake":
-        raise ModelError("fake/ models have no template to load")
+        from .fake import fake_template
+
+        return fake_template(spec)
     if ref.backend == "llamacpp":
         from .llamacpp import read_gguf_template
 

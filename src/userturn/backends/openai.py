@@ -86,7 +86,7 @@ class OpenAICompletionsBackend:
                                 max_attempts=max_attempts, backoff=backoff,
                                 max_backoff=max_backoff, sleep=sleep)
         self.base_url = self._http.base_url
-        self.tokenizer, fingerprint = _load_tokenizer(tokenizer or model)
+        self.tokenizer, fingerprint = load_tokenizer(tokenizer or model)
         self.template = ChatTemplate.from_tokenizer(self.tokenizer, self.spec)
         self.revision = f"openai:{_without_userinfo(self.base_url)}:{model}" + (
             f":tokenizer={fingerprint}" if fingerprint else "")
@@ -251,7 +251,7 @@ def _adds_bos(tokenizer: Any) -> bool:
     return tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos_id]
 
 
-def _load_tokenizer(name: str) -> tuple[Any, str | None]:
+def load_tokenizer(name: str) -> tuple[Any, str | None]:
     """The tokenizer (with its chat template) from an embedded name, a local folder or a hub id,
     and a fingerprint of it where one is known."""
     from transformers import AutoTokenizer

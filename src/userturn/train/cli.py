@@ -69,10 +69,10 @@ def _floats(text: str) -> list[float]:
 
 
 def settings_from(args: argparse.Namespace) -> BaseModel:
-    from ..config import _read_yaml
+    from ..config import read_yaml
 
     model: type[BaseModel] = args.settings_model
-    data: dict[str, Any] = _read_yaml(args.config) if args.config else {}
+    data: dict[str, Any] = read_yaml(args.config) if args.config else {}
     data.update({name: getattr(args, name) for name in model.model_fields
                  if getattr(args, name) is not None})
     try:
@@ -84,7 +84,7 @@ def settings_from(args: argparse.Namespace) -> BaseModel:
 
 
 def train_command(args: argparse.Namespace, console: Console, progress: Any) -> int:
-    from ..compare import print_comparison
+    from ..report.compare import print_comparison
     from .trainers import evaluate_checkpoint, run_rl, run_sft
 
     log = lambda text: console.print(text)  # noqa: E731

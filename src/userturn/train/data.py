@@ -24,13 +24,14 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..backends import Backend
 from ..config import Experiment
 from ..data import Dataset, load_dataset
-from ..data.conversations import CONVERSATION_SUFFIXES, _CONVERSATION_KEYS, _content_at, _role_at
+from ..data.conversations import CONVERSATION_KEYS, CONVERSATION_SUFFIXES, content_at, role_at
 from ..data.files import RowError, check_file, read_rows
 from ..errors import DatasetError
 from ..pipeline import Progress, run_experiment
 from ..records import GenerationParams, Request
 from ..render import render_assistant_turn
-from ..rules import RulesClassifier
+from ..labels.rules import RulesClassifier
+from ..turns import read_answers, read_turns
 from .masks import check_roles
 
 Conversation = list[dict[str, Any]]  # messages; a message may carry "loss": False
@@ -98,32 +99,31 @@ def self_generated(backend: Backend, train: Dataset, *, output: Path, samples: i
     items = {item.id: item for item in train.items}
     rules = RulesClassifier.name
     stats = SelfGenStats(items=len(items))
-    answers = [a for a in store.assistant_turns() if a["error"] is None]
-    stats.answers_scored = sum(a["correct"] is not None for a in answers)
-    stats.answers_correct = sum(bool(a["correct"]) for a in answers)
+    answers = [a for a in read_answers(store) if a.error is None]
+    stats.answers_scored = sum(a.correct is not None for a in answers)
+    stats.answers_correct = sum(bool(a.correct) for a in answers)
     conversations: list[Conversation] = []
-    for turn in store.user_turns(rules):
-        if turn["error"] is not None or turn["model"] != backend.spec:
+    for turn in read_turns(store, rules):
+        if turn.error is not None or turn.model != backend.spec:
             continue
         stats.user_turns += 1
-        name = turn["label"] or "undecided"
-        stats.labels[name] = stats.labels.get(name, 0) + 1
-        if turn["label"] != "follow_up":
+        stats.labels[turn.status] = stats.labels.get(turn.status, 0) + 1
+        if not turn.follow_up:
             continue
-        item = items[turn["item_id"]]
-        answer: dict[str, Any] = {"role": "assistant", "content": turn["answer"]}
-        if turn["correct"] is False or turn["correct"] == 0:
+        item = items[turn.item_id]
+        answer: dict[str, Any] = {"role": "assistant", "content": turn.answer}
+        if turn.answer_correct is False:
             answer["loss"] = False
         conversations.append([*_plain(item.messages), answer,
-                              {"role": "user", "content": turn["text"]}])
+                              {"role": "user", "content": turn.user_turn}])
     stats.kept_follow_ups = len(conversations)
     if next_answer and conversations:
         _add_next_answers(backend, conversations, max_tokens)
     if mix_correct:
         for a in answers:
-            if a["correct"]:
-                conversations.append([*_plain(items[a["item_id"]].messages),
-                                      {"role": "assistant", "content": a["text"]}])
+            if a.correct:
+                conversations.append([*_plain(items[a.item_id].messages),
+                                      {"role": "assistant", "content": a.text}])
                 stats.single_turn += 1
     store.close()
     return conversations, stats
@@ -180,12 +180,12 @@ def conversations_file(path: str | Path, *, limit: int | None = None) -> list[Co
 
 
 def _row_messages(data: Mapping[str, Any]) -> Conversation:
-    key = next((k for k in _CONVERSATION_KEYS if k in data), None)
+    key = next((k for k in CONVERSATION_KEYS if k in data), None)
     if key is not None:
         raw = data[key]
         if not isinstance(raw, list):
             raise DatasetError(f"{key}: expected a list of messages")
-        return [{"role": _role_at(raw, i, key), "content": _content_at(raw, i, key)}
+        return [{"role": role_at(raw, i, key), "content": content_at(raw, i, key)}
                 for i in range(len(raw))]
     if "prompt" in data and "chosen" in data:
         prompt, chosen = data["prompt"], data["chosen"]
@@ -195,9 +195,9 @@ def _row_messages(data: Mapping[str, Any]) -> Conversation:
         elif isinstance(chosen, Mapping):
             chosen = [chosen]
         raw = [*prompt, *chosen]
-        return [{"role": _role_at(raw, i, "prompt"), "content": _content_at(raw, i, "prompt")}
+        return [{"role": role_at(raw, i, "prompt"), "content": content_at(raw, i, "prompt")}
                 for i in range(len(raw))]
-    raise DatasetError(f"a row holds one of {', '.join(_CONVERSATION_KEYS)}, or prompt and "
+    raise DatasetError(f"a row holds one of {', '.join(CONVERSATION_KEYS)}, or prompt and "
                        "chosen")
 
 

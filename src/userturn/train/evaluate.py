@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..compare import AccuracyComparison, Comparison, compare_runs, comparison_html
+from ..report.compare import AccuracyComparison, Comparison, compare_runs, comparison_html
 from ..config import Experiment
 from ..data import Dataset
 from ..pipeline import Progress, run_experiment
 from ..records import Case
+from ..turns import read_turns
 from ..store import RunStore
 from .heldout import HeldOutRules
 from .settings import TrainSettings
@@ -87,10 +88,10 @@ def _assistant_header(model: str) -> str:
 def label_turns(store: RunStore, classifier: HeldOutRules, assistant_header: str) -> None:
     """Label every user turn of a run that this labeller has not labelled yet."""
     done = store.labelled_keys(classifier.name, classifier.version)
-    rows = [(t["key"], classifier.version,
-             classifier.classify(Case(t["query"], t["answer"] or "", t["text"], t["raw_text"],
+    rows = [(t.key, classifier.version,
+             classifier.classify(Case(t.query, t.answer, t.user_turn, t.raw_user_turn,
                                       assistant_header)))
-            for t in store.user_turns("rules") if t["error"] is None and t["key"] not in done]
+            for t in read_turns(store, "rules") if t.error is None and t.key not in done]
     store.put_labels(rows)
 
 

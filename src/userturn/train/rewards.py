@@ -22,7 +22,7 @@ from ..backends.turns import finish_turn, specials_longest_first, split_stops
 from ..data import Scorer
 from ..records import Case, GenerationParams, Item, Request
 from ..render import render_user_turn
-from ..rules import RulesClassifier
+from ..labels.rules import RulesClassifier
 
 
 class ProbeReward:

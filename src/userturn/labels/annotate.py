@@ -27,12 +27,13 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 from urllib.parse import urlsplit
 
-from .errors import UserturnError
-from .records import LABELS, Label
-from .store import RunStore
+from ..errors import UserturnError
+from ..records import LABELS, Label
+from ..store import RunStore
+from ..turns import Turn, read_turns
 
 DEFAULT_SIZE = 100
 DEFAULT_SEED = 0
@@ -75,20 +76,20 @@ class _Reject(Exception):
 
 
 # -- the sample ----------------------------------------------------------------------------------
-def build_sample(store: RunStore, *, size: int = DEFAULT_SIZE, seed: int = 0,
-                 strata_source: str = "rules") -> list[str]:
+def build_sample(turns: Sequence[Turn], *, size: int = DEFAULT_SIZE, seed: int = 0) -> list[str]:
     """A stratified sample of user-turn keys: rare labels get as many slots as common ones.
 
-    Strata are the ``strata_source`` labels (undecided turns form their own stratum); slots are
+    Strata are the turns' labels (read them with the source to stratify by, e.g.
+    ``read_turns(store, "rules")``; undecided turns form their own stratum); slots are
     shared as evenly as the strata sizes allow, and the result is shuffled so strata interleave.
     Failed generations are left out: there is no user turn to judge. Deterministic per seed.
     """
     if size < 1:
         raise ValueError(f"sample size must be at least 1, got {size}")
     strata: dict[str, list[str]] = {}
-    for turn in store.user_turns(strata_source):
-        if turn["error"] is None:
-            strata.setdefault(turn["label"] or UNDECIDED, []).append(turn["key"])
+    for turn in turns:
+        if turn.error is None:
+            strata.setdefault(turn.label or UNDECIDED, []).append(turn.key)
     rng = random.Random(seed)
     chosen: list[str] = []
     for name, take in _allocate({k: len(v) for k, v in strata.items()}, size, rng).items():
@@ -129,7 +130,7 @@ def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | N
     seed = DEFAULT_SEED if seed is None else seed
     if size < 1:
         raise AnnotationError(f"sample size must be at least 1, got {size}")
-    keys = build_sample(store, size=size, seed=seed, strata_source=strata_source)
+    keys = build_sample(read_turns(store, strata_source), size=size, seed=seed)
     if not keys:
         raise AnnotationError(f"{store.folder} has no generated user turns to annotate")
     store.set_meta({meta_key: {"keys": keys, "size": size, "seed": seed,
@@ -140,9 +141,9 @@ def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | N
 def _contexts(store: RunStore, keys: list[str]) -> dict[str, dict[str, str]]:
     """What the page may see of each sampled turn: query, answer, user turn; nothing else."""
     wanted = set(keys)
-    return {turn["key"]: {"key": turn["key"], "user_turn": turn["text"] or "",
-                          "answer": turn["answer"] or "", "query": turn["query"]}
-            for turn in store.user_turns() if turn["key"] in wanted}
+    return {turn.key: {"key": turn.key, "user_turn": turn.user_turn or "",
+                       "answer": turn.answer, "query": turn.query}
+            for turn in read_turns(store) if turn.key in wanted}
 
 
 # -- the server ----------------------------------------------------------------------------------
@@ -237,17 +238,13 @@ class AnnotationServer:
                 "progress": self._progress(mine)}
 
     def _mine(self, store: RunStore) -> set[str]:
-        rows = store.db.execute("SELECT key FROM labels WHERE source = ?", (self.source,))
-        return {r["key"] for r in rows}
+        return {key for key, _, _ in store.keys_labelled_by(self.source)}
 
     def _last(self, store: RunStore) -> dict[str, str] | None:
         """This annotator's newest label in the sample (rowid breaks ties of equal times)."""
-        rows = store.db.execute(
-            "SELECT key, label, rationale FROM labels WHERE source = ? "
-            "ORDER BY created DESC, rowid DESC", (self.source,))
-        for row in rows:
-            if row["key"] in self.contexts:
-                return {"key": row["key"], "label": row["label"], "note": row["rationale"] or ""}
+        for key, label, rationale in store.keys_labelled_by(self.source):
+            if key in self.contexts:
+                return {"key": key, "label": label, "note": rationale or ""}  # type: ignore[dict-item]
         return None
 
     def _progress(self, mine: set[str]) -> dict[str, int]:
@@ -341,7 +338,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _template() -> str:
-    return resources.files("userturn").joinpath("annotate_page.html").read_text(encoding="utf-8")
+    return resources.files("userturn.labels").joinpath("annotate_page.html").read_text(encoding="utf-8")
 
 
 def serve(folder: Path | str, annotator: str, *, size: int | None = None,

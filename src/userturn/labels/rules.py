@@ -30,7 +30,7 @@ import zlib
 from collections import Counter
 from typing import Callable, Iterable, Optional, Tuple
 
-from .records import Case, Label
+from ..records import Case, Label
 
 Verdict = Tuple[Optional[str], str]  # (label, or None for undecided; which rule fired)
 

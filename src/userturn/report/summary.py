@@ -5,24 +5,22 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from rich.console import Console
 from rich.table import Table
 
-from .records import HUMAN, LABELS
-from .stats import Rate, clustered_rate
-from .store import RunStore
+from ..records import HUMAN, LABELS
+from ..stats import Rate, clustered_rate
+from ..turns import Answer, Turn
+from .numbers import LABEL_HEADERS, f1, percent, rate_interval, temperature
 
 NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors", "accuracy",
            "vs real turn")
-LABEL_HEADERS = {"follow_up": "follow-up", "generic": "generic", "new_query": "new",
-                 "restatement": "restate", "assistant_drift": "drift", "meta": "meta",
-                 "empty": "empty"}
 
 
 @dataclass(frozen=True)
-class Row:
+class SummaryRow:
     model: str
     dataset: str
     temperature: float
@@ -40,55 +38,42 @@ class Row:
     # the data has one (None otherwise).
     similarity: float | None = None
 
+    def status_counts(self) -> dict[str, int]:
+        """Turns per label and per status of the turns without one (undecided, invalid,
+        failed): every turn of the row is counted once."""
+        return {**self.labels, "undecided": self.undecided, "invalid": self.invalid,
+                "failed": self.errors}
 
-def counts_toward_rate(turn: Mapping[str, Any]) -> bool:
-    """Whether a user turn is in the denominator of a follow-up rate: every generated turn a
-    labeller could look at. An undecided turn has not been judged a follow-up (so a rate is a
-    lower bound until a judge labels it); failed generations and invalid verdicts are out."""
-    return turn["error"] is None and (turn["label"] is not None or not turn["label_error"])
 
-
-def summarize(store: RunStore, labels: Sequence[str] | None = None) -> list[Row]:
-    """One row per model, answerer, dataset, perturbation and temperature; ``labels``: label
-    sources in priority order (default: the run's own)."""
-    turns = store.user_turns(labels)
-    accuracy = _accuracy(store)
-    real = _real_next_turns(store, {t["dataset"] for t in turns})
-    groups: dict[tuple[str, str, str, str, float], list[dict[str, Any]]] = defaultdict(list)
+def summarize(turns: Sequence[Turn], answers: Sequence[Answer]) -> list[SummaryRow]:
+    """One row per model, answerer, dataset, perturbation and temperature, from a run's turns
+    (read with the label sources that should decide) and its answers (task accuracy)."""
+    accuracy = _accuracy(answers)
+    groups: dict[tuple[str, str, str, str, float], list[Turn]] = defaultdict(list)
     for turn in turns:
-        groups[(turn["model"], turn["answerer"], turn["dataset"], turn["perturbation"],
-                turn["temperature"])].append(turn)
+        groups[(turn.model, turn.answerer, turn.dataset, turn.perturbation,
+                turn.temperature)].append(turn)
     rows = []
-    for (model, answerer, dataset, perturbation, temperature), group in sorted(
+    for (model, answerer, dataset, perturbation, temp), group in sorted(
             groups.items(), key=lambda kv: (*kv[0][:3], kv[0][3] != "none", *kv[0][3:])):
-        ok = [t for t in group if t["error"] is None]
-        labelled = [t for t in ok if t["label"] is not None]
-        counted = [t for t in group if counts_toward_rate(t)]
-        rows.append(Row(
-            model=model, dataset=dataset, temperature=temperature,
-            items=len({t["item_id"] for t in group}), turns=len(group),
-            follow_up=clustered_rate((t["item_id"], t["label"] == "follow_up") for t in counted),
-            labels=dict(Counter(t["label"] for t in labelled)),
-            undecided=sum(1 for t in ok if t["label"] is None and not t["label_error"]),
-            invalid=sum(1 for t in ok if t["label"] is None and t["label_error"]),
-            errors=len(group) - len(ok),
+        status = Counter(t.status for t in group)
+        rows.append(SummaryRow(
+            model=model, dataset=dataset, temperature=temp,
+            items=len({t.item_id for t in group}), turns=len(group),
+            follow_up=clustered_rate((t.item_id, t.follow_up) for t in group
+                                     if t.counts_toward_rate),
+            labels=dict(Counter(t.label for t in group if t.error is None and t.label)),
+            undecided=status["undecided"], invalid=status["invalid"], errors=status["failed"],
             accuracy=accuracy.get((model if answerer == "self" else answerer, dataset)),
             answerer=answerer, perturbation=perturbation,
-            similarity=_similarity(ok, real) if model != HUMAN else None,
+            similarity=_similarity(group) if model != HUMAN else None,
         ))
     return rows
 
 
-def _real_next_turns(store: RunStore, datasets: set[str]) -> dict[tuple[str, str], str]:
-    return {(dataset, item_id): record["metadata"]["next_user_turn"]
-            for dataset in datasets for item_id, record in store.items(dataset).items()
-            if record.get("metadata", {}).get("next_user_turn")}
-
-
-def _similarity(turns: Sequence[dict[str, Any]], real: Mapping[tuple[str, str], str]
-                ) -> float | None:
-    scores = [word_f1(t["text"], real[(t["dataset"], t["item_id"])]) for t in turns
-              if (t["dataset"], t["item_id"]) in real]
+def _similarity(turns: Sequence[Turn]) -> float | None:
+    scores = [word_f1(t.user_turn, t.next_user_turn) for t in turns
+              if t.error is None and t.next_user_turn]
     return sum(scores) / len(scores) if scores else None
 
 
@@ -102,25 +87,19 @@ def word_f1(generated: str, reference: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _accuracy(store: RunStore) -> dict[tuple[str, str], Rate]:
+def _accuracy(answers: Sequence[Answer]) -> dict[tuple[str, str], Rate]:
     scored: dict[tuple[str, str], list[tuple[str, bool]]] = defaultdict(list)
-    for turn in store.assistant_turns():
-        if turn["correct"] is not None:
-            scored[(turn["model"], turn["dataset"])].append((turn["item_id"], bool(turn["correct"])))
+    for answer in answers:
+        if answer.correct is not None:
+            scored[(answer.model, answer.dataset)].append((answer.item_id, answer.correct))
     return {key: clustered_rate(pairs) for key, pairs in scored.items()}
 
 
-def assistant_errors(store: RunStore) -> int:
-    return sum(1 for turn in store.assistant_turns() if turn["error"] is not None)
+def assistant_errors(answers: Sequence[Answer]) -> int:
+    return sum(1 for answer in answers if answer.error is not None)
 
 
-def _pct(rate: Rate | None) -> str:
-    if rate is None or rate.n == 0:
-        return "-"
-    return f"{100 * rate.value:.0f}% [{100 * rate.low:.0f}-{100 * rate.high:.0f}]"
-
-
-def print_summary(rows: list[Row], console: Console, *, assistant_failures: int = 0) -> None:
+def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failures: int = 0) -> None:
     # Answerer and perturbation columns appear only when the experiment varies them.
     extra = [name for name, values in (("answerer", {r.answerer for r in rows}),
                                        ("perturbation", {r.perturbation for r in rows}))
@@ -132,17 +111,17 @@ def print_summary(rows: list[Row], console: Console, *, assistant_failures: int 
         table.add_column(name, justify="right" if name in NUMERIC else "left")
     for row in rows:
         table.add_row(row.model, *(getattr(row, name) for name in extra), row.dataset,
-                      _temperature(row.temperature), str(row.items), str(row.turns),
-                      _pct(row.follow_up), str(row.undecided), str(row.invalid),
-                      str(row.errors), _pct(row.accuracy),
-                      *([_f1(row.similarity)] if similar else []))
+                      temperature(row.temperature), str(row.items), str(row.turns),
+                      rate_interval(row.follow_up), str(row.undecided), str(row.invalid),
+                      str(row.errors), rate_interval(row.accuracy),
+                      *([f1(row.similarity)] if similar else []))
     console.print(table)
     labels = Table(title="Labels of the generated user turns (counts)")
     for name in ("model", *extra, "dataset", "T", *LABEL_HEADERS.values(), "undecided"):
         labels.add_column(name, justify="left" if name in ("model", "dataset", *extra) else "right")
     for row in rows:
         labels.add_row(row.model, *(getattr(row, name) for name in extra), row.dataset,
-                       _temperature(row.temperature),
+                       temperature(row.temperature),
                        *(str(row.labels.get(label, 0)) for label in LABELS), str(row.undecided))
     console.print(labels)
     notes = ["follow-up: share of user turns labelled follow_up; accuracy: task score of the "
@@ -162,28 +141,16 @@ def print_summary(rows: list[Row], console: Console, *, assistant_failures: int 
         console.print(f"[dim]{note}[/dim]")
 
 
-def _f1(value: float | None) -> str:
-    return "-" if value is None else f"F1 {value:.2f}"
-
-
-def _temperature(value: float) -> str:
-    return "greedy" if value <= 0 else f"{value:g}"
-
-
-def print_instruction_accuracy(store: RunStore, console: Console) -> None:
+def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> None:
     """IFEval/IFBench runs: the four accuracies the benchmarks define, per model and dataset."""
-    import json
-
-    from .data.instructions import aggregate
-    from .records import Score
+    from ..data.instructions import aggregate
+    from ..records import Score
 
     groups: dict[tuple[str, str], list[Score]] = defaultdict(list)
-    rows = store.db.execute(
-        "SELECT p.model, p.dataset, s.correct, s.details FROM scores s JOIN plan p "
-        "ON p.key = s.key WHERE s.scorer IN ('ifeval', 'ifbench')")
-    for row in rows:
-        groups[(row["model"], row["dataset"])].append(
-            Score(bool(row["correct"]), None, None, json.loads(row["details"])))
+    for answer in answers:
+        if answer.scorer in ("ifeval", "ifbench"):
+            groups[(answer.model, answer.dataset)].append(
+                Score(bool(answer.correct), None, None, answer.details))
     if not groups:
         return
     table = Table(title="Instruction following of the greedy answers (as IFEval defines it)")
@@ -192,14 +159,10 @@ def print_instruction_accuracy(store: RunStore, console: Console) -> None:
         table.add_column(name, justify="left" if name in ("model", "dataset") else "right")
     for (model, dataset), scores in sorted(groups.items()):
         result = aggregate(scores)
-        table.add_row(model, dataset, *(_share(result[k]) for k in (
+        table.add_row(model, dataset, *(percent(result[k], 1, "-") for k in (
             "prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose")),
             str(result["n_prompts"]), str(result["n_undecided_prompts"]))
     console.print(table)
     console.print("[dim]undecided prompts have an instruction that cannot be verified offline "
                   "(docs/datasets.md); they are left out of the prompt-level accuracies here and "
                   "count as not followed in the accuracy column above[/dim]")
-
-
-def _share(value: float | int | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}%"

@@ -15,9 +15,9 @@ import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Protocol, Sequence
 
-from .errors import ConfigError
-from .openai_http import APIError, OpenAIHTTP, retry_after
-from .records import LABELS, Case, Label
+from ..errors import ConfigError
+from ..openai_http import APIError, OpenAIHTTP, retry_after
+from ..records import LABELS, Case, Label
 from .rules import thinking_only
 
 RUBRIC_VERSION = "1"  # bump whenever the rubric or the parser changes: stored beside labels
@@ -341,8 +341,8 @@ class BackendChatClient:
 
     def chat(self, messages: list[dict], *, max_tokens: int,
              json_schema: dict | None = None) -> str:
-        from .records import GenerationParams, Request
-        from .render import render_assistant_turn
+        from ..records import GenerationParams, Request
+        from ..render import render_assistant_turn
 
         prompt = render_assistant_turn(self.backend.template, messages)
         request = Request(prompt.text, GenerationParams(0.0, 1.0, max_tokens), prompt.stop, 0)
@@ -370,8 +370,8 @@ def judge_from_spec(spec: str, *, base_url: str | None = None,
 
 
 def _local_judge(spec: str) -> Judge:
-    from .backends import load_backend
-    from .errors import ModelError
+    from ..backends import load_backend
+    from ..errors import ModelError
 
     try:
         backend = load_backend(spec, batch_size=1)

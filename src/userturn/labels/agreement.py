@@ -32,10 +32,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from .records import LABELS
-from .stats import _check_bootstrap, _percentiles
-from .store import RunStore
-from .summary import LABEL_HEADERS
+from ..records import LABELS
+from ..report.numbers import decimal, label_header, percent
+from ..stats import check_bootstrap, percentiles
+from ..turns import Turn
 
 _NAN = float("nan")
 _CHUNK = 256  # bootstrap resamples evaluated at once (bounds memory on large runs)
@@ -127,7 +127,7 @@ def kappa_interval(pairs: Sequence[Pair], items: Sequence[Hashable], *, resample
     are concentrated in few items. Resamples where kappa is undefined (``p_e = 1``) are skipped.
     With no pairs, or no resample with a kappa, the interval is ``(nan, nan)``; with one item it is
     the degenerate ``(kappa, kappa)``."""
-    _check_bootstrap(resamples, level)
+    check_bootstrap(resamples, level)
     if len(items) != len(pairs):
         raise ValueError(f"pairs and items must have the same length, got {len(pairs)} and "
                          f"{len(items)}")
@@ -157,7 +157,7 @@ def kappa_interval(pairs: Sequence[Pair], items: Sequence[Hashable], *, resample
     values = values[~np.isnan(values)]
     if values.size == 0:
         return _NAN, _NAN
-    return _percentiles(values, level)
+    return percentiles(values, level)
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,23 +209,26 @@ def order_sources(sources: Sequence[str]) -> list[str]:
     return sorted(dict.fromkeys(sources), key=_source_rank)
 
 
-def pairwise_agreement(store: RunStore, *, sources: Sequence[str] | None = None,
+def pairwise_agreement(turns: Sequence[Turn], *, sources: Sequence[str] | None = None,
                        resamples: int = 2000, seed: int = 0,
                        level: float = 0.95) -> list[Agreement]:
-    """:class:`Agreement` of every pair of label sources of the run's planned user turns.
+    """:class:`Agreement` of every pair of label sources of a run's user turns.
 
-    Without ``sources``, every source with a label in the store, ordered humans, judges, rules
+    Without ``sources``, every source with a label of a turn, ordered humans, judges, rules
     (so a person is the reference ``a`` whenever one is in the pair); with ``sources``, those in
-    the given order (a source absent from the store gives pairs with ``n = 0``). Pairs are
+    the given order (a source that labelled no turn gives pairs with ``n = 0``). Pairs are
     ``(sources[i], sources[j])`` for ``i < j``. A pair is compared on the turns both labelled with
     a label; turns where either gave None are counted in ``excluded``. The interval is clustered
     by item, an item being ``(dataset, item_id)`` across models and temperatures (turns generated
     from the same question are not independent). Pairs with fewer than 2 compared turns get NaN
     kappa; nothing here raises on sparse data. Labels outside :data:`LABELS` (if a source stored
     any) are appended to the label set rather than rejected."""
-    by_source = store.labels_by_source()
+    by_source: dict[str, dict[str, str | None]] = {}
+    for turn in turns:
+        for label in turn.labels:
+            by_source.setdefault(label.source, {})[turn.key] = label.label
     chosen = order_sources(list(by_source)) if sources is None else list(dict.fromkeys(sources))
-    item_of = {t["key"]: (t["dataset"], t["item_id"]) for t in store.user_turns()}
+    item_of = {t.key: (t.dataset, t.item_id) for t in turns}
     extra = sorted({label for labels in by_source.values() for label in labels.values()
                     if label is not None and label not in LABELS})
     label_set = (*LABELS, *extra)
@@ -273,11 +276,11 @@ NOTHING_TO_COMPARE = ("no two label sources share labelled turns: annotate with 
 
 
 def _num(value: float, digits: int = 2) -> str:
-    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+    return decimal(value, digits)
 
 
 def _pct(value: float) -> str:
-    return "-" if math.isnan(value) else f"{100 * value:.0f}%"
+    return percent(value, 0, "-")
 
 
 def _kappa_cell(result: Agreement) -> str:
@@ -289,7 +292,7 @@ def _kappa_cell(result: Agreement) -> str:
 
 
 def _short(label: str) -> str:
-    return LABEL_HEADERS.get(label, label)
+    return label_header(label)
 
 
 def print_agreement(results: Sequence[Agreement], console: Console) -> None:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Sequence
 
+from .numbers import percent, temperature_axis
+
 MODEL_COLOURS = ("#3b6ea8", "#d4803a", "#4c956c", "#b5464b", "#7a68a6", "#8c6d53", "#c5719d",
                  "#6b7b8c", "#a89a3c", "#4aa3b5")
 # Okabe-Ito hues for the labels (colour-blind safe), greys for turns without a label.
@@ -33,10 +35,6 @@ def text_colour(background: str) -> str:
     """Dark or white text, whichever reads better on ``background`` (#rrggbb)."""
     r, g, b = (int(background[i:i + 2], 16) for i in (1, 3, 5))
     return INK if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "#fff"
-
-
-def pct(value: float, digits: int = 0) -> str:
-    return "–" if value is None or math.isnan(value) else f"{100 * value:.{digits}f}%"
 
 
 def _e(value: object) -> str:
@@ -112,7 +110,7 @@ def rate_lines(series: Sequence[Series], *, x_label: str, y_label: str) -> str:
     sy = lambda y: top + ph - (y / y_top) * ph  # noqa: E731
     body = _y_grid(sy, y_top, step, left, left + pw)
     for x in xs:
-        tick = "0 (greedy)" if x <= 0 else f"{x:g}"
+        tick = temperature_axis(x)
         body.append(_line(sx(x), top + ph, sx(x), top + ph + 5, MUTED))
         body.append(_text(sx(x), top + ph + 20, tick, anchor="middle", fill=MUTED))
     body.append(_line(left, top + ph, left + pw, top + ph, MUTED))
@@ -131,7 +129,7 @@ def _y_grid(sy, y_top: float, step: float, x_from: float, x_to: float) -> list[s
     for k in range(int(round(y_top / step)) + 1):
         y = k * step
         out.append(_line(x_from, sy(y), x_to, sy(y), GRID))
-        out.append(_text(x_from - 8, sy(y) + 4, pct(y), anchor="end", fill=MUTED))
+        out.append(_text(x_from - 8, sy(y) + 4, percent(y), anchor="end", fill=MUTED))
     return out
 
 
@@ -196,7 +194,7 @@ def scatter_panel(title: str, note: str, dots: Sequence[Dot], *, y_top: float, s
     for k in range(5):
         x = k / 4
         body.append(_line(sx(x), top, sx(x), top + ph, GRID))
-        body.append(_text(sx(x), top + ph + 18, pct(x), anchor="middle", fill=MUTED))
+        body.append(_text(sx(x), top + ph + 18, percent(x), anchor="middle", fill=MUTED))
     body.append(_line(left, top + ph, left + pw, top + ph, MUTED))
     body.append(_text(left + pw / 2, height - 12, x_label, anchor="middle", weight="600"))
     body.append(_text(16, top + ph / 2, y_label, anchor="middle", weight="600",
@@ -237,7 +235,7 @@ def stacked_bars(bars: Sequence[Bar], categories: Sequence[tuple[str, str]]) -> 
     for k in range(5):
         x = left + k / 4 * bar_w
         body.append(_line(x, axis_y, x, axis_y + 4, MUTED))
-        body.append(_text(x, axis_y + 18, pct(k / 4), anchor="middle", fill=MUTED))
+        body.append(_text(x, axis_y + 18, percent(k / 4), anchor="middle", fill=MUTED))
     body.append(_text(left + bar_w / 2, axis_y + 38, "Share of generated user turns",
                       anchor="middle", weight="600"))
     return _svg(width, axis_y + 48, body, "Label distribution of the generated user turns", "bars")
@@ -268,11 +266,11 @@ def _bar_row(bar: Bar, categories: Sequence[tuple[str, str]], y: float, left: fl
             continue
         w = count / total * bar_w
         colour = LABEL_COLOURS[key]
-        tip = f"{bar.group} · {bar.name}: {name} {count} of {total} ({pct(count / total)})"
+        tip = f"{bar.group} · {bar.name}: {name} {count} of {total} ({percent(count / total)})"
         out.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(w)}" height="18" fill="{colour}">'
                    f'<title>{_e(tip)}</title></rect>')
         if w >= 34:
-            out.append(_text(x + w / 2, y + 13, pct(count / total), anchor="middle", size=11,
+            out.append(_text(x + w / 2, y + 13, percent(count / total), anchor="middle", size=11,
                              fill=text_colour(colour), extra=' pointer-events="none"'))
         x += w
     if not total:
@@ -314,7 +312,8 @@ def forest(rows: Sequence[ForestRow], *, x_label: str,
     body.append(_text(sx(0) - 8, top - 12, "← fewer follow-ups", anchor="end", fill=MUTED,
                       size=11.5))
     body.append(_text(sx(0) + 8, top - 12, "more follow-ups →", fill=MUTED, size=11.5))
-    y, group, ys = top, None, []
+    y, group = top, None
+    ys: list[float] = []
     for row in rows:
         if row.group != group:
             group = row.group

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Hashable, Iterable, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
-from .errors import StoreError
-from .records import HUMAN
-from .stats import Difference, McNemar, direction, mcnemar_exact, paired_difference
-from .stats import single_sample_mcnemar
-from .store import RunStore
-from .summary import counts_toward_rate
+from ..errors import StoreError
+from ..records import HUMAN
+from ..stats import Difference, McNemar, direction, mcnemar_exact, paired_difference
+from ..stats import single_sample_mcnemar
+from ..store import RunStore
+from ..turns import Answer, Turn, read_answers, read_turns
+from .numbers import difference, percent, temperature, temperature_label
 
 Unit = tuple[str, str, str, str, float]  # model pairing, dataset, answerer, perturbation, T
 
@@ -50,23 +51,30 @@ class AccuracyComparison:
 def compare_runs(a: RunStore, b: RunStore, *, seed: int = 0,
                  labels: Sequence[str] | None = None) -> tuple[list[Comparison],
                                                                list[AccuracyComparison]]:
-    """B minus A on shared items. ``labels``: the label sources, in priority order, that both
-    runs are read with (default: each run's own)."""
-    all_a, all_b = a.user_turns(labels), b.user_turns(labels)  # read once: each joins the run
-    _check_same_items(a, b, {t["dataset"] for t in all_a} & {t["dataset"] for t in all_b})
-    pairs = _model_pairs(_models(all_a), _models(all_b))
-    turns_a, turns_b = _by_unit(all_a, pairs, 0), _by_unit(all_b, pairs, 1)
-    shared = sorted(set(turns_a) & set(turns_b))
+    """B minus A on shared items, each run read once. ``labels``: the label sources, in priority
+    order, that both runs are read with (default: each run's own)."""
+    return compare_turns(read_turns(a, labels), read_answers(a), read_turns(b, labels),
+                         read_answers(b), seed=seed)
+
+
+def compare_turns(turns_a: Sequence[Turn], answers_a: Sequence[Answer],
+                  turns_b: Sequence[Turn], answers_b: Sequence[Answer], *,
+                  seed: int = 0) -> tuple[list[Comparison], list[AccuracyComparison]]:
+    """B minus A on shared items, from each run's turns and answers."""
+    _check_same_items(turns_a, turns_b)
+    pairs = _model_pairs(_models(turns_a), _models(turns_b))
+    by_unit_a, by_unit_b = _by_unit(turns_a, pairs, 0), _by_unit(turns_b, pairs, 1)
+    shared = sorted(set(by_unit_a) & set(by_unit_b))
     if not shared:
         raise StoreError("the two runs share no model pairing, dataset, perturbation and "
                          "temperature: nothing to compare")
-    comparisons = [_compare_unit(unit, turns_a[unit], turns_b[unit], seed) for unit in shared]
-    return comparisons, _compare_accuracy(a, b, pairs, seed)
+    comparisons = [_compare_unit(unit, by_unit_a[unit], by_unit_b[unit], seed) for unit in shared]
+    return comparisons, _compare_accuracy(answers_a, answers_b, pairs, seed)
 
 
-def _models(turns: Iterable[dict[str, Any]]) -> list[str]:
+def _models(turns: Iterable[Turn]) -> list[str]:
     """The probed models; the data's own human turns are the same in both runs."""
-    return sorted({t["model"] for t in turns} - {HUMAN})
+    return sorted({t.model for t in turns} - {HUMAN})
 
 
 def _model_pairs(models_a: Sequence[str], models_b: Sequence[str]) -> list[tuple[str, str]]:
@@ -79,32 +87,31 @@ def _model_pairs(models_a: Sequence[str], models_b: Sequence[str]) -> list[tuple
     return pairs
 
 
-def _by_unit(turns: Iterable[dict[str, Any]], pairs: Sequence[tuple[str, str]],
-             side: int) -> dict[Unit, list[dict[str, Any]]]:
+def _by_unit(turns: Iterable[Turn], pairs: Sequence[tuple[str, str]],
+             side: int) -> dict[Unit, list[Turn]]:
     names = {pair[side]: f"{pair[0]} → {pair[1]}" if pair[0] != pair[1] else pair[0]
              for pair in pairs}
-    units: dict[Unit, list[dict[str, Any]]] = defaultdict(list)
+    units: dict[Unit, list[Turn]] = defaultdict(list)
     for turn in turns:
-        if turn["model"] in names and counts_toward_rate(turn):
-            unit = (names[turn["model"]], turn["dataset"], turn["answerer"],
-                    turn["perturbation"], turn["temperature"])
+        if turn.model in names and turn.counts_toward_rate:
+            unit = (names[turn.model], turn.dataset, turn.answerer, turn.perturbation,
+                    turn.temperature)
             units[unit].append(turn)
     return units
 
 
-def _compare_unit(unit: Unit, a: list[dict[str, Any]], b: list[dict[str, Any]],
-                  seed: int) -> Comparison:
+def _compare_unit(unit: Unit, a: list[Turn], b: list[Turn], seed: int) -> Comparison:
     pairing, dataset, answerer, perturbation, temperature = unit
     model_a, _, model_b = pairing.partition(" → ")
-    hits_a = [(t["item_id"], t["label"] == "follow_up") for t in a]
-    hits_b = [(t["item_id"], t["label"] == "follow_up") for t in b]
+    hits_a = [(t.item_id, t.follow_up) for t in a]
+    hits_b = [(t.item_id, t.follow_up) for t in b]
     return Comparison(model_a, model_b or model_a, dataset, answerer, perturbation, temperature,
                       paired_difference(hits_a, hits_b, seed=seed),
                       single_sample_mcnemar(hits_a, hits_b))
 
 
-def _compare_accuracy(a: RunStore, b: RunStore, pairs: Sequence[tuple[str, str]],
-                      seed: int) -> list[AccuracyComparison]:
+def _compare_accuracy(a: Sequence[Answer], b: Sequence[Answer],
+                      pairs: Sequence[tuple[str, str]], seed: int) -> list[AccuracyComparison]:
     out = []
     for model_a, model_b in pairs:
         scored_a, scored_b = _scores(a, model_a), _scores(b, model_b)
@@ -117,23 +124,23 @@ def _compare_accuracy(a: RunStore, b: RunStore, pairs: Sequence[tuple[str, str]]
     return out
 
 
-def _scores(store: RunStore, model: str) -> dict[str, dict[str, bool]]:
-    scores: dict[str, dict[str, bool]] = defaultdict(dict)
-    for turn in store.assistant_turns():
-        if turn["model"] == model and turn["correct"] is not None:
-            scores[turn["dataset"]][turn["item_id"]] = bool(turn["correct"])
+def _scores(answers: Sequence[Answer], model: str) -> dict[str, dict[Hashable, bool]]:
+    scores: dict[str, dict[Hashable, bool]] = defaultdict(dict)
+    for answer in answers:
+        if answer.model == model and answer.correct is not None:
+            scores[answer.dataset][answer.item_id] = answer.correct
     return scores
 
 
-def _check_same_items(a: RunStore, b: RunStore, datasets: set[str]) -> None:
+def _check_same_items(a: Sequence[Turn], b: Sequence[Turn]) -> None:
     """Items shared by id must be the same items: a paired difference on different questions
     that happen to share ids would be meaningless."""
-    for dataset in sorted(datasets):
-        items_a, items_b = a.items(dataset), b.items(dataset)
-        for item_id in sorted(set(items_a) & set(items_b)):
-            if items_a[item_id]["messages"] != items_b[item_id]["messages"]:
-                raise StoreError(f"the runs disagree on item {item_id} of {dataset}: same id, "
-                                 "different conversation; they cannot be compared item by item")
+    conversations = {(t.dataset, t.item_id): t.messages for t in a}
+    for turn in b:
+        seen = conversations.get((turn.dataset, turn.item_id))
+        if seen is not None and tuple(seen) != tuple(turn.messages):
+            raise StoreError(f"the runs disagree on item {turn.item_id} of {turn.dataset}: same "
+                             "id, different conversation; they cannot be compared item by item")
 
 
 def print_comparison(comparisons: Sequence[Comparison],
@@ -148,8 +155,8 @@ def print_comparison(comparisons: Sequence[Comparison],
     for c in comparisons:
         d = c.follow_up
         table.add_row(c.model_a, c.model_b, c.dataset, c.answerer, c.perturbation,
-                      "greedy" if c.temperature <= 0 else f"{c.temperature:g}", str(d.items),
-                      _pct(d.a.value), _pct(d.b.value), _delta(d),
+                      temperature(c.temperature), str(d.items),
+                      _pct(d.a.value), _pct(d.b.value), difference(d),
                       "-" if c.mcnemar is None else f"{c.mcnemar.p_value:.3g}",
                       f"{d.dropped_a}/{d.dropped_b}")
     console.print(table)
@@ -158,21 +165,15 @@ def print_comparison(comparisons: Sequence[Comparison],
         for column in ("A", "B", "dataset", "items", "A", "B", "difference [95% CI]",
                        "McNemar p"):
             acc.add_column(column, justify="right")
-        for c in accuracy:
-            d = c.accuracy
-            acc.add_row(c.model_a, c.model_b, c.dataset, str(d.items), _pct(d.a.value),
-                        _pct(d.b.value), _delta(d), f"{c.mcnemar.p_value:.3g}")
+        for ac in accuracy:
+            d = ac.accuracy
+            acc.add_row(ac.model_a, ac.model_b, ac.dataset, str(d.items), _pct(d.a.value),
+                        _pct(d.b.value), difference(d), f"{ac.mcnemar.p_value:.3g}")
         console.print(acc)
 
 
 def _pct(value: float) -> str:
-    return "-" if value != value else f"{100 * value:.1f}%"
-
-
-def _delta(d: Difference) -> str:
-    if d.delta != d.delta:
-        return "-"
-    return f"{100 * d.delta:+.1f} pts [{100 * d.low:+.1f}, {100 * d.high:+.1f}]"
+    return percent(value, 1, "-")
 
 
 COMPARE_LEGEND = {"expected": "B higher, interval excludes 0",
@@ -208,20 +209,20 @@ def comparison_html(comparisons: Sequence[Comparison], accuracy: Sequence[Accura
     rows = [plots.ForestRow(
         group=f"{c.model_a} → {c.model_b} · {c.dataset}" + (
             f" · answerer {c.answerer}" if c.answerer != "self" else ""),
-        name=f"{c.perturbation} · {'greedy' if c.temperature <= 0 else f'T = {c.temperature:g}'}",
+        name=f"{c.perturbation} · {temperature_label(c.temperature)}",
         delta=c.follow_up.delta, low=c.follow_up.low, high=c.follow_up.high,
-        verdict=direction(c.follow_up), note=_delta(c.follow_up)) for c in comparisons]
+        verdict=direction(c.follow_up), note=difference(c.follow_up)) for c in comparisons]
     forest = plots.forest(rows, x_label="B minus A, follow-up rate (percentage points)",
                           legend=COMPARE_LEGEND) if rows else ""
     header = ("A", "B", "dataset", "answerer", "perturbation", "T", "items", "A rate", "B rate",
               "difference [95% CI]", "McNemar p", "dropped A/B")
     body = [(c.model_a, c.model_b, c.dataset, c.answerer, c.perturbation,
-             "greedy" if c.temperature <= 0 else f"{c.temperature:g}", c.follow_up.items,
-             _pct(c.follow_up.a.value), _pct(c.follow_up.b.value), _delta(c.follow_up),
+             temperature(c.temperature), c.follow_up.items,
+             _pct(c.follow_up.a.value), _pct(c.follow_up.b.value), difference(c.follow_up),
              "-" if c.mcnemar is None else f"{c.mcnemar.p_value:.3g}",
              f"{c.follow_up.dropped_a}/{c.follow_up.dropped_b}") for c in comparisons]
     acc_body = [(c.model_a, c.model_b, c.dataset, c.accuracy.items, _pct(c.accuracy.a.value),
-                 _pct(c.accuracy.b.value), _delta(c.accuracy), f"{c.mcnemar.p_value:.3g}")
+                 _pct(c.accuracy.b.value), difference(c.accuracy), f"{c.mcnemar.p_value:.3g}")
                 for c in accuracy]
     note_html = "".join(f"<p><strong>{escape(line)}</strong></p>"
                         for line in note.splitlines() if line.strip())

@@ -1,0 +1,205 @@
+"""The sections of the HTML report, laid out from a computed :class:`~userturn.report.compute.Report`:
+the summary, the four plots (inline SVG, from :mod:`.charts`), right vs wrong answers, the sample
+browser and the export links."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from . import charts, plots
+from .compute import CATEGORIES, PerturbationEffect, Report
+from .markup import count, esc, group_starts, rate_html, section, table
+from .numbers import p_value, points, temperature, temperature_axis
+from ..stats import McNemar, Rate
+
+NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "
+                  "judge labels them; invalid verdicts and failed generations are left out of the "
+                  "rate and counted beside it.")
+
+
+def _keys(report: Report) -> list[str]:
+    return [k for k in ("answerer", "dataset", "perturbation") if report.varies(k)]
+
+
+# -- summary ---------------------------------------------------------------------------------------
+def summary(report: Report) -> str:
+    keys = _keys(report)
+    headers = ["model", *keys, "T", "items", "turns", "follow-up [95% CI]", "n", "undecided",
+               "invalid", "errors", "accuracy [95% CI]", "n"]
+    rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
+             str(r.items), str(r.turns), rate_html(r.follow_up), str(r.follow_up.n),
+             count(r.undecided, False), count(r.invalid), count(r.errors), rate_html(r.accuracy),
+             str(r.accuracy.n) if r.accuracy else "–"] for r in report.rows]
+    main = table(headers, rows, numeric_from=1 + len(keys),
+                   groups=group_starts([r.model for r in report.rows]))
+    label_rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
+                   *(str(r.labels.get(key, 0)) for key, _ in CATEGORIES[:-3]),
+                   count(r.undecided), count(r.invalid), count(r.errors)] for r in report.rows]
+    counts = table(["model", *keys, "T", *(esc(name) for _, name in CATEGORIES)], label_rows,
+                    numeric_from=1 + len(keys),
+                    groups=group_starts([r.model for r in report.rows]))
+    notes = [f"n: turns the rate is over; {NOTE_UNDECIDED}",
+             "Task accuracy: the score of the greedy assistant answer the turns follow (one per "
+             "item). Intervals: 95% percentile bootstrap over items (samples of an item are not "
+             "independent)."]
+    if report.assistant_failures:
+        notes.append(f"{report.assistant_failures} assistant turn(s) failed; their items have no "
+                     "user turns.")
+    body = (main + "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
+            + f"<details><summary>Label counts per row</summary>{counts}</details>")
+    return section("summary", "Summary", "Genuine follow-up rate of the generated user turns, "
+                    "per model and condition.", body)
+
+
+# -- plot 1 ----------------------------------------------------------------------------------------
+def temperature_plot(report: Report) -> str:
+    series = charts.temperature_series(report)
+    intro = ("Follow-up rate on the unperturbed contexts at each sampling temperature, one line "
+             "per model; the band is the 95% interval bootstrapped over items. T = 0 is greedy "
+             "decoding (one turn per item). Hover a point for its numbers.")
+    if not any(s.points for s in series):
+        return section("temperature", "Follow-up rate vs temperature", intro, _EMPTY_RATES)
+    svg = plots.rate_lines(series, x_label=charts.RATE_X_LABEL, y_label=charts.RATE_Y_LABEL)
+    return section("temperature", "Follow-up rate vs temperature", intro,
+                    f'<figure>{svg}</figure>')
+
+
+_EMPTY_RATES = ('<p class="empty">No follow-up rate to plot: no unperturbed user turn was '
+                'generated and labelled.</p>')
+
+
+# -- plot 2 ----------------------------------------------------------------------------------------
+def accuracy_plot(report: Report) -> str:
+    intro = ("One point per model: task accuracy of its greedy answers (x) against the "
+             "follow-up rate of the user turns written after them (y, unperturbed contexts), "
+             "with 95% intervals both ways. Spearman's ρ across models, with a bootstrap "
+             "interval over models, tests whether the two go together.")
+    if not report.panels or not any(p.points for p in report.panels):
+        return section("accuracy", "Task accuracy vs follow-up rate", intro,
+                        '<p class="empty">No model has both scored answers and a follow-up '
+                        'rate (unperturbed, answered by itself).</p>')
+    y_top, step = charts.panel_scale(report)
+    svgs = [plots.scatter_panel(charts.panel_title(report, p), charts.rho_note(p),
+                                charts.panel_dots(report, p), y_top=y_top,
+                                step=step, x_label="Task accuracy",
+                                y_label="Follow-up rate") for p in report.panels]
+    legend = "".join(f'<span class="key"><i style="background:{plots.model_colour(i)}"></i>'
+                     f"{esc(m)}</span>" for i, m in enumerate(report.models))
+    body = (f'<div class="legend">{legend}</div><div class="panels">'
+            + "".join(f"<figure>{s}</figure>" for s in svgs) + "</div>")
+    return section("accuracy", "Task accuracy vs follow-up rate", intro, body)
+
+
+# -- plot 3 ----------------------------------------------------------------------------------------
+def labels_plot(report: Report) -> str:
+    bars = charts.label_bars(report)
+    intro = ("What the generated user turns are: the share of each label per model, "
+             "temperature and perturbation (each bar is all turns of its row; greys have no "
+             "label). Hover a segment for its count.")
+    if not bars:
+        return section("labels", "Label distribution", intro,
+                        '<p class="empty">No user turns in this run.</p>')
+    svg = plots.stacked_bars(bars, CATEGORIES)
+    return section("labels", "Label distribution", intro, f"<figure>{svg}</figure>")
+
+
+# -- plot 4 ----------------------------------------------------------------------------------------
+def perturbations(report: Report) -> str:
+    if not report.comparisons:
+        return ""
+    svg = plots.forest(charts.forest_rows(report), x_label=charts.FOREST_X_LABEL)
+    intro = ("Each perturbation of the assistant answer is paired with the original context of "
+             "the same items: the difference in follow-up rate (perturbed minus original) with a "
+             "95% paired bootstrap interval over shared items. Every perturbation is expected to "
+             "raise the rate (a model that reads the conversation reacts to the change). For "
+             "greedy decoding (one turn per item) McNemar's exact p is given too.")
+    return section("perturbations", "Perturbations: paired differences", intro,
+                    f"<figure>{svg}</figure>" + _effects_table(report, charts.sorted_effects(report)))
+
+
+_MARKS = {"expected": "yes", "expected_ns": "yes, n.s.", "opposite_ns": "no, n.s.",
+          "opposite": "no, opposite", "none": "no change"}
+
+
+def _effects_table(report: Report, cs: Sequence[PerturbationEffect]) -> str:
+    headers = ["perturbation", "T", "items", "original [95% CI]", "perturbed [95% CI]",
+               "difference, pp [95% CI]", "as expected?", "McNemar p", "dropped"]
+    rows = []
+    for c in cs:
+        d, m = c.diff, c.mcnemar
+        arrow = "↑" if c.expected == "up" else "↓"
+        rows.append([esc(c.perturbation), temperature(c.temperature), str(d.items),
+                     _rate_n(d.a), _rate_n(d.b),
+                     f'<span class="v">{points(d.delta, True)}</span> <span class="ci">'
+                     f'[{points(d.low, True)}, {points(d.high, True)}]</span>',
+                     f'<span class="verdict {c.verdict}">{arrow} {_MARKS[c.verdict]}</span>',
+                     _mcnemar_cell(m),
+                     f"{d.dropped_a} / {d.dropped_b}"])
+    note = ("↑: the rate is expected to rise; n.s.: the interval includes 0. McNemar (greedy "
+            "only, one turn per item): exact p, with the items that switched to a follow-up (↑) "
+            "and away from one (↓). dropped: items with turns on the original / perturbed side "
+            "only (a perturbation that does not apply to an item, e.g. no number to change).")
+    headings = [report.condition(c.model, c.answerer, c.dataset) for c in cs]
+    return (table(headers, rows, numeric_from=1, headings=headings, cls="grouped")
+            + f'<p class="note">{esc(note)}</p>')
+
+
+def _mcnemar_cell(m: McNemar | None) -> str:
+    if m is None:
+        return "–"
+    return f"{p_value(m.p_value)} <span class='ci'>({m.b01}↑ {m.b10}↓)</span>"
+
+
+def _rate_n(rate: Rate) -> str:
+    return f'{rate_html(rate)} <span class="ci">n={rate.n}</span>'
+
+
+# -- joint table -----------------------------------------------------------------------------------
+def right_wrong(report: Report) -> str:
+    intro = ("Does the model follow up more when its answer was wrong? The follow-up rate of "
+             "the turns after a right answer vs after a wrong one (unperturbed contexts), "
+             "clustered by item. The two rates come from different items: compare their "
+             "intervals, not a paired difference.")
+    if not report.joints:
+        return section("right-wrong", "Right vs wrong answers", intro,
+                        '<p class="empty">No scored assistant answers in this run.</p>')
+    keys = [k for k in ("answerer", "dataset") if report.varies(k)]
+    headers = ["model", *keys, "T", "after a right answer [95% CI]", "turns", "items",
+               "after a wrong answer [95% CI]", "turns", "items", "items in both"]
+    rows = [[esc(model), *(esc(v) for k, v in (("answerer", answerer), ("dataset", dataset))
+                          if k in keys), temperature_axis(t), rate_html(j["correct"]), str(j["correct"].n),
+             str(j["items_correct"]), rate_html(j["wrong"]), str(j["wrong"].n),
+             str(j["items_wrong"]), str(j["items_mixed"])]
+            for (model, answerer, dataset, t), j in report.joints]
+    return section("right-wrong", "Right vs wrong answers", intro,
+                    table(headers, rows, numeric_from=1 + len(keys),
+                           groups=group_starts([k[0][0] for k in report.joints])))
+
+
+# -- samples and export ----------------------------------------------------------------------------
+def samples() -> str:
+    selects = "".join(f'<label>{name}<select id="f-{field}" data-field="{field}"></select></label>'
+                      for field, name in (("model", "Model"), ("answerer", "Answerer"),
+                                          ("dataset", "Dataset"), ("temperature", "Temperature"),
+                                          ("perturbation", "Perturbation"), ("status", "Label")))
+    intro = ("Every generated user turn with the query, the assistant answer it followed, every "
+             "label from every source, and the exact prompt. Model text is shown literally.")
+    body = (f'<div class="filters">{selects}<label class="search">Search<input id="f-search" '
+            f'type="search" placeholder="query, answer, user turn, rationale…"></label>'
+            f'<button id="reset" type="button">Reset</button></div>'
+            f'<p class="count"><b id="match-count">0</b> of <span id="total-count">0</span> '
+            f'user turns match</p><div id="cards"></div>'
+            f'<button id="more" type="button" hidden>Show more</button>'
+            f'<noscript><p class="empty">The sample browser needs JavaScript; the same turns are '
+            f'in user_turns.csv.</p></noscript>')
+    return section("samples", "Samples", intro, body)
+
+
+def export(links: Sequence[str]) -> str:
+    if not links:
+        body = ('<p class="note">Every table of this report can be written as CSV (and Parquet) '
+                'with <code>userturn.report.export_tables(report, folder)</code>.</p>')
+    else:
+        body = "<ul class='files'>" + "".join(f'<li><a href="{esc(link)}">{esc(link)}</a></li>'
+                                              for link in links) + "</ul>"
+    return section("export", "Export", "The tables of this report as files.", body)
