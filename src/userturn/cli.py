@@ -76,7 +76,17 @@ def _parser() -> argparse.ArgumentParser:
                      "MODEL[thinking=on]); default: the template's own")
     run.add_argument("--judge", help="LLM judge for what the rules leave undecided, e.g. "
                      "openai/gpt-5.4-mini (key from OPENAI_API_KEY)")
-    run.add_argument("--judge-scope", dest="judge_scope", choices=("undecided", "all"))
+    run.add_argument("--labeller", choices=("cascade", "classifier", "rules"),
+                     help="offline labels: cascade (rules, then the learned classifier; "
+                     "default), classifier, or rules alone")
+    run.add_argument("--classifier", type=Path, help="classifier parameters from "
+                     "train-classifier (default: the shipped ones)")
+    run.add_argument("--judge-scope", dest="judge_scope", choices=("undecided", "uncertain", "all"),
+                     help="judge what the rules leave undecided (default), what the classifier "
+                     "is unsure of, or all")
+    run.add_argument("--judge-threshold", dest="judge_threshold", type=float,
+                     help="scope uncertain: judge turns whose classifier probability is below it "
+                     "(default 0.7)")
     run.add_argument("--judge-base-url", dest="judge_base_url",
                      help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     run.set_defaults(handler=_run)
@@ -87,8 +97,11 @@ def _parser() -> argparse.ArgumentParser:
                            "the last one judged counts in reports unless --labels says otherwise.")
     judge.add_argument("run", type=Path)
     judge.add_argument("--judge", required=True, help="e.g. openai/gpt-5.4-mini")
-    judge.add_argument("--scope", choices=("undecided", "all"), default="undecided",
-                       help="judge only what the rules leave undecided (default), or all turns")
+    judge.add_argument("--scope", choices=("undecided", "uncertain", "all"), default="undecided",
+                       help="judge only what the rules leave undecided (default), the turns the "
+                       "classifier is unsure of (see --threshold), or all turns")
+    judge.add_argument("--threshold", type=float, default=0.7, help="scope uncertain: judge "
+                       "turns whose classifier probability is below it (default 0.7)")
     judge.add_argument("--base-url", help="an OpenAI-compatible server (default: OPENAI_BASE_URL "
                        "or the OpenAI API)")
     judge.add_argument("--concurrency", type=int, default=8)
@@ -166,6 +179,9 @@ def _parser() -> argparse.ArgumentParser:
     from .train.cli import add_train_parser
 
     add_train_parser(sub, _train)
+    from .classifier_cli import add_classifier_parsers
+
+    add_classifier_parsers(sub, _classifier)
     return parser
 
 
@@ -212,7 +228,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
             "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
             "judge_scope", "judge_base_url", "answerers", "perturbations", "skip_invalid",
-            "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking")
+            "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking",
+            "labeller", "classifier", "judge_threshold")
     overrides = {k: getattr(args, k) for k in keys}
     if args.fields:
         from .data.files import parse_field_mappings
@@ -225,6 +242,10 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
     store.close()
     return 0
+
+
+def _classifier(args: argparse.Namespace, console: Console) -> int:
+    return args.action(args, console)
 
 
 def _train(args: argparse.Namespace, console: Console) -> int:
@@ -292,7 +313,7 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     judge = judge_from_spec(args.judge, base_url=args.base_url)
     judge.concurrency = args.concurrency
     with _progress_bars() as progress:
-        sent = judge_turns(store, judge, args.scope, progress)
+        sent = judge_turns(store, judge, args.scope, progress, threshold=args.threshold)
     console.print(f"{judge.name}: {sent} user turn(s) judged (none generated)")
     _print_tables(store, console)
     store.close()

@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS scores (
   reference TEXT, details TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (key, scorer));
 CREATE TABLE IF NOT EXISTS labels (
   key TEXT NOT NULL, source TEXT NOT NULL, version TEXT NOT NULL, label TEXT, rationale TEXT,
-  error TEXT, created REAL NOT NULL, PRIMARY KEY (key, source));
+  error TEXT, created REAL NOT NULL, probability REAL, PRIMARY KEY (key, source));
 """
 
 
@@ -79,7 +79,8 @@ class RunStore:
         added = (("plan", "answerer", "TEXT NOT NULL DEFAULT 'self'"),
                  ("plan", "perturbation", "TEXT NOT NULL DEFAULT 'none'"),
                  ("scores", "details", "TEXT NOT NULL DEFAULT '{}'"),
-                 ("generations", "thinking", "TEXT"))  # NULL: generated before the split
+                 ("generations", "thinking", "TEXT"),  # NULL: generated before the split
+                 ("labels", "probability", "REAL"))  # NULL: the source gives none
         with self.db:
             for table, name, declaration in added:
                 columns = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
@@ -196,13 +197,19 @@ class RunStore:
         now = time.time()
         with self.db:
             self.db.executemany(
-                "INSERT OR REPLACE INTO labels VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(key, lab.source, version, lab.label, lab.rationale, lab.error, now)
-                 for key, version, lab in rows])
+                "INSERT OR REPLACE INTO labels (key, source, version, label, rationale, error, "
+                "created, probability) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(key, lab.source, version, lab.label, lab.rationale, lab.error, now,
+                  lab.probability) for key, version, lab in rows])
 
     def delete_label(self, key: str, source: str) -> None:
         with self.db:
             self.db.execute("DELETE FROM labels WHERE key = ? AND source = ?", (key, source))
+
+    def label_probabilities(self, source: str) -> dict[str, float | None]:
+        """generation key -> the probability ``source`` gave its label (None: it gives none)."""
+        rows = self.db.execute("SELECT key, probability FROM labels WHERE source = ?", (source,))
+        return {r["key"]: r["probability"] for r in rows}
 
     def labels_by_source(self) -> dict[str, dict[str, str | None]]:
         """source -> {generation key -> label (None: undecided or invalid)}, planned turns only."""
@@ -258,14 +265,16 @@ class RunStore:
             # The answer the user turn followed: the context's (perturbed or not) answer.
             turn["answer"] = contexts.get(turn["context"], turn["original_answer"])
             turn["query"] = queries[turn["dataset"]].get(turn["item_id"], "")
-            turn.update(label=None, rationale=None, label_error=None, label_source=None)
+            turn.update(label=None, rationale=None, label_error=None, label_source=None,
+                        label_probability=None)
             for source in sources:
                 label = found.get((turn["key"], source))
                 if label is None:
                     continue
                 if label["label"] is not None:
                     turn.update(label=label["label"], rationale=label["rationale"],
-                                label_source=source, label_error=None)
+                                label_source=source, label_error=None,
+                                label_probability=label["probability"])
                     break
                 turn["label_error"] = turn["label_error"] or label["error"]
         return turns
