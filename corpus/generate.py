@@ -4,7 +4,7 @@ Three probe runs of the embedded SmolLM2-135M-Instruct over five offline dataset
   runs/corpus/plain      gsm_symbolic, MATH-style, IFBench: greedy and T = 0.7, 1.0, 1.3
   runs/corpus/chats      MT-Bench (24 questions): greedy and T = 1.0, with the real second turns
                          as the human baseline
-  runs/corpus/perturbed  gsm_symbolic and MATH-style (15 items each) at T = 1.0: truncated
+  runs/corpus/perturbed  gsm_symbolic and MATH-style (8 items each) at T = 1.0: truncated
                          answer, an appended question, a wrong final number
 The perturbed run starts from a copy of the plain run's store, so the answers (and the
 unperturbed turns it shares) are not generated twice. Resumable: re-run the same command after a kill.
@@ -76,7 +76,7 @@ def main() -> None:
     if not perturbed_db.exists():  # the answers are shared: start from the plain run's store
         perturbed_db.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(args.output / "plain" / "userturn.db", perturbed_db)
-    run_experiment(Experiment(**common, datasets=tasks[:2], limit=15, temperatures=[1.0],
+    run_experiment(Experiment(**common, datasets=tasks[:2], limit=8, temperatures=[1.0],
                               perturbations=["truncate:0.5", "append_question:specific",
                                              "wrong_answer"],
                               output=args.output / "perturbed"),

@@ -51,19 +51,22 @@ def text_tokens(case: Case) -> list[int]:
     return out
 
 
-def rule_features(case: Case) -> list[float]:
+def rule_features(case: Case, verdict: Label | None = None) -> list[float]:
     """The rules' verdict (one-hot over the labels and undecided) and their measurements."""
-    label = RulesClassifier().classify(case).label or "undecided"
-    verdict = [float(label == name) for name in _RULE_LABELS]
-    return verdict + list(signals_of(case))
+    label = (verdict or RulesClassifier().classify(case)).label or "undecided"
+    return [float(label == name) for name in _RULE_LABELS] + list(signals_of(case))
 
 
 N_DENSE = len(_RULE_LABELS) + len(signals_of(Case("q", "a", "u")))
 
 
 def design_row(case: Case) -> tuple[np.ndarray, list[int]]:
-    """One case as (dense features, hashed token ids) – the classifier's input."""
-    return np.asarray(rule_features(case), dtype=np.float32), text_tokens(case)
+    """One case as (dense features, hashed token ids) – the classifier's input. The rule that
+    decided (or gave up) is a token too: its rationale without the numbers in it."""
+    verdict = RulesClassifier().classify(case)
+    rule = re.sub(r"[\d.,%]+|\(.*?\)", "", verdict.rationale)[:60]
+    return (np.asarray(rule_features(case, verdict), dtype=np.float32),
+            [*text_tokens(case), _hash("r:" + rule)])
 
 
 def design_matrix(cases: Sequence[Case]):
@@ -157,3 +160,19 @@ class LearnedClassifier:
         label = self.model.labels[best]
         return Label(label, self.name, f"p={probs[best]:.2f}",  # type: ignore[arg-type]
                      probability=float(probs[best]))
+
+
+class Cascade:
+    """The offline labeller of a run: the rules' label where they decide, the classifier's
+    (with its probability) everywhere else. Every label says which of the two gave it."""
+
+    name = "cascade"
+
+    def __init__(self, classifier: LearnedClassifier | None = None) -> None:
+        self.rules = RulesClassifier()
+        self.classifier = classifier or LearnedClassifier()
+        self.version = f"{self.rules.version}+{self.classifier.version}"
+
+    def classify(self, case: Case) -> Label:
+        decided = self.rules.classify(case)
+        return decided if decided.label is not None else self.classifier.classify(case)

@@ -65,21 +65,14 @@ def _labeller_options(parser: argparse.ArgumentParser) -> None:
 
 
 def offline_labeller(labeller: str, classifier: Path | None = None) -> Callable[[Case], Label]:
-    """One function that labels a case the way a run's cascade would."""
-    from .classifier import LearnedClassifier
+    """One function that labels a case the way a run's offline labeller would."""
+    from .classifier import Cascade, LearnedClassifier
     from .rules import RulesClassifier
 
-    rules = RulesClassifier()
     if labeller == "rules":
-        return rules.classify
+        return RulesClassifier().classify
     learned = LearnedClassifier(path=classifier) if classifier else LearnedClassifier()
-    if labeller == "classifier":
-        return learned.classify
-
-    def cascade(case: Case) -> Label:
-        decided = rules.classify(case)
-        return decided if decided.label is not None else learned.classify(case)
-    return cascade
+    return learned.classify if labeller == "classifier" else Cascade(learned).classify
 
 
 def classify_command(args: argparse.Namespace, console: Console) -> int:

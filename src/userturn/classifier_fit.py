@@ -181,9 +181,11 @@ def evaluate(predicted: Sequence[str], reference: Sequence[str],
     ece = None
     if confidence is not None:
         ece = expected_calibration_error(confidence, [a == b for a, b in pairs])
-    return Evaluation(len(pairs), cohen_kappa(pairs), cohen_kappa(binary, ("f", "r")),
-                      sum(a == b for a, b in pairs) / max(1, len(pairs)), per_label(pairs),
-                      confusion_matrix(pairs), ece)
+    labels = (*LABELS, "undecided")  # the rules' undecided counts as a label of its own: wrong
+    return Evaluation(len(pairs), cohen_kappa(pairs, labels), cohen_kappa(binary, ("f", "r")),
+                      sum(a == b for a, b in pairs) / max(1, len(pairs)),
+                      {k: v for k, v in per_label(pairs, labels).items() if k in LABELS},
+                      confusion_matrix(pairs, labels), ece)
 
 
 def expected_calibration_error(confidence: Sequence[float], correct: Sequence[bool],
