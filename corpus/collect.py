@@ -16,10 +16,11 @@ import sys
 from pathlib import Path
 
 from userturn.store import RunStore
+from userturn.turns import read_turns
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
-RUNS = (Path("runs/corpus/plain"), Path("runs/corpus/perturbed"))
+RUNS = (Path("runs/corpus/plain"), Path("runs/corpus/chats"), Path("runs/corpus/perturbed"))
 AUTHORED = HERE / "authored.jsonl"
 
 
@@ -34,19 +35,47 @@ def generated_rows() -> list[dict]:
         if not (folder / "userturn.db").exists():
             continue
         store = RunStore.open(folder)
-        for turn in store.user_turns():
-            if turn["error"] is not None:
+        for turn in read_turns(store):
+            if turn.error is not None:
                 continue
-            kind = "human" if turn["model"] == "human" else "generated"
+            kind = "human" if turn.model == "human" else "generated"
             rows.append({
-                "query": turn["query"], "answer": turn["answer"] or "",
-                "user_turn": turn["text"],
-                "source": {"kind": kind, "model": turn["model"], "dataset": turn["dataset"],
-                           "item_id": turn["item_id"], "temperature": turn["temperature"],
-                           "sample_index": turn["sample_index"],
-                           "perturbation": turn["perturbation"],
-                           "finish_reason": turn["finish_reason"]}})
+                "query": turn.query, "answer": turn.answer, "user_turn": turn.user_turn,
+                "source": {"kind": kind, "model": turn.model, "dataset": turn.dataset,
+                           "item_id": turn.item_id, "temperature": turn.temperature,
+                           "sample_index": turn.sample_index, "perturbation": turn.perturbation,
+                           "finish_reason": turn.finish_reason}})
         store.close()
+    return rows
+
+
+def human_rows(conversations: int = 40, seed: int = 11) -> list[dict]:
+    """Real next user turns that need no generated answer: MT-Bench's second turns after its
+    reference answers (the questions that have one), and a sample of FastChat's sample
+    conversations (mostly "Goodbye" after identity questions: a few go a long way)."""
+    from userturn.data.conversations import mtbench_question_file
+
+    rows = []
+    questions = mtbench_question_file()
+    for line in questions.read_text().splitlines():
+        question = json.loads(line)
+        references = question.get("reference") or []
+        if references and references[0].strip():
+            rows.append({"query": question["turns"][0], "answer": references[0],
+                         "user_turn": question["turns"][1],
+                         "source": {"kind": "human", "model": "human",
+                                    "dataset": "mtbench-reference",
+                                    "item_id": f"mtbench-{question['question_id']}"}})
+    dummy = json.loads((questions.parents[4] / "data" / "dummy_conversation.json").read_text())
+    triples = []
+    for conversation in dummy:
+        turns = [m["value"] for m in conversation["conversations"]]
+        triples += [(conversation["id"], turns[i], turns[i + 1], turns[i + 2])
+                    for i in range(0, len(turns) - 2, 2)]
+    for item_id, query, answer, turn in random.Random(seed).sample(triples, conversations):
+        rows.append({"query": query, "answer": answer, "user_turn": turn,
+                     "source": {"kind": "human", "model": "human",
+                                "dataset": "fastchat-dummy", "item_id": item_id}})
     return rows
 
 
@@ -68,7 +97,7 @@ def authored_rows() -> list[dict]:
 def pool() -> None:
     WORK.mkdir(exist_ok=True)
     seen: dict[str, dict] = {}
-    for row in [*generated_rows(), *authored_rows()]:
+    for row in [*generated_rows(), *human_rows(), *authored_rows()]:
         key = turn_id(row["query"], row["answer"], row["user_turn"])
         if key in seen:
             seen[key].setdefault("duplicates", []).append(row["source"])

@@ -1,10 +1,13 @@
 """Generate the model-written user turns of the labelled corpus (docs/corpus.md).
 
-Two probe runs of the embedded SmolLM2-135M-Instruct over five offline datasets:
-  runs/corpus/plain      greedy and T = 0.7, 1.0, 1.3, the unperturbed context
-  runs/corpus/perturbed  T = 1.0, three perturbations of the same answers
-The second run starts from a copy of the first one's store, so the answers (and the unperturbed
-turns it shares) are not generated twice. Resumable: re-run the same command after a kill.
+Three probe runs of the embedded SmolLM2-135M-Instruct over five offline datasets:
+  runs/corpus/plain      gsm_symbolic, MATH-style, IFBench: greedy and T = 0.7, 1.0, 1.3
+  runs/corpus/chats      MT-Bench (24 questions): greedy and T = 1.0, with the real second turns
+                         as the human baseline
+  runs/corpus/perturbed  gsm_symbolic and MATH-style (8 items each) at T = 1.0: truncated
+                         answer, an appended question, a wrong final number
+The perturbed run starts from a copy of the plain run's store, so the answers (and the
+unperturbed turns it shares) are not generated twice. Resumable: re-run the same command after a kill.
 
     .venv/bin/python corpus/generate.py [--limit 30]
 """
@@ -57,22 +60,27 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=Path("runs/corpus"))
     args = parser.parse_args()
     math_file = math_style_file(args.output / "math_style.jsonl")
-    datasets = ["gsm_symbolic", f"math500:{math_file}", "ifbench", "mtbench",
-                f"conversations:{conversations_file()}"]
-    common = dict(models=["smollm2"], datasets=datasets, limit=args.limit, samples=1,
-                  max_tokens=256, user_max_tokens=96, seed=7, batch_size=16)
-    plain = Experiment(**common, temperatures=[0.0, 0.7, 1.0, 1.3],
-                       output=args.output / "plain")
-    run_experiment(plain, progress=_progress)
+    tasks = ["gsm_symbolic", f"math500:{math_file}", "ifbench"]
+    chats = ["mtbench"]  # FastChat's sample conversations join as human turns (collect.py)
+    common = dict(models=["smollm2"], samples=1, max_tokens=256, user_max_tokens=96, seed=7,
+                  batch_size=16)
+    # Tasks at four temperatures; MT-Bench (long answers) greedy and at T = 1.0 only, and the
+    # perturbations on fewer items: two busy CPU cores generate about five user turns a minute.
+    run_experiment(Experiment(**common, datasets=tasks, limit=args.limit,
+                              temperatures=[0.0, 0.7, 1.0, 1.3], output=args.output / "plain"),
+                   progress=_progress)
+    run_experiment(Experiment(**common, datasets=chats, limit=24,
+                              temperatures=[0.0, 1.0], output=args.output / "chats"),
+                   progress=_progress)
     perturbed_db = args.output / "perturbed" / "userturn.db"
-    if not perturbed_db.exists():
+    if not perturbed_db.exists():  # the answers are shared: start from the plain run's store
         perturbed_db.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(args.output / "plain" / "userturn.db", perturbed_db)
-    perturbed = Experiment(**common, temperatures=[1.0],
-                           perturbations=["truncate:0.5", "append_question:specific",
-                                          "wrong_answer"],
-                           output=args.output / "perturbed")
-    run_experiment(perturbed, progress=_progress)
+    run_experiment(Experiment(**common, datasets=tasks[:2], limit=8, temperatures=[1.0],
+                              perturbations=["truncate:0.5", "append_question:specific",
+                                             "wrong_answer"],
+                              output=args.output / "perturbed"),
+                   progress=_progress)
 
 
 def _progress(description: str, total: int):

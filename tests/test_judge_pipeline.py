@@ -39,13 +39,14 @@ def test_run_with_judge_sends_only_undecided_turns(gsm_file, tmp_path):
     turn = next(t for t in read_turns(store) if t.temperature > 0)
     assert turn.label_source == "judge:openai/judge-a@rubric1"
     assert turn.rationale == "Ignores the answer."
-    assert store.label_sources() == ["rules", "judge:openai/judge-a@rubric1"]
+    # The judge comes between the rules' clear cases and the classifier's labels.
+    assert store.label_sources() == ["rules", "judge:openai/judge-a@rubric1", "classifier"]
     # Both labels are stored: the rules' undecided one and the judge's.
     sources: dict[str, dict[str, str | None]] = {}
     for turn in read_turns(store):
         for label in turn.labels:
             sources.setdefault(label.source, {})[turn.key] = label.label
-    assert set(sources) == {"rules", "judge:openai/judge-a@rubric1"}
+    assert set(sources) == {"rules", "judge:openai/judge-a@rubric1", "classifier"}
     assert all(label is None for key, label in sources["rules"].items()
                if key in sources["judge:openai/judge-a@rubric1"])
 
@@ -77,10 +78,14 @@ def test_unreachable_judge_is_counted_invalid_and_the_run_goes_on(gsm_file, tmp_
         exp = experiment(gsm_file, tmp_path, judge="openai/down", judge_base_url=fake.url)
         store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
     greedy, sampled = load_run(store).summary()
-    assert sampled.invalid == ITEMS * SAMPLES and sampled.undecided == 0
     assert greedy.labels == {"generic": ITEMS}
-    errors = [t.label_error for t in read_turns(store) if t.temperature > 0]
-    assert all(e.startswith("request failed") for e in errors)
+    # Without the judge's verdicts the rules' undecided turns keep the classifier's label...
+    assert sampled.invalid == 0 and sampled.undecided == 0
+    turns = [t for t in read_turns(store) if t.temperature > 0]
+    assert {t.label_source for t in turns} == {"classifier"}
+    # ...and the failures stay on record under the judge's own source.
+    judged = [t for t in read_turns(store, "judge:openai/down@rubric1") if t.temperature > 0]
+    assert all(t.label is None and t.label_error.startswith("request failed") for t in judged)
 
 
 def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys):
@@ -96,7 +101,8 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
     from userturn.labels.agreement import pairwise_agreement
     from userturn.store import RunStore
 
-    (pair,) = pairwise_agreement(read_turns(RunStore.open(exp.output)))
+    (pair,) = pairwise_agreement(read_turns(RunStore.open(exp.output)),
+                                 sources=["rules", "judge:openai/judge-c@rubric1"])
     # The rules labelled the greedy "Thanks!" turns generic, as did the judge; the sampled turns
     # the rules left undecided are excluded.
     assert (pair.n, pair.raw, pair.excluded) == (ITEMS, 1.0, ITEMS * SAMPLES)

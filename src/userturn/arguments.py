@@ -62,7 +62,17 @@ def add_run(sub: Subparsers, handler: Handler) -> None:
                      "MODEL[thinking=on]); default: the template's own")
     run.add_argument("--judge", help="LLM judge for what the rules leave undecided, e.g. "
                      "openai/gpt-5.4-mini (key from OPENAI_API_KEY)")
-    run.add_argument("--judge-scope", dest="judge_scope", choices=("undecided", "all"))
+    run.add_argument("--labeller", choices=("cascade", "classifier", "rules"),
+                     help="offline labels: cascade (rules, then the learned classifier; "
+                     "default), classifier, or rules alone")
+    run.add_argument("--classifier", type=Path, help="classifier parameters from "
+                     "train-classifier (default: the shipped ones)")
+    run.add_argument("--judge-scope", dest="judge_scope", choices=("undecided", "uncertain", "all"),
+                     help="judge what the rules leave undecided (default), what the classifier "
+                     "is unsure of, or all")
+    run.add_argument("--judge-threshold", dest="judge_threshold", type=float,
+                     help="scope uncertain: judge turns whose classifier probability is below it "
+                     "(default 0.7)")
     run.add_argument("--judge-base-url", dest="judge_base_url",
                      help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
     run.set_defaults(handler=handler)
@@ -75,8 +85,11 @@ def add_judge(sub: Subparsers, handler: Handler) -> None:
                            "the last one judged counts in reports unless --labels says otherwise.")
     judge.add_argument("run", type=Path)
     judge.add_argument("--judge", required=True, help="e.g. openai/gpt-5.4-mini")
-    judge.add_argument("--scope", choices=("undecided", "all"), default="undecided",
-                       help="judge only what the rules leave undecided (default), or all turns")
+    judge.add_argument("--scope", choices=("undecided", "uncertain", "all"), default="undecided",
+                       help="judge only what the rules leave undecided (default), the turns the "
+                       "classifier is unsure of (see --threshold), or all turns")
+    judge.add_argument("--threshold", type=float, default=0.7, help="scope uncertain: judge "
+                       "turns whose classifier probability is below it (default 0.7)")
     judge.add_argument("--base-url", help="an OpenAI-compatible server (default: OPENAI_BASE_URL "
                        "or the OpenAI API)")
     judge.add_argument("--concurrency", type=int, default=8)

@@ -40,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     from .train.cli import add_train_parser
 
     add_train_parser(sub, _train)
+    from .labels.commands import add_classifier_parsers
+
+    add_classifier_parsers(sub, _classifier)
     return parser
 
 
@@ -67,7 +70,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
             "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
             "judge_scope", "judge_base_url", "answerers", "perturbations", "skip_invalid",
-            "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking")
+            "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking",
+            "labeller", "classifier", "judge_threshold")
     overrides = {k: getattr(args, k) for k in keys}
     if args.fields:
         from .data.files import parse_field_mappings
@@ -76,10 +80,14 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     experiment = load_experiment(args.config, overrides)
     with _progress_bars() as progress:
         store = run_experiment(experiment, progress=progress)
-    _print_tables(store, console)
+    print_tables(store, console)
     console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
     store.close()
     return 0
+
+
+def _classifier(args: argparse.Namespace, console: Console) -> int:
+    return args.action(args, console)
 
 
 def _train(args: argparse.Namespace, console: Console) -> int:
@@ -127,7 +135,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     from .store import RunStore
 
     store = RunStore.open(args.run)
-    turns, answers, sources = _print_tables(store, console, args.labels)
+    turns, answers, sources = print_tables(store, console, args.labels)
     if args.html or args.figures:
         from .report import build_report
 
@@ -157,9 +165,9 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     judge = judge_from_spec(args.judge, base_url=args.base_url)
     judge.concurrency = args.concurrency
     with _progress_bars() as progress:
-        sent = judge_turns(store, judge, args.scope, progress)
+        sent = judge_turns(store, judge, args.scope, progress, threshold=args.threshold)
     console.print(f"{judge.name}: {sent} user turn(s) judged (none generated)")
-    _print_tables(store, console)
+    print_tables(store, console)
     store.close()
     return 0
 
@@ -214,7 +222,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _print_tables(store: RunStore, console: Console, labels: Sequence[str] | None = None
+def print_tables(store: RunStore, console: Console, labels: Sequence[str] | None = None
                   ) -> tuple[list[Turn], list[Answer], list[str]]:
     """Print the run's tables; returns what they were read from (each run is read once)."""
     from .report.summary import assistant_errors, print_instruction_accuracy, print_summary

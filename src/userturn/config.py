@@ -62,8 +62,18 @@ class Experiment(BaseModel):
         "and/or off, each a model of its own, e.g. MODEL[thinking=on]; unset: template default")
     judge: str | None = Field(default=None, description="e.g. openai/gpt-5.4-mini; key from "
                               "OPENAI_API_KEY, never from this file")
-    judge_scope: Literal["undecided", "all"] = Field(
-        default="undecided", description="judge only what the rules leave undecided, or all")
+    labeller: Literal["cascade", "classifier", "rules"] = Field(
+        default="cascade", description="who labels the user turns offline: cascade (the rules "
+        "decide the clear cases, the learned classifier labels every other turn), the "
+        "classifier alone, or the rules alone (undecided turns stay undecided)")
+    classifier: Path | None = Field(default=None, description="the classifier's parameters "
+                                    "(from userturn train-classifier); default: the shipped one")
+    judge_scope: Literal["undecided", "uncertain", "all"] = Field(
+        default="undecided", description="judge what the rules leave undecided, only the turns "
+        "the classifier is unsure of (probability below judge_threshold), or all")
+    judge_threshold: float = Field(default=0.7, gt=0.0, le=1.0, description="judge_scope "
+                                   "uncertain: the classifier probability below which the judge "
+                                   "is asked")
     judge_base_url: str | None = None
     judge_concurrency: int = Field(default=8, ge=1)
 

@@ -15,13 +15,15 @@ import json
 import platform
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from . import __version__
 from .backends import Backend, load_backend
 from .config import Experiment
 from .data import Dataset, load_dataset
-from .errors import TemplateError
+from .errors import TemplateError, UserturnError
+from .labels.classifier import LearnedClassifier
 from .labels.judge import Judge, judge_from_spec
 from .perturb import Perturbation, parse_perturbations
 from .records import HUMAN, Generation, GenerationParams, Item, Message, Request
@@ -29,9 +31,10 @@ from .render import Prompt, render_assistant_turn, render_user_turn
 from .labels.rules import RulesClassifier
 from .store import RunStore, generation_key
 from .thinking import prompt_opens_thinking, split_thinking, thinking_format
-from .turns import Turn, read_turns
+from .turns import StoredLabel, Turn, read_turns
 from .thinking_variants import thinking_variants
 
+CLASSIFIER = LearnedClassifier.name
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 
 
@@ -92,9 +95,10 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
                     for answerer in exp.answerers}
             _user_stage(store, backends[spec], dataset, sets, perturbations, exp, progress)
         _human_stage(store, dataset, answers.get(probers[0], {}))
-    _classify_stage(store, backends)
+    label_turns(store, exp.labeller, backends, classifier_path=exp.classifier,
+                progress=progress)
     if judge is not None:
-        judge_turns(store, judge, exp.judge_scope, progress)
+        judge_turns(store, judge, exp.judge_scope, progress, threshold=exp.judge_threshold)
     store.set_meta({"finished": time.time()})
     return store
 
@@ -152,29 +156,54 @@ def _judge(exp: Experiment) -> Judge | None:
 
 
 def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | None = None,
-                chunk: int = 32) -> int:
-    """Label the run's user turns with an LLM judge: those the rules left undecided, or all.
+                chunk: int = 32, threshold: float = 0.7) -> int:
+    """Label the run's user turns with an LLM judge: those the rules left undecided, those the
+    cascade labelled with a classifier probability below ``threshold`` (``uncertain``), or all.
 
     Cached by judge name (which carries the rubric version) and generation key: turns this judge
     already labelled are not sent again. Labels are committed chunk by chunk. Returns the number
-    of turns sent. The run's label sources become rules-then-judge (or the judge alone).
+    of turns sent. The judge's labels take priority over the classifier's and yield to the
+    rules' (``all``: the judge alone decides).
     """
     done = store.labelled_keys(judge.name, judge.version)
-    turns = [t for t in read_turns(store, judge.name) if t.error is None and t.key not in done
-             and (scope == "all" or _rules_label(t) is None)]
+    candidates = [t for t in read_turns(store, judge.name) if t.error is None
+                  and t.key not in done]
+    turns = [t for t in candidates if _judge_wanted(t, scope, threshold)]
+    if scope == "uncertain" and candidates and not any(
+            _stored(t, CLASSIFIER) for t in candidates):
+        raise UserturnError("judge scope 'uncertain' needs the classifier's labels: run "
+                            "`userturn label RUN` first (or use --scope undecided)")
     advance = (progress or _silent)(f"judge {judge.name}", len(turns))
     for start in range(0, len(turns), chunk):
         batch = turns[start:start + chunk]
         labels = judge.classify_many([turn.case() for turn in batch])
         store.put_labels([(t.key, judge.version, label) for t, label in zip(batch, labels)])
         advance(len(batch))
-    sources = ["rules", judge.name] if scope == "undecided" else [judge.name]
+    offline = [s for s in store.label_sources() if s in ("rules", CLASSIFIER)] or ["rules"]
+    if scope == "all":
+        sources = [judge.name]
+    else:  # the rules' clear cases stand; the judge comes before the classifier's guesses
+        sources = [*[s for s in offline if s == "rules"], judge.name,
+                   *[s for s in offline if s == CLASSIFIER]]
     store.set_meta({"label_sources": sources})
     return len(turns)
 
 
-def _rules_label(turn: Turn) -> str | None:
-    return next((lab.label for lab in turn.labels if lab.source == RulesClassifier.name), None)
+def _stored(turn: Turn, source: str) -> StoredLabel | None:
+    return next((lab for lab in turn.labels if lab.source == source), None)
+
+
+def _judge_wanted(turn: Turn, scope: str, threshold: float) -> bool:
+    """Whether the judge is asked about this turn, by scope."""
+    if scope == "all":
+        return True
+    rules = _stored(turn, RulesClassifier.name)
+    if rules is not None and rules.label is not None:
+        return False  # the rules' clear cases stand
+    if scope == "undecided":
+        return True
+    learned = _stored(turn, CLASSIFIER)
+    return learned is not None and (learned.probability or 0.0) < threshold
 
 
 def _silent(description: str, total: int) -> Callable[[int], None]:
@@ -350,18 +379,44 @@ def _split(generation: Generation, request: Request, fmt: str) -> Generation:
     return replace(generation, text=visible, thinking=thinking)
 
 
-def _classify_stage(store: RunStore, backends: Mapping[str, Backend]) -> None:
-    """Rules label every user turn they have not labelled at this version."""
-    rules = RulesClassifier()
-    done = store.labelled_keys(rules.name, rules.version)
-    headers = {spec: _assistant_header(b) for spec, b in backends.items()}
-    labels: list[tuple[str, str, Any]] = []
-    for turn in read_turns(store, rules.name):
-        if turn.key in done or turn.error is not None:
-            continue
-        labels.append((turn.key, rules.version,
-                       rules.classify(turn.case(headers.get(turn.model, "")))))
-    store.put_labels(labels)
+LABEL_SOURCES = {"cascade": ["rules", CLASSIFIER], "classifier": [CLASSIFIER],
+                 "rules": ["rules"]}
+
+
+def label_turns(store: RunStore, labeller: str = "cascade",
+                backends: Mapping[str, Backend] | None = None, *,
+                classifier_path: Path | None = None, progress: Progress | None = None) -> int:
+    """The offline labels: the rules, and (cascade, classifier) the learned classifier on every
+    user turn, each for the turns it has not labelled at its version. The cascade resolves a
+    turn to the rules' label where they decide and to the classifier's elsewhere. Never
+    generates: re-labelling an old run changes its labels only. Returns the labels added."""
+    if labeller not in LABEL_SOURCES:
+        raise UserturnError(f"unknown labeller {labeller!r}: cascade, classifier or rules")
+    headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
+    labellers: list[Any] = [RulesClassifier()]
+    if labeller != "rules":
+        labellers.append(LearnedClassifier(path=classifier_path) if classifier_path
+                         else LearnedClassifier())
+    turns = [t for t in read_turns(store, "rules") if t.error is None]
+    count = 0
+    for source in labellers:
+        done = store.labelled_keys(source.name, source.version)
+        todo = [t for t in turns if t.key not in done]
+        advance = (progress or _silent)(f"label · {source.name}", len(todo))
+        for start in range(0, len(todo), 256):
+            batch = todo[start:start + 256]
+            store.put_labels([(t.key, source.version,
+                               source.classify(t.case(headers.get(t.model, ""))))
+                              for t in batch])
+            advance(len(batch))
+        count += len(todo)
+    # A judged run keeps its judges, between the rules' clear cases and the classifier's guesses.
+    judges = [s for s in store.label_sources() if s not in ("rules", CLASSIFIER)]
+    offline = LABEL_SOURCES[labeller]
+    sources = [*[s for s in offline if s == "rules"], *judges,
+               *[s for s in offline if s == CLASSIFIER]]
+    store.set_meta({"label_sources": sources, "labeller": labeller})
+    return count
 
 
 def _assistant_header(backend: Backend) -> str:

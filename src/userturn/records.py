@@ -103,6 +103,9 @@ class Label:
     source: str
     rationale: str = ""
     error: str | None = None
+    # How sure the source is of ``label`` (a learned classifier's calibrated probability);
+    # None where the source gives none (rules, judges, people).
+    probability: float | None = None
 
 
 @dataclass(frozen=True)

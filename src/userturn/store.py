@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS scores (
   reference TEXT, details TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (key, scorer));
 CREATE TABLE IF NOT EXISTS labels (
   key TEXT NOT NULL, source TEXT NOT NULL, version TEXT NOT NULL, label TEXT, rationale TEXT,
-  error TEXT, created REAL NOT NULL, PRIMARY KEY (key, source));
+  error TEXT, created REAL NOT NULL, probability REAL, PRIMARY KEY (key, source));
 """
 
 
@@ -79,7 +79,8 @@ class RunStore:
         added = (("plan", "answerer", "TEXT NOT NULL DEFAULT 'self'"),
                  ("plan", "perturbation", "TEXT NOT NULL DEFAULT 'none'"),
                  ("scores", "details", "TEXT NOT NULL DEFAULT '{}'"),
-                 ("generations", "thinking", "TEXT"))  # NULL: generated before the split
+                 ("generations", "thinking", "TEXT"),  # NULL: generated before the split
+                 ("labels", "probability", "REAL"))  # NULL: the source gives none
         with self.db:
             for table, name, declaration in added:
                 columns = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
@@ -188,9 +189,10 @@ class RunStore:
         now = time.time()
         with self.db:
             self.db.executemany(
-                "INSERT OR REPLACE INTO labels VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(key, lab.source, version, lab.label, lab.rationale, lab.error, now)
-                 for key, version, lab in rows])
+                "INSERT OR REPLACE INTO labels (key, source, version, label, rationale, error, "
+                "created, probability) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(key, lab.source, version, lab.label, lab.rationale, lab.error, now,
+                  lab.probability) for key, version, lab in rows])
 
     def delete_label(self, key: str, source: str) -> None:
         with self.db:
@@ -198,8 +200,8 @@ class RunStore:
 
     def label_rows(self) -> list[sqlite3.Row]:
         """Every stored label (key, source, version, label, rationale, error), by source."""
-        return list(self.db.execute("SELECT key, source, version, label, rationale, error "
-                                    "FROM labels ORDER BY source"))
+        return list(self.db.execute("SELECT key, source, version, label, rationale, error, "
+                                    "probability FROM labels ORDER BY source"))
 
     def keys_labelled_by(self, source: str) -> list[tuple[str, str | None, str | None]]:
         """(key, label, rationale) of one source's labels, newest first (rowid breaks ties of

@@ -32,10 +32,13 @@ class StoredLabel:
     label: str | None
     rationale: str | None
     error: str | None
+    probability: float | None = None
+    """How sure the source is (the learned classifier's calibrated probability), else None."""
 
     def record(self, key: str) -> dict[str, Any]:
         return {"key": key, "source": self.source, "version": self.version, "label": self.label,
-                "rationale": self.rationale, "error": self.error}
+                "rationale": self.rationale, "error": self.error,
+                "probability": self.probability}
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,12 @@ class Turn:
         return self.status not in ("invalid", "failed")
 
     @property
+    def probability(self) -> float | None:
+        """The probability the deciding source gave :attr:`label` (the classifier gives one)."""
+        return next((lab.probability for lab in self.labels if lab.source == self.label_source),
+                    None)
+
+    @property
     def follow_up(self) -> bool:
         return self.label == "follow_up"
 
@@ -157,7 +166,8 @@ def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> li
     stored: dict[str, list[StoredLabel]] = {}
     for found in store.label_rows():
         stored.setdefault(found["key"], []).append(StoredLabel(
-            found["source"], found["version"], found["label"], found["rationale"], found["error"]))
+            found["source"], found["version"], found["label"], found["rationale"], found["error"],
+            found["probability"]))
     items: dict[str, dict[str, dict[str, Any]]] = {}
     turns = []
     for row in store.user_turn_rows():

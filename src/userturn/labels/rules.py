@@ -24,6 +24,7 @@ Rules run in a fixed order and the first that fires wins (see ``_RULES``). Stand
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 import zlib
@@ -485,6 +486,52 @@ def _new_on_topic(v: _View, user: set[str]) -> bool:
     return len(_sentences(v.text)) == 1 and len(own) >= max(3, 0.5 * len(user)) \
         and not any(s in v.answer_only for s in user) and not v.numbers \
         and not _STRONG_REF.search(v.text) and not _VARIES.search(v.text)
+
+
+def signals_of(case: Case) -> tuple[float, ...]:
+    """The measurements the rules decide by, as numbers, for a learned classifier: lengths,
+    overlap of the turn with the answer beyond the query and with the query, copied text,
+    question form, voice (assistant openings, meta narration, user cues) and repetition."""
+    try:
+        v = _View(case)
+    except Exception:  # the features of a text the rules cannot read: all zero
+        return (0.0,) * _N_SIGNALS
+    user, n_words = v.user, len(v.words)
+    taken = sum(s in v.answer_only for s in user)
+    mine = _Pool(user)
+    coverage = sum(s in mine for s in v.query.stems) / len(v.query.stems) if v.query.stems else 0.0
+    purity = sum(s in v.query for s in user) / len(user) if user else 0.0
+    sentences = _sentences(v.text)
+    raw = case.raw_user_turn or case.user_turn
+    values = (
+        math.log1p(n_words), math.log1p(len(sentences)), float(not v.text),
+        taken / len(user) if user else 0.0, float(taken), coverage, purity,
+        _copied(v.words, v) if n_words >= 4 else 0.0,
+        float(len(v.numbers & (v.answer_numbers - v.query_numbers))),
+        float(len(v.numbers - v.query_numbers - v.answer_numbers)),
+        float(len(v.numbers & v.query_numbers)),
+        float(v.answer_asks), float(v.answer_truncated), float(v.opens_user),
+        float("?" in v.text), float("?" in v.first), float(bool(_REQUEST.search(v.text))),
+        float(bool(_STRONG_REF.search(v.text))), float(bool(_REF_CUE.search(v.text))),
+        float(bool(_CUTOFF.search(v.text))), float(bool(_META.search(v.first))),
+        float(bool(_META.search(v.text))), float(bool(_DRIFT_OPEN.match(v.text))),
+        float(bool(_DRIFT_ANY.search(v.text))), float(bool(_ANSWER_MARK.search(v.text))),
+        float(bool(_EQUATION.search(v.text))), float(bool(_USER_CUE.search(v.text))),
+        float(bool(_ROLE_LABEL.match(v.text))), float(bool(_ROLE_ASSISTANT.match(v.text))),
+        float(bool(_NEW_ASK.match(v.text))), float(bool(_DEICTIC.search(" ".join(
+            v.text.split()[:8])))), float(bool(_REACTS.search(v.text))),
+        float(_degenerate(v.text, v.words)) if v.text else 0.0,
+        float(all(w in _GENERIC for w in v.words)) if v.words else 0.0,
+        float(_other_language(v)), float(any(h in raw for h in _HEADERS)),
+        float(bool(_SPECIAL.search(raw))),
+        sum(not c.isalnum() and not c.isspace() for c in v.text) / max(1, len(v.text)),
+        len(set(v.words)) / n_words if n_words else 0.0,
+        float(case.answer.strip() == ""), math.log1p(len(case.answer.split())),
+    )
+    return values
+
+
+_N_SIGNALS = 41
 
 
 # The order, and why:

@@ -7,7 +7,8 @@ them (minus any whose query repeats an evaluation query). Both id lists go into 
 
 Self-generated collaboration data is a probe run on the training items (resumable, stored like
 any run): the model answers each item greedily, writes user turns under the user header at a
-sampling temperature, and the rules label them. Rejection sampling keeps the turns labelled
+sampling temperature, and the offline cascade (the rules, then the learned classifier) labels
+them. Rejection sampling keeps the turns labelled
 ``follow_up``; each becomes ``[query, answer, follow-up]``, optionally with the model's own next
 answer, and the model's correct single-turn answers are mixed in to protect task accuracy. An
 answer that was scored wrong stays in a conversation as context only (it carries no loss).
@@ -30,7 +31,6 @@ from ..errors import DatasetError
 from ..pipeline import Progress, run_experiment
 from ..records import GenerationParams, Request
 from ..render import render_assistant_turn
-from ..labels.rules import RulesClassifier
 from ..turns import read_answers, read_turns
 from .masks import check_roles
 
@@ -97,13 +97,12 @@ def self_generated(backend: Backend, train: Dataset, *, output: Path, samples: i
     store = run_experiment(exp, backends={backend.spec: backend}, progress=progress,
                            datasets=[train])
     items = {item.id: item for item in train.items}
-    rules = RulesClassifier.name
     stats = SelfGenStats(items=len(items))
     answers = [a for a in read_answers(store) if a.error is None]
     stats.answers_scored = sum(a.correct is not None for a in answers)
     stats.answers_correct = sum(bool(a.correct) for a in answers)
     conversations: list[Conversation] = []
-    for turn in read_turns(store, rules):
+    for turn in read_turns(store):  # the run's own labels: rules, then the classifier
         if turn.error is not None or turn.model != backend.spec:
             continue
         stats.user_turns += 1
