@@ -233,7 +233,14 @@ def print_tables(store: RunStore, console: Console, labels: Sequence[str] | None
     turns, answers = read_turns(store, sources), read_answers(store)
     print_summary(summarize(turns, answers), console, assistant_failures=assistant_errors(answers))
     print_instruction_accuracy(answers, console)
-    console.print(f"[dim]labels from: {' , then '.join(sources)}[/dim]")
+    by: dict[str, int] = {}
+    for turn in turns:
+        if turn.error is None:
+            by[turn.label_source or "nobody (undecided)"] = \
+                by.get(turn.label_source or "nobody (undecided)", 0) + 1
+    counts = ", ".join(f"{source} {n}" for source, n in by.items())
+    console.print(f"[dim]labels from: {' , then '.join(sources)} (user turns labelled by "
+                  f"{counts or 'nobody yet'})[/dim]")
     return turns, answers, sources
 
 

@@ -78,12 +78,16 @@ def design_matrix(cases: Sequence[Case]):
         dense, tokens = design_row(case)
         for col, value in enumerate(dense):
             if value:
-                rows.append(index), cols.append(col), vals.append(float(value))
+                rows.append(index)
+                cols.append(col)
+                vals.append(float(value))
         counts: dict[int, int] = {}
         for token in tokens:
             counts[token] = counts.get(token, 0) + 1
         for token, count in counts.items():
-            rows.append(index), cols.append(N_DENSE + token), vals.append(math.log1p(count))
+            rows.append(index)
+            cols.append(N_DENSE + token)
+            vals.append(math.log1p(count))
     return sparse.csr_matrix((vals, (rows, cols)), shape=(len(cases), N_DENSE + (1 << HASH_BITS)),
                              dtype=np.float64)
 
