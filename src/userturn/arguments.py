@@ -147,7 +147,7 @@ def add_agreement(sub: Subparsers, handler: Handler) -> None:
 def add_compare(sub: Subparsers, handler: Handler) -> None:
     compare = sub.add_parser("compare", help="paired differences between two runs on shared items",
                              description="B minus A on the items both runs share: follow-up rate "
-                             "per dataset, perturbation and temperature (paired bootstrap over "
+                             "per dataset, perturbation and temperature (paired interval clustered by "
                              "items; exact McNemar for greedy) and task accuracy. For base vs "
                              "post-trained checkpoints, or two models.")
     compare.add_argument("run_a", type=Path)

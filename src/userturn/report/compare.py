@@ -3,7 +3,7 @@
 Units are matched by dataset, answerer, perturbation and temperature; within a unit, items are
 matched by id. A run with one model is compared with the other run's one model whatever their
 names (the usual base-vs-checkpoint case); with several models, models pair by name. Differences
-are B minus A, with paired bootstrap intervals over shared items, and an exact McNemar test where
+are B minus A, with paired score intervals over shared items (clustered by item), and an exact McNemar test where
 each item has a single greedy sample.
 """
 
@@ -48,18 +48,18 @@ class AccuracyComparison:
     mcnemar: McNemar
 
 
-def compare_runs(a: RunStore, b: RunStore, *, seed: int = 0,
+def compare_runs(a: RunStore, b: RunStore, *,
                  labels: Sequence[str] | None = None) -> tuple[list[Comparison],
                                                                list[AccuracyComparison]]:
     """B minus A on shared items, each run read once. ``labels``: the label sources, in priority
     order, that both runs are read with (default: each run's own)."""
     return compare_turns(read_turns(a, labels), read_answers(a), read_turns(b, labels),
-                         read_answers(b), seed=seed)
+                         read_answers(b))
 
 
 def compare_turns(turns_a: Sequence[Turn], answers_a: Sequence[Answer],
-                  turns_b: Sequence[Turn], answers_b: Sequence[Answer], *,
-                  seed: int = 0) -> tuple[list[Comparison], list[AccuracyComparison]]:
+                  turns_b: Sequence[Turn], answers_b: Sequence[Answer],
+                  ) -> tuple[list[Comparison], list[AccuracyComparison]]:
     """B minus A on shared items, from each run's turns and answers."""
     _check_same_items(turns_a, turns_b)
     pairs = _model_pairs(_models(turns_a), _models(turns_b))
@@ -68,8 +68,8 @@ def compare_turns(turns_a: Sequence[Turn], answers_a: Sequence[Answer],
     if not shared:
         raise StoreError("the two runs share no model pairing, dataset, perturbation and "
                          "temperature: nothing to compare")
-    comparisons = [_compare_unit(unit, by_unit_a[unit], by_unit_b[unit], seed) for unit in shared]
-    return comparisons, _compare_accuracy(answers_a, answers_b, pairs, seed)
+    comparisons = [_compare_unit(unit, by_unit_a[unit], by_unit_b[unit]) for unit in shared]
+    return comparisons, _compare_accuracy(answers_a, answers_b, pairs)
 
 
 def _models(turns: Iterable[Turn]) -> list[str]:
@@ -100,18 +100,18 @@ def _by_unit(turns: Iterable[Turn], pairs: Sequence[tuple[str, str]],
     return units
 
 
-def _compare_unit(unit: Unit, a: list[Turn], b: list[Turn], seed: int) -> Comparison:
+def _compare_unit(unit: Unit, a: list[Turn], b: list[Turn]) -> Comparison:
     pairing, dataset, answerer, perturbation, temperature = unit
     model_a, _, model_b = pairing.partition(" → ")
     hits_a = [(t.item_id, t.follow_up) for t in a]
     hits_b = [(t.item_id, t.follow_up) for t in b]
     return Comparison(model_a, model_b or model_a, dataset, answerer, perturbation, temperature,
-                      paired_difference(hits_a, hits_b, seed=seed),
+                      paired_difference(hits_a, hits_b),
                       single_sample_mcnemar(hits_a, hits_b))
 
 
 def _compare_accuracy(a: Sequence[Answer], b: Sequence[Answer],
-                      pairs: Sequence[tuple[str, str]], seed: int) -> list[AccuracyComparison]:
+                      pairs: Sequence[tuple[str, str]]) -> list[AccuracyComparison]:
     out = []
     for model_a, model_b in pairs:
         scored_a, scored_b = _scores(a, model_a), _scores(b, model_b)
@@ -119,7 +119,7 @@ def _compare_accuracy(a: Sequence[Answer], b: Sequence[Answer],
             hits_a, hits_b = scored_a[dataset], scored_b[dataset]
             out.append(AccuracyComparison(
                 model_a, model_b, dataset,
-                paired_difference(hits_a.items(), hits_b.items(), seed=seed),
+                paired_difference(hits_a.items(), hits_b.items()),
                 mcnemar_exact(hits_a, hits_b)))
     return out
 
@@ -147,7 +147,7 @@ def print_comparison(comparisons: Sequence[Comparison],
                      accuracy: Sequence[AccuracyComparison], console: Console,
                      names: tuple[str, str]) -> None:
     table = Table(title=f"Follow-up rate, B minus A on shared items (A = {names[0]}, "
-                        f"B = {names[1]}; paired bootstrap 95% CI)")
+                        f"B = {names[1]}; paired 95% CI)")
     for column in ("A", "B", "dataset", "answerer", "perturbation", "T", "items", "A rate",
                    "B rate", "difference [95% CI]", "McNemar p", "dropped A/B"):
         table.add_column(column, justify="left" if column in ("A", "B", "dataset", "answerer",
@@ -191,7 +191,7 @@ th:nth-child(-n+5), td:nth-child(-n+5) {{ text-align: left; }} svg {{ max-width:
 </style></head><body>
 <h1>userturn compare</h1><p>A = {a}<br>B = {b}</p>{note}
 <h2>Follow-up rate: B minus A on shared items</h2>
-<p>Paired bootstrap 95% intervals over the items both runs share; for greedy decoding (one turn
+<p>Paired 95% intervals (clustered score intervals) over the items both runs share; for greedy decoding (one turn
 per item) McNemar's exact p. Items present in one run only are dropped and counted.</p>
 {forest}{table}
 <h2>Task accuracy of the greedy answer</h2>{accuracy}

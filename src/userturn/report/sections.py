@@ -40,8 +40,8 @@ def summary(report: Report) -> str:
                     groups=group_starts([r.model for r in report.rows]))
     notes = [f"n: turns the rate is over; {NOTE_UNDECIDED}",
              "Task accuracy: the score of the greedy assistant answer the turns follow (one per "
-             "item). Intervals: 95% percentile bootstrap over items (samples of an item are not "
-             "independent)."]
+             "item). Intervals: 95% clustered Wilson intervals (the effective sample size the items' "
+             "spread leaves, as samples of an item are not independent; docs/statistics.md)."]
     if report.assistant_failures:
         notes.append(f"{report.assistant_failures} assistant turn(s) failed; their items have no "
                      "user turns.")
@@ -55,7 +55,7 @@ def summary(report: Report) -> str:
 def temperature_plot(report: Report) -> str:
     series = charts.temperature_series(report)
     intro = ("Follow-up rate on the unperturbed contexts at each sampling temperature, one line "
-             "per model; the band is the 95% interval bootstrapped over items. T = 0 is greedy "
+             "per model; the band is the 95% interval clustered by item. T = 0 is greedy "
              "decoding (one turn per item). Hover a point for its numbers.")
     if not any(s.points for s in series):
         return section("temperature", "Follow-up rate vs temperature", intro, _EMPTY_RATES)
@@ -110,7 +110,7 @@ def perturbations(report: Report) -> str:
     svg = plots.forest(charts.forest_rows(report), x_label=charts.FOREST_X_LABEL)
     intro = ("Each perturbation of the assistant answer is paired with the original context of "
              "the same items: the difference in follow-up rate (perturbed minus original) with a "
-             "95% paired bootstrap interval over shared items. Every perturbation is expected to "
+             "95% paired interval over shared items (clustered by item). Every perturbation is expected to "
              "raise the rate (a model that reads the conversation reacts to the change). For "
              "greedy decoding (one turn per item) McNemar's exact p is given too.")
     return section("perturbations", "Perturbations: paired differences", intro,

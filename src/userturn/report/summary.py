@@ -1,5 +1,5 @@
 """The run's headline table: per model, dataset and temperature, the genuine follow-up rate with a
-95% interval bootstrapped over items, the label distribution, n, errors, and task accuracy."""
+95% interval clustered by item, the label distribution, n, errors, and task accuracy."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
     extra = [name for name, values in (("answerer", {r.answerer for r in rows}),
                                        ("perturbation", {r.perturbation for r in rows}))
              if values - {"self", "none"}]
-    table = Table(title="Genuine follow-up rate, 95% CI bootstrapped over items")
+    table = Table(title="Genuine follow-up rate, 95% CI clustered by item")
     similar = any(row.similarity is not None for row in rows)
     for name in ("model", *extra, "dataset", "T", "items", "turns", "follow-up", "undecided",
                  "invalid", "errors", "accuracy", *(["vs real turn"] if similar else [])):
