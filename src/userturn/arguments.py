@@ -128,6 +128,13 @@ def add_annotate(sub: Subparsers, handler: Handler) -> None:
     annotate.add_argument("--size", type=int, help="sample size (default 100, stratified by "
                           "the rules' label so rare labels are seen)")
     annotate.add_argument("--seed", type=int)
+    annotate.add_argument("--calibration", type=int, metavar="N", help="label a calibration "
+                          "sample of N turns for corrected rates: random, stratified by the "
+                          "run's labeller (half on its predicted follow-ups), inclusion "
+                          "probabilities stored")
+    annotate.add_argument("--import", dest="import_file", type=Path, metavar="FILE",
+                          help="store key,label rows (CSV with a header, or JSONL) as "
+                          "human:NAME instead of serving the page")
     annotate.add_argument("--port", type=int, default=0, help="default: a free port")
     annotate.add_argument("--no-browser", action="store_true", help="only print the address")
     annotate.set_defaults(handler=handler)

@@ -124,6 +124,7 @@ def _render(args: argparse.Namespace, console: Console) -> int:
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:
+    from .labels.calibration import inclusion_probabilities
     from .store import RunStore
 
     store = RunStore.open(args.run)
@@ -132,7 +133,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
         from .report import build_report
 
         report = build_report(turns, answers, folder=store.folder, meta=store.meta(),
-                              sources=sources)
+                              sources=sources, inclusion=inclusion_probabilities(store, turns))
         if args.figures:
             from .report.figures import write_figures
 
@@ -167,8 +168,18 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
 def _annotate(args: argparse.Namespace, console: Console) -> int:
     from .labels.annotate import serve
 
+    if args.import_file is not None:
+        from .labels.annotate import NAME_PATTERN, AnnotationError
+        from .labels.calibration import import_labels
+        from .store import RunStore
+
+        if not NAME_PATTERN.fullmatch(args.annotator):
+            raise AnnotationError(f"annotator name {args.annotator!r}: use letters, digits, _ . -")
+        stored = import_labels(RunStore.open(args.run), args.import_file, args.annotator)
+        console.print(f"stored {stored} labels as human:{args.annotator}")
+        return 0
     return serve(args.run, args.annotator, size=args.size, seed=args.seed, port=args.port,
-                 open_browser=not args.no_browser)
+                 open_browser=not args.no_browser, calibration=args.calibration)
 
 
 def _agreement(args: argparse.Namespace, console: Console) -> int:
@@ -218,12 +229,14 @@ def _print_tables(store: RunStore, console: Console, labels: Sequence[str] | Non
                   ) -> tuple[list[Turn], list[Answer], list[str]]:
     """Print the run's tables; returns what they were read from (each run is read once)."""
     from .report.summary import assistant_errors, print_instruction_accuracy, print_summary
+    from .labels.calibration import inclusion_probabilities
     from .report.summary import summarize
     from .turns import label_sources, read_answers, read_turns
 
     sources = label_sources(store, labels or None)
     turns, answers = read_turns(store, sources), read_answers(store)
-    print_summary(summarize(turns, answers), console, assistant_failures=assistant_errors(answers))
+    print_summary(summarize(turns, answers, inclusion_probabilities(store, turns)), console,
+                  assistant_failures=assistant_errors(answers))
     print_instruction_accuracy(answers, console)
     console.print(f"[dim]labels from: {' , then '.join(sources)}[/dim]")
     return turns, answers, sources

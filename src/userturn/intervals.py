@@ -49,8 +49,11 @@ def wilson(p: np.ndarray, n: np.ndarray, level: float = 0.95) -> tuple[np.ndarra
         poisson_low = gammaincinv(np.maximum(hits, 1e-12), tail) / n
         poisson_high = 1 - gammaincinv(np.maximum(misses, 1e-12), tail) / n
     small = 3.0  # x* = 3 at every n: with 2 (their n <= 50 choice) exact coverage dips to 0.92
-    low = np.where((hits > 0) & (hits <= small), np.minimum(low, poisson_low), low)
-    high = np.where((misses > 0) & (misses <= small), np.maximum(high, poisson_high), high)
+    # Only on the rare side: a Poisson count is a model of few hits among many misses.
+    low = np.where((hits > 0) & (hits <= small) & (hits < misses),
+                   np.minimum(low, poisson_low), low)
+    high = np.where((misses > 0) & (misses <= small) & (misses < hits),
+                    np.maximum(high, poisson_high), high)
     # Exactly 0 (1) with no hit (miss): the formula leaves a rounding residue there.
     return np.where(hits <= 0, 0.0, low), np.where(misses <= 0, 1.0, high)
 

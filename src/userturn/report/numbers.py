@@ -43,7 +43,15 @@ def rate_interval(rate: Rate | None) -> str:
     """A rate with its interval for the terminal: "12% [5-20]", "-" when it has no turns."""
     if rate is None or rate.n == 0:
         return "-"
-    return f"{100 * rate.value:.0f}% [{100 * rate.low:.0f}-{100 * rate.high:.0f}]"
+    return interval_text(rate.value, rate.low, rate.high)
+
+
+def interval_text(value: float, low: float, high: float) -> str:
+    """"12% [5-20]"; a narrow interval gets decimals ("0% [0-0.4]"), so a finite sample's
+    interval never reads as the zero-width "0% [0-0]"."""
+    width = 100 * (high - low)
+    digits = 0 if width >= 5 else 1 if width >= 0.5 else 2
+    return f"{100 * value:.{digits}f}% [{100 * low:.{digits}f}-{100 * high:.{digits}f}]"
 
 
 def difference(d: Difference) -> str:
