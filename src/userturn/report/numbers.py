@@ -49,9 +49,14 @@ def rate_interval(rate: Rate | None) -> str:
 def interval_text(value: float, low: float, high: float) -> str:
     """"12% [5-20]"; a narrow interval gets decimals ("0% [0-0.4]"), so a finite sample's
     interval never reads as the zero-width "0% [0-0]"."""
-    width = 100 * (high - low)
-    digits = 0 if width >= 5 else 1 if width >= 0.5 else 2
+    digits = interval_digits(low, high)
     return f"{100 * value:.{digits}f}% [{100 * low:.{digits}f}-{100 * high:.{digits}f}]"
+
+
+def interval_digits(low: float, high: float) -> int:
+    """Decimals of a percentage interval: enough that a positive width stays visible."""
+    width = 100 * (high - low)
+    return 0 if width >= 5 else 1 if width >= 0.5 else 2
 
 
 def difference(d: Difference) -> str:

@@ -10,7 +10,9 @@ from . import charts, plots
 from .compute import CATEGORIES, PerturbationEffect, Report
 from .markup import count, esc, group_starts, rate_html, section, table
 from .numbers import p_value, points, temperature, temperature_axis
+from ..correction import MIN_HUMAN_LABELS
 from ..stats import McNemar, Rate
+from .summary import SummaryRow
 
 NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "
                   "judge labels them; invalid verdicts and failed generations are left out of the "
@@ -24,10 +26,13 @@ def _keys(report: Report) -> list[str]:
 # -- summary ---------------------------------------------------------------------------------------
 def summary(report: Report) -> str:
     keys = _keys(report)
-    headers = ["model", *keys, "T", "items", "turns", "follow-up [95% CI]", "n", "undecided",
+    humans = any(r.human_labels for r in report.rows)
+    headers = ["model", *keys, "T", "items", "turns", "follow-up [95% CI]", "n",
+               *(["corrected [95% CI]", "human labels"] if humans else []), "undecided",
                "invalid", "errors", "accuracy [95% CI]", "n"]
     rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
              str(r.items), str(r.turns), rate_html(r.follow_up), str(r.follow_up.n),
+             *([_corrected_html(r), str(r.human_labels)] if humans else []),
              count(r.undecided, False), count(r.invalid), count(r.errors), rate_html(r.accuracy),
              str(r.accuracy.n) if r.accuracy else "–"] for r in report.rows]
     main = table(headers, rows, numeric_from=1 + len(keys),
@@ -42,6 +47,13 @@ def summary(report: Report) -> str:
              "Task accuracy: the score of the greedy assistant answer the turns follow (one per "
              "item). Intervals: 95% clustered Wilson intervals (the effective sample size the items' "
              "spread leaves, as samples of an item are not independent; docs/statistics.md)."]
+    if humans:
+        notes.append("Corrected: the follow-up rate corrected for the labeller's errors with the "
+                     "human-labelled turns (prediction-powered inference, PPI++, clustered by item "
+                     "and weighted by each turn's chance of being in the calibration sample; "
+                     f"shown from {MIN_HUMAN_LABELS} human labels on; docs/statistics.md).")
+        notes += [f"{r.model} · {r.dataset} · T = {temperature(r.temperature)}: no correction: "
+                  f"{r.correction_note}." for r in report.rows if r.correction_note]
     if report.assistant_failures:
         notes.append(f"{report.assistant_failures} assistant turn(s) failed; their items have no "
                      "user turns.")
@@ -49,6 +61,13 @@ def summary(report: Report) -> str:
             + f"<details><summary>Label counts per row</summary>{counts}</details>")
     return section("summary", "Summary", "Genuine follow-up rate of the generated user turns, "
                     "per model and condition.", body)
+
+
+def _corrected_html(row: SummaryRow) -> str:
+    c = row.corrected
+    if c is None:
+        return '<span class="na">–</span>'
+    return rate_html(Rate(0, c.n, c.low, c.high), value=c.value)
 
 
 # -- plot 1 ----------------------------------------------------------------------------------------
