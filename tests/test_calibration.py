@@ -142,3 +142,22 @@ def test_annotate_calibration_stores_inclusion_probabilities_the_estimator_uses(
     predicted = {t.key: t.follow_up for t in turns}
     assert sorted(stored[k] for k in stored if predicted[k]) == [pytest.approx(5 / 12)] * 5
     assert sorted(stored[k] for k in stored if not predicted[k]) == [pytest.approx(5 / 36)] * 5
+
+
+def test_compare_shows_the_corrected_difference(capsys, run, tmp_path):
+    other = tmp_path / "other"
+    import shutil
+
+    shutil.copytree(run, other)
+    keys = _keys(run)
+    for folder, every in ((run, 2), (other, 4)):  # humans: 1/2 vs 1/4 real follow-ups
+        rows = [(key, "follow_up" if i % every == 0 else "generic") for i, key in enumerate(keys)]
+        assert run_cli(capsys, "annotate", str(folder), "--import",
+                       str(_write_csv(tmp_path / f"{folder.name}.csv", rows)),
+                       "--annotator", "ana")[0] == 0
+    code, printed, _ = run_cli(capsys, "compare", str(run), str(other))
+    assert code == 0, printed
+    flat = " ".join(printed.replace("│", " ").split())
+    # Same generations, same raw rates (100%); the humans say 50% vs 25%, so -25 points.
+    assert "Corrected for the labeller's errors" in flat
+    assert "50.0% (48 labels) 25.0% (48 labels) -25.0 pts [" in flat

@@ -100,3 +100,33 @@ def test_rogan_gladen_by_hand():
     assert result.low < result.value < result.high
     chance = [Observation(0, True, True), Observation(1, True, False)]
     assert "no better than chance" in rogan_gladen(0.5, 0.01, chance)
+
+
+def test_corrected_paired_difference_covers():
+    """Perturbed vs original on the same 200 items x 2 turns; the item's propensity is shared by
+    both sides (paired) and 100 turns of each side are labelled by a person."""
+    from userturn.correction import corrected_difference
+
+    rng = np.random.default_rng(5)
+    true_delta, covered, runs = 0.10, 0, 300
+    for _ in range(runs):
+        base = rng.beta(1.5, 8.5, size=200)  # mean 0.15, items differ
+        sides = []
+        for shift in (0.0, true_delta):
+            truth = (rng.random((200, 2)) < (base + shift)[:, None]).astype(float)
+            predicted = _labeller(rng, truth)
+            labelled = set(rng.choice(400, size=100, replace=False).tolist())
+            sides.append([Observation(i // 2, bool(predicted.flat[i]),
+                                      bool(truth.flat[i]) if i in labelled else None, 0.25)
+                          for i in range(400)])
+        d = corrected_difference(*sides)
+        covered += d.low <= true_delta <= d.high
+    assert 0.92 <= covered / runs <= 0.98
+
+
+def test_corrected_difference_needs_labels_on_both_sides():
+    from userturn.correction import corrected_difference
+
+    a = [Observation(i, False, False, 0.5) for i in range(40)]
+    b = [Observation(i, False, None) for i in range(40)]
+    assert corrected_difference(a, b) == "B: 0 human label(s), fewer than 30"

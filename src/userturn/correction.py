@@ -159,3 +159,56 @@ def rogan_gladen(raw: float, raw_variance: float, observations: Sequence[Observa
                 + (1 - value) ** 2 * spec * (1 - spec) / len(neg)) / youden ** 2
     half = z_value(level) * math.sqrt(variance)
     return RoganGladen(value, max(0.0, value - half), min(1.0, value + half), sens, spec)
+
+
+@dataclass(frozen=True)
+class CorrectedDifference:
+    """``b.value - a.value`` of two corrected rates on the same items, with a paired interval."""
+
+    a: Corrected
+    b: Corrected
+    delta: float
+    low: float
+    high: float
+
+
+def _item_totals(observations: Sequence[Observation], items: Sequence[Hashable]
+                 ) -> tuple[Corrected, np.ndarray]:
+    """One side's corrected rate on ``items`` and its item residuals ``T_i - theta m_i``."""
+    index = {item: i for i, item in enumerate(items)}
+    kept = [o for o in observations if o.item in index]
+    corrected = corrected_rate(kept, minimum=0)
+    assert isinstance(corrected, Corrected)
+    totals, sizes = np.zeros(len(items)), np.zeros(len(items))
+    for o in kept:
+        i = index[o.item]
+        weight = 1 / o.inclusion if o.human is not None else 0.0
+        totals[i] += corrected.lam * o.predicted + weight * (float(bool(o.human))
+                                                            - corrected.lam * o.predicted)
+        sizes[i] += 1
+    return corrected, totals - corrected.value * sizes
+
+
+def corrected_difference(a: Sequence[Observation], b: Sequence[Observation], *,
+                         level: float = 0.95,
+                         minimum: int = MIN_HUMAN_LABELS) -> CorrectedDifference | str:
+    """Corrected ``b - a`` on the items both sides share (perturbed vs original, trained vs
+    base), each side power-tuned on its own; the interval is Wald on the paired linearised
+    variance ``k/(k-1) sum_i (r_bi / N_b - r_ai / N_a)^2``, so the item effects shared by both
+    sides cancel as in :func:`~userturn.stats.paired_difference`. A reason when a side has fewer
+    than ``minimum`` human labels on the shared items."""
+    items = sorted({o.item for o in a} & {o.item for o in b}, key=str)
+    shared = set(items)
+    for name, side in (("A", a), ("B", b)):
+        labelled = sum(1 for o in side if o.item in shared and o.human is not None)
+        if labelled < minimum:
+            return f"{name}: {labelled} human label(s), fewer than {minimum}"
+    corrected_a, residual_a = _item_totals(a, items)
+    corrected_b, residual_b = _item_totals(b, items)
+    k = len(items)
+    spread = residual_b / corrected_b.n - residual_a / corrected_a.n
+    variance = k / (k - 1) * float((spread * spread).sum()) if k > 1 else math.inf
+    delta = corrected_b.value - corrected_a.value
+    half = z_value(level) * math.sqrt(variance)
+    return CorrectedDifference(corrected_a, corrected_b, delta, max(-1.0, delta - half),
+                               min(1.0, delta + half))
