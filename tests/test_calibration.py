@@ -161,3 +161,19 @@ def test_compare_shows_the_corrected_difference(capsys, run, tmp_path):
     # Same generations, same raw rates (100%); the humans say 50% vs 25%, so -25 points.
     assert "Corrected for the labeller's errors" in flat
     assert "50.0% (48 labels) 25.0% (48 labels) -25.0 pts [" in flat
+
+
+def test_agreement_reads_the_labeller_against_the_people(capsys, run, tmp_path):
+    keys = _keys(run)
+    for name, flips in (("ana", ()), ("bo", (1, 2))):  # the people disagree on 2 turns of 48
+        rows = [(key, "follow_up" if (i % 2 == 0) != (i in flips) else "generic")
+                for i, key in enumerate(keys)]
+        assert run_cli(capsys, "annotate", str(run), "--import",
+                       str(_write_csv(tmp_path / f"{name}.csv", rows)), "--annotator", name)[0] == 0
+    code, printed, _ = run_cli(capsys, "agreement", str(run))
+    assert code == 0
+    flat = " ".join(printed.replace("│", " ").split())
+    assert "Labellers against people" in flat and "AC1" in flat and "PABAK" in flat
+    assert "Krippendorff's alpha (nominal), people only:" in flat
+    # The rules say follow-up everywhere: kappa 0 against each person, below the people's range.
+    assert "rules human:ana 48 0.00" in flat and "0.92 to 0.92 no" in flat

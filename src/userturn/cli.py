@@ -187,8 +187,16 @@ def _agreement(args: argparse.Namespace, console: Console) -> int:
     from .store import RunStore
     from .turns import read_turns
 
+    from .labels.reliability import print_against_people, ratings_of
+
     store = RunStore.open(args.run)
-    print_agreement(pairwise_agreement(read_turns(store), sources=args.sources), console)
+    turns = read_turns(store)
+    results = pairwise_agreement(turns, sources=args.sources)
+    print_agreement(results, console)
+    ratings = ratings_of(turns)
+    if args.sources:
+        ratings = {s: r for s, r in ratings.items() if s in args.sources}
+    print_against_people(results, ratings, console)
     store.close()
     return 0
 
