@@ -60,8 +60,9 @@ def add_run(sub: Subparsers, handler: Handler) -> None:
     run.add_argument("--enable-thinking", dest="enable_thinking", type=on_off,
                      help="Qwen3-style templates: on, off or on,off (each a model of its own, "
                      "MODEL[thinking=on]); default: the template's own")
-    run.add_argument("--judge", help="LLM judge for what the rules leave undecided, e.g. "
-                     "openai/gpt-5.4-mini (key from OPENAI_API_KEY)")
+    run.add_argument("--judge", action="append", help="LLM judge for what the rules leave "
+                     "undecided, e.g. openai/gpt-5.4-mini (key from OPENAI_API_KEY); repeat for "
+                     "several, whose majority then decides")
     run.add_argument("--judge-scope", dest="judge_scope", choices=("undecided", "all"))
     run.add_argument("--judge-base-url", dest="judge_base_url",
                      help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
@@ -74,7 +75,9 @@ def add_judge(sub: Subparsers, handler: Handler) -> None:
                            "generating anything. Several judges live side by side in one run; "
                            "the last one judged counts in reports unless --labels says otherwise.")
     judge.add_argument("run", type=Path)
-    judge.add_argument("--judge", required=True, help="e.g. openai/gpt-5.4-mini")
+    judge.add_argument("--judge", dest="judges", action="append", required=True,
+                       help="e.g. openai/gpt-5.4-mini; repeat for several judges: each is "
+                       "stored under its own source and their majority decides")
     judge.add_argument("--scope", choices=("undecided", "all"), default="undecided",
                        help="judge only what the rules leave undecided (default), or all turns")
     judge.add_argument("--base-url", help="an OpenAI-compatible server (default: OPENAI_BASE_URL "

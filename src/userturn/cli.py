@@ -150,16 +150,24 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
 
 def _judge(args: argparse.Namespace, console: Console) -> int:
+    from .labels.agreement import pairwise_agreement, print_agreement
     from .labels.judge import judge_from_spec
-    from .pipeline import judge_turns
+    from .pipeline import judge_with_all
     from .store import RunStore
+    from .turns import read_turns
 
     store = RunStore.open(args.run)  # before the judge: a wrong folder is the likelier mistake
-    judge = judge_from_spec(args.judge, base_url=args.base_url)
-    judge.concurrency = args.concurrency
+    judges = [judge_from_spec(spec, base_url=args.base_url)
+              for spec in dict.fromkeys(args.judges)]
+    for judge in judges:
+        judge.concurrency = args.concurrency
     with _progress_bars() as progress:
-        sent = judge_turns(store, judge, args.scope, progress)
-    console.print(f"{judge.name}: {sent} user turn(s) judged (none generated)")
+        sent = judge_with_all(store, judges, args.scope, progress)
+    names = ", ".join(judge.name for judge in judges)
+    console.print(f"{names}: {sent} user turn(s) judged (none generated)")
+    if len(judges) > 1:
+        print_agreement(pairwise_agreement(read_turns(store),
+                                           sources=[judge.name for judge in judges]), console)
     _print_tables(store, console)
     store.close()
     return 0
