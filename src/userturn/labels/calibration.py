@@ -140,11 +140,11 @@ def import_labels(store: RunStore, path: Path, annotator: str) -> int:
         if label not in LABELS:
             raise CalibrationError(f"{path} line {line}: unknown label {label!r} (one of "
                                    f"{', '.join(LABELS)})")
-        labels.append((key, "human", Label(label, source=f"{HUMAN_PREFIX}{annotator}",
+        labels.append((key, "human", Label(label, source=f"{HUMAN_PREFIX}{annotator}",  # type: ignore[arg-type]
                                            rationale="imported")))
     if not labels:
         raise CalibrationError(f"{path} holds no key,label rows")
-    store.put_labels(labels)  # type: ignore[arg-type]
+    store.put_labels(labels)
     return len(labels)
 
 

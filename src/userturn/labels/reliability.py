@@ -62,7 +62,7 @@ def alpha(ratings: Mapping[str, Mapping[str, str | None]],
     raters = [r for r in ratings.values() if any(v is not None for v in r.values())]
     keys = sorted({k for r in raters for k, v in r.items() if v is not None})
     index = {label: i for i, label in enumerate(labels)}
-    data = [[float(index[r[k]]) if r.get(k) is not None else float("nan") for k in keys]
+    data = [[float(index[str(r[k])]) if r.get(k) is not None else float("nan") for k in keys]
             for r in raters]
     pairable = sum(1 for j in range(len(keys))
                    if sum(1 for row in data if row[j] == row[j]) >= 2)

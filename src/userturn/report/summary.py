@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -93,7 +93,7 @@ def _inclusion(turns: Sequence[Turn], given: Mapping[str, float]) -> dict[str, f
     return {key: given.get(key, fallback) for key in labelled}
 
 
-def _correction(group: Sequence[Turn], inclusion: Mapping[str, float]) -> dict[str, object]:
+def _correction(group: Sequence[Turn], inclusion: Mapping[str, float]) -> dict[str, Any]:
     """The corrected rate of a row's turns, or why there is none."""
     counted = [t for t in group if t.counts_toward_rate]
     humans = sum(1 for t in counted if human_label(t)[0] is not None)
