@@ -64,6 +64,9 @@ def test_imported_labels_correct_the_rate_everywhere(capsys, run, tmp_path):
     assert corrected == pytest.approx(0.5) and low < 0.5 < high < 1.0
     page = (run / "report.html").read_text(encoding="utf-8")
     assert "corrected [95% CI]" in page and "PPI++" in page
+    # The agreement section: the rules against the person (kappa 0: rules say follow-up always).
+    assert '<section id="agreement">' in page and 'href="#agreement"' in page
+    assert '<td class="">human:ana</td><td class="">rules</td><td class="num">40</td>' in page
 
 
 def test_too_few_human_labels_leave_the_correction_out_with_the_reason(capsys, run, tmp_path):

@@ -9,7 +9,9 @@ from typing import Sequence
 from . import charts, plots
 from .compute import CATEGORIES, PerturbationEffect, Report
 from .markup import count, esc, group_starts, rate_html, section, table
-from .numbers import p_value, points, temperature, temperature_axis
+from ..records import LABELS
+from .numbers import decimal, label_header, p_value, percent, points, temperature
+from .numbers import temperature_axis
 from ..correction import MIN_HUMAN_LABELS
 from ..stats import McNemar, Rate
 from .summary import SummaryRow
@@ -222,3 +224,63 @@ def export(links: Sequence[str]) -> str:
         body = "<ul class='files'>" + "".join(f'<li><a href="{esc(link)}">{esc(link)}</a></li>'
                                               for link in links) + "</ul>"
     return section("export", "Export", "The tables of this report as files.", body)
+
+
+# -- agreement -------------------------------------------------------------------------------------
+def agreement(report: Report) -> str:
+    """Every pair of label sources that labelled the same turns (kappa, AC1, PABAK, the constant
+    baseline), each labeller against the people, and each judge's labels and invalid rate."""
+    from ..labels.agreement import pairwise_agreement
+    from ..labels.reliability import against_people
+
+    results = [r for r in pairwise_agreement(report.turns) if r.n >= 2]
+    judges = _judge_rows(report)
+    if not results and not judges:
+        return ""
+    body = ""
+    if results:
+        rows = [[esc(r.a), esc(r.b), str(r.n), _kappa(r.kappa, r.low, r.high), decimal(r.ac1),
+                 decimal(r.pabak), percent(r.raw), percent(r.baseline)] for r in results]
+        body += table(["a (reference)", "b", "turns", "kappa [95% CI]", "AC1", "PABAK",
+                       "agreement", "constant a"], rows, numeric_from=2)
+    people = against_people(results)
+    if people:
+        rows = [[esc(p["labeller"]), esc(p["human"]), str(p["n"]), decimal(p["kappa"]),
+                 "–" if p["in_range"] is None else
+                 f"{decimal(p['human_low'])} to {decimal(p['human_high'])}",
+                 "–" if p["in_range"] is None else ("yes" if p["in_range"] else "no")]
+                for p in people]
+        body += table(["labeller", "human", "turns", "kappa", "human vs human kappa",
+                       "as good as a person"], rows, numeric_from=2)
+    if judges:
+        body += table(["judge", "turns judged", *(esc(label_header(x)) for x in LABELS),
+                       "invalid"], judges, numeric_from=1)
+    intro = ("How far each label source can be trusted: kappa with a 95% interval bootstrapped "
+             "over items, and, because follow-ups are rare under greedy decoding (where kappa "
+             "misleads), Gwet's AC1, PABAK and the agreement of always giving the reference's "
+             "most common label. A labeller is as good as a person when its kappa against a "
+             "person is within the people's own range (docs/statistics.md).")
+    return section("agreement", "Agreement between labellers", intro, body)
+
+
+def _kappa(kappa: float, low: float, high: float) -> str:
+    if kappa != kappa:
+        return "–"
+    return decimal(kappa) + ("" if low != low else f" [{decimal(low)}, {decimal(high)}]")
+
+
+def _judge_rows(report: Report) -> list[list[str]]:
+    """Per judge source: turns judged, the label distribution, and the invalid verdicts."""
+    counts: dict[str, dict[str, int]] = {}
+    for turn in report.turns:
+        for stored in turn.labels:
+            if stored.source.startswith("judge:"):
+                row = counts.setdefault(stored.source, {})
+                key = stored.label or ("invalid" if stored.error else "undecided")
+                row[key] = row.get(key, 0) + 1
+    rows = []
+    for source, row in sorted(counts.items()):
+        total = sum(row.values())
+        rows.append([esc(source), str(total), *(str(row.get(label, 0)) for label in LABELS),
+                     f"{row.get('invalid', 0)} ({percent(row.get('invalid', 0) / total)})"])
+    return rows
