@@ -34,6 +34,7 @@ from ..errors import UserturnError
 from ..records import LABELS, Label
 from ..store import RunStore
 from ..turns import Turn, read_turns
+from ..correction import MIN_HUMAN_LABELS
 from .calibration import calibration_sample
 
 DEFAULT_SIZE = 100
@@ -262,7 +263,10 @@ class AnnotationServer:
         return None
 
     def _progress(self, mine: set[str]) -> dict[str, int]:
-        return {"done": sum(k in mine for k in self.keys), "total": len(self.keys)}
+        done = sum(k in mine for k in self.keys)
+        # How many more labels until the report shows rates corrected with them.
+        return {"done": done, "total": len(self.keys),
+                "to_correction": max(0, MIN_HUMAN_LABELS - done)}
 
 
 class _Handler(BaseHTTPRequestHandler):
