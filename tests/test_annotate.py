@@ -129,7 +129,7 @@ def test_page_is_self_contained_and_blind(gsm_file, tmp_path):
         text = json.dumps(data)
         for secret in ("fake/scripted", "temperature", "rules", *LABELS):
             assert secret not in text
-        assert data["progress"] == {"done": 0, "total": 5}
+        assert data["progress"] == {"done": 0, "total": 5, "to_correction": 30}
 
 
 def test_label_undo_and_validation(gsm_file, tmp_path):
@@ -152,7 +152,7 @@ def test_label_undo_and_validation(gsm_file, tmp_path):
         assert data["undone"] == {"key": second["key"], "label": "generic", "note": ""}
         assert data["item"] == second and data["progress"]["done"] == 1
         assert set(human_labels(folder, "ann")) == {first["key"]}
-        assert call(server, "/api/progress")[1] == {"done": 1, "total": 4}
+        assert call(server, "/api/progress")[1] == {"done": 1, "total": 4, "to_correction": 29}
 
 
 def test_foreign_hosts_origins_and_forms_are_refused(gsm_file, tmp_path):
@@ -179,7 +179,7 @@ def test_reopening_continues_the_same_sample_until_done(gsm_file, tmp_path):
     with AnnotationServer(folder, "ann") as server:  # size and seed come from the store
         assert server.keys == keys
         data = call(server, "/api/next")[1]
-        assert data["progress"] == {"done": 1, "total": 3} and data["item"]["key"] == keys[1]
+        assert data["progress"] == {"done": 1, "total": 3, "to_correction": 29} and data["item"]["key"] == keys[1]
         for _ in range(2):
             data = call(server, "/api/label", {"key": data["item"]["key"], "label": "generic"})[1]
         assert data["done"] and data["item"] is None and data["progress"]["done"] == 3
@@ -226,15 +226,15 @@ def test_done_screen_and_ctrl_z(browser, gsm_file, tmp_path):
 
     with AnnotationServer(make_run(gsm_file, tmp_path), "bob", size=2, seed=0) as server:
         page, errors = open_page(browser, server)
-        expect(page.locator("#progress")).to_have_text("0 / 2")
+        expect(page.locator("#progress")).to_have_text("0 / 2 (30 more for corrected rates)")
         page.keyboard.press("1")
-        expect(page.locator("#progress")).to_have_text("1 / 2")
+        expect(page.locator("#progress")).to_have_text("1 / 2 (29 more for corrected rates)")
         page.keyboard.press("4")
         expect(page.locator("#done")).to_be_visible()
         expect(page.locator("#work")).to_be_hidden()
         page.keyboard.press("Control+z")
         expect(page.locator("#work")).to_be_visible()
-        expect(page.locator("#progress")).to_have_text("1 / 2")
+        expect(page.locator("#progress")).to_have_text("1 / 2 (29 more for corrected rates)")
         assert list(human_labels(server.folder, "bob").values()) == [("follow_up", "", "human")]
         page.close()
     assert errors == []

@@ -167,7 +167,8 @@ def test_fake_backend_runs_every_reading_command_without_a_model(capsys, tmp_pat
     assert code == 0
     # Its user turn asks about a step of the answer: the rules call it a follow-up, every time.
     table = next(line for line in printed.splitlines() if "fake/probe" in line and "greedy" in line)
-    assert "100% [100-100]" in table
+    # Two of two turns: the clustered Wilson interval of 2/2, not a zero-width 100-100.
+    assert "100% [34-100]" in table
     code, reported, _ = run_cli(capsys, "report", str(out))
     assert code == 0 and table in reported
     code, _, _ = run_cli(capsys, "export", str(out), "--format", "jsonl")

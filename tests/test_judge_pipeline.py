@@ -119,3 +119,48 @@ def test_a_local_transformers_model_can_judge_and_garbage_is_invalid_not_guessed
     # The random tiny model cannot write a JSON verdict: after the re-ask it is recorded as
     # invalid, never turned into a guessed label.
     assert label.label is None and label.error.startswith("invalid")
+
+
+def test_two_judges_each_stored_their_agreement_printed_and_their_majority_decides(
+        gsm_file, tmp_path, capsys):
+    """Judge A calls every turn a follow-up; judge B only the greedy ones: they agree on the
+    greedy turns (a majority) and split on the sampled ones (no majority: undecided)."""
+    import json
+
+    from openai_fake import Answer
+
+    exp = experiment(gsm_file, tmp_path)
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+
+    def by_judge(request):
+        greedy = "I am not sure" not in json.dumps(request.body.get("messages", ""))
+        label = "follow_up" if request.body["model"] == "judge-a" or greedy else "generic"
+        return Answer(json.dumps({"label": label, "rationale": "scripted"}))
+
+    with FakeOpenAI(responder=by_judge) as fake:
+        code = main(["judge", str(exp.output), "--judge", "openai/judge-a", "--judge",
+                     "openai/judge-b", "--base-url", fake.url, "--scope", "all"])
+    assert code == 0
+    assert {r.body["model"] for r in fake.requests} == {"judge-a", "judge-b"}
+    out = capsys.readouterr().out
+    assert "judge:openai/judge-a@rubric1" in out and "judge:openai/judge-b@rubric1" in out
+    run = load_run(exp.output)
+    turns = run.turns()
+    sources = {label.source for t in turns for label in t.labels}
+    assert {"judge:openai/judge-a@rubric1", "judge:openai/judge-b@rubric1",
+            "judges:majority"} <= sources
+    greedy = [t for t in turns if t.temperature == 0]
+    sampled = [t for t in turns if t.temperature > 0]
+    assert {t.label for t in greedy} == {"follow_up"}
+    assert {t.label_source for t in greedy} == {"judges:majority"}
+    assert {t.status for t in sampled} == {"invalid"}  # no majority: split, named in the error
+    assert all("no majority" in t.label_error for t in sampled)
+
+
+def test_config_takes_one_judge_or_a_list():
+    from userturn.config import Experiment
+
+    assert Experiment(models=["fake/x"], judge="openai/a").judges == ["openai/a"]
+    assert Experiment(models=["fake/x"], judge=["openai/a", "openai/b", "openai/a"]).judges == [
+        "openai/a", "openai/b"]
+    assert Experiment(models=["fake/x"]).judges == []

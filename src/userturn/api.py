@@ -66,17 +66,23 @@ class Run:
         counts, undecided / invalid / failed turns and task accuracy per condition."""
         from .report.summary import summarize
 
+        from .labels.calibration import inclusion_probabilities
+
         with self._open() as store:
-            return summarize(read_turns(store, labels), read_answers(store))
+            turns = read_turns(store, labels)
+            return summarize(turns, read_answers(store), inclusion_probabilities(store, turns))
 
     def report(self, labels: Labels = None) -> Report:
         """Every number of the HTML report (perturbation effects, accuracy panels, ...)."""
         from .report.compute import build_report
 
+        from .labels.calibration import inclusion_probabilities
+
         with self._open() as store:
             sources = label_sources(store, labels)
-            return build_report(read_turns(store, sources), read_answers(store),
-                                folder=self.folder, meta=store.meta(), sources=sources)
+            turns = read_turns(store, sources)
+            return build_report(turns, read_answers(store), folder=self.folder, meta=store.meta(),
+                                sources=sources, inclusion=inclusion_probabilities(store, turns))
 
     def records(self, labels: Labels = None) -> list[dict[str, Any]]:
         """One flat dict per user turn, with the columns of ``userturn export``."""

@@ -60,8 +60,9 @@ def add_run(sub: Subparsers, handler: Handler) -> None:
     run.add_argument("--enable-thinking", dest="enable_thinking", type=on_off,
                      help="Qwen3-style templates: on, off or on,off (each a model of its own, "
                      "MODEL[thinking=on]); default: the template's own")
-    run.add_argument("--judge", help="LLM judge for what the rules leave undecided, e.g. "
-                     "openai/gpt-5.4-mini (key from OPENAI_API_KEY)")
+    run.add_argument("--judge", action="append", help="LLM judge for what the rules leave "
+                     "undecided, e.g. openai/gpt-5.4-mini (key from OPENAI_API_KEY); repeat for "
+                     "several, whose majority then decides")
     run.add_argument("--labeller", choices=("cascade", "classifier", "rules"),
                      help="offline labels: cascade (rules, then the learned classifier; "
                      "default), classifier, or rules alone")
@@ -84,7 +85,9 @@ def add_judge(sub: Subparsers, handler: Handler) -> None:
                            "generating anything. Several judges live side by side in one run; "
                            "the last one judged counts in reports unless --labels says otherwise.")
     judge.add_argument("run", type=Path)
-    judge.add_argument("--judge", required=True, help="e.g. openai/gpt-5.4-mini")
+    judge.add_argument("--judge", dest="judges", action="append", required=True,
+                       help="e.g. openai/gpt-5.4-mini; repeat for several judges: each is "
+                       "stored under its own source and their majority decides")
     judge.add_argument("--scope", choices=("undecided", "uncertain", "all"), default="undecided",
                        help="judge only what the rules leave undecided (default), the turns the "
                        "classifier is unsure of (see --threshold), or all turns")
@@ -141,6 +144,13 @@ def add_annotate(sub: Subparsers, handler: Handler) -> None:
     annotate.add_argument("--size", type=int, help="sample size (default 100, stratified by "
                           "the rules' label so rare labels are seen)")
     annotate.add_argument("--seed", type=int)
+    annotate.add_argument("--calibration", type=int, metavar="N", help="label a calibration "
+                          "sample of N turns for corrected rates: random, stratified by the "
+                          "run's labeller (half on its predicted follow-ups), inclusion "
+                          "probabilities stored")
+    annotate.add_argument("--import", dest="import_file", type=Path, metavar="FILE",
+                          help="store key,label rows (CSV with a header, or JSONL) as "
+                          "human:NAME instead of serving the page")
     annotate.add_argument("--port", type=int, default=0, help="default: a free port")
     annotate.add_argument("--no-browser", action="store_true", help="only print the address")
     annotate.set_defaults(handler=handler)
@@ -160,7 +170,7 @@ def add_agreement(sub: Subparsers, handler: Handler) -> None:
 def add_compare(sub: Subparsers, handler: Handler) -> None:
     compare = sub.add_parser("compare", help="paired differences between two runs on shared items",
                              description="B minus A on the items both runs share: follow-up rate "
-                             "per dataset, perturbation and temperature (paired bootstrap over "
+                             "per dataset, perturbation and temperature (paired interval clustered by "
                              "items; exact McNemar for greedy) and task accuracy. For base vs "
                              "post-trained checkpoints, or two models.")
     compare.add_argument("run_a", type=Path)

@@ -132,6 +132,7 @@ def _render(args: argparse.Namespace, console: Console) -> int:
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:
+    from .labels.calibration import inclusion_probabilities
     from .store import RunStore
 
     store = RunStore.open(args.run)
@@ -140,7 +141,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
         from .report import build_report
 
         report = build_report(turns, answers, folder=store.folder, meta=store.meta(),
-                              sources=sources)
+                              sources=sources, inclusion=inclusion_probabilities(store, turns))
         if args.figures:
             from .report.figures import write_figures
 
@@ -157,16 +158,24 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
 
 def _judge(args: argparse.Namespace, console: Console) -> int:
+    from .labels.agreement import pairwise_agreement, print_agreement
     from .labels.judge import judge_from_spec
-    from .pipeline import judge_turns
+    from .pipeline import judge_with_all
     from .store import RunStore
+    from .turns import read_turns
 
     store = RunStore.open(args.run)  # before the judge: a wrong folder is the likelier mistake
-    judge = judge_from_spec(args.judge, base_url=args.base_url)
-    judge.concurrency = args.concurrency
+    judges = [judge_from_spec(spec, base_url=args.base_url)
+              for spec in dict.fromkeys(args.judges)]
+    for judge in judges:
+        judge.concurrency = args.concurrency
     with _progress_bars() as progress:
-        sent = judge_turns(store, judge, args.scope, progress, threshold=args.threshold)
-    console.print(f"{judge.name}: {sent} user turn(s) judged (none generated)")
+        sent = judge_with_all(store, judges, args.scope, progress, threshold=args.threshold)
+    names = ", ".join(judge.name for judge in judges)
+    console.print(f"{names}: {sent} user turn(s) judged (none generated)")
+    if len(judges) > 1:
+        print_agreement(pairwise_agreement(read_turns(store),
+                                           sources=[judge.name for judge in judges]), console)
     print_tables(store, console)
     store.close()
     return 0
@@ -175,8 +184,18 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
 def _annotate(args: argparse.Namespace, console: Console) -> int:
     from .labels.annotate import serve
 
+    if args.import_file is not None:
+        from .labels.annotate import NAME_PATTERN, AnnotationError
+        from .labels.calibration import import_labels
+        from .store import RunStore
+
+        if not NAME_PATTERN.fullmatch(args.annotator):
+            raise AnnotationError(f"annotator name {args.annotator!r}: use letters, digits, _ . -")
+        stored = import_labels(RunStore.open(args.run), args.import_file, args.annotator)
+        console.print(f"stored {stored} labels as human:{args.annotator}")
+        return 0
     return serve(args.run, args.annotator, size=args.size, seed=args.seed, port=args.port,
-                 open_browser=not args.no_browser)
+                 open_browser=not args.no_browser, calibration=args.calibration)
 
 
 def _agreement(args: argparse.Namespace, console: Console) -> int:
@@ -184,8 +203,16 @@ def _agreement(args: argparse.Namespace, console: Console) -> int:
     from .store import RunStore
     from .turns import read_turns
 
+    from .labels.reliability import print_against_people, ratings_of
+
     store = RunStore.open(args.run)
-    print_agreement(pairwise_agreement(read_turns(store), sources=args.sources), console)
+    turns = read_turns(store)
+    results = pairwise_agreement(turns, sources=args.sources)
+    print_agreement(results, console)
+    ratings = ratings_of(turns)
+    if args.sources:
+        ratings = {s: r for s, r in ratings.items() if s in args.sources}
+    print_against_people(results, ratings, console)
     store.close()
     return 0
 
@@ -226,12 +253,14 @@ def print_tables(store: RunStore, console: Console, labels: Sequence[str] | None
                   ) -> tuple[list[Turn], list[Answer], list[str]]:
     """Print the run's tables; returns what they were read from (each run is read once)."""
     from .report.summary import assistant_errors, print_instruction_accuracy, print_summary
+    from .labels.calibration import inclusion_probabilities
     from .report.summary import summarize
     from .turns import label_sources, read_answers, read_turns
 
     sources = label_sources(store, labels or None)
     turns, answers = read_turns(store, sources), read_answers(store)
-    print_summary(summarize(turns, answers), console, assistant_failures=assistant_errors(answers))
+    print_summary(summarize(turns, answers, inclusion_probabilities(store, turns)), console,
+                  assistant_failures=assistant_errors(answers))
     print_instruction_accuracy(answers, console)
     by: dict[str, int] = {}
     for turn in turns:

@@ -60,8 +60,10 @@ class Experiment(BaseModel):
     enable_thinking: list[bool] | None = Field(
         default=None, description="Qwen3-style templates: probe each model with thinking on "
         "and/or off, each a model of its own, e.g. MODEL[thinking=on]; unset: template default")
-    judge: str | None = Field(default=None, description="e.g. openai/gpt-5.4-mini; key from "
-                              "OPENAI_API_KEY, never from this file")
+    judge: str | list[str] | None = Field(
+        default=None, description="e.g. openai/gpt-5.4-mini, or a list of judges (each stored "
+        "under its own source, their majority deciding); key from OPENAI_API_KEY, never from "
+        "this file")
     labeller: Literal["cascade", "classifier", "rules"] = Field(
         default="cascade", description="who labels the user turns offline: cascade (the rules "
         "decide the clear cases, the learned classifier labels every other turn), the "
@@ -76,6 +78,13 @@ class Experiment(BaseModel):
                                    "is asked")
     judge_base_url: str | None = None
     judge_concurrency: int = Field(default=8, ge=1)
+
+    @property
+    def judges(self) -> list[str]:
+        """The judge specs, one or several (``judge: [A, B]``), without repeats."""
+        if self.judge is None:
+            return []
+        return list(dict.fromkeys([self.judge] if isinstance(self.judge, str) else self.judge))
 
     @model_validator(mode="before")
     @classmethod

@@ -25,6 +25,7 @@ from .data import Dataset, load_dataset
 from .errors import TemplateError, UserturnError
 from .labels.classifier import LearnedClassifier
 from .labels.judge import Judge, judge_from_spec
+from .labels.majority import store_majority
 from .perturb import Perturbation, parse_perturbations
 from .records import HUMAN, Generation, GenerationParams, Item, Message, Request
 from .render import Prompt, render_assistant_turn, render_user_turn
@@ -75,7 +76,7 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
         _check_renders(backend, datasets[0].items[0], exp)
     backends, probers = thinking_variants(backends, _conversation(datasets[0].items[0], exp), exp)
     answer_models = _answer_models(exp, probers)
-    judge = _judge(exp)
+    judges = _judges(exp)
     store = RunStore.create(exp.output)
     store.set_meta({"config": exp.model_dump(mode="json"), "versions": versions(),
                     "started": time.time(), "models": _model_meta(backends)})
@@ -97,8 +98,8 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
         _human_stage(store, dataset, answers.get(probers[0], {}))
     label_turns(store, exp.labeller, backends, classifier_path=exp.classifier,
                 progress=progress)
-    if judge is not None:
-        judge_turns(store, judge, exp.judge_scope, progress, threshold=exp.judge_threshold)
+    if judges:
+        judge_with_all(store, judges, exp.judge_scope, progress, threshold=exp.judge_threshold)
     store.set_meta({"finished": time.time()})
     return store
 
@@ -147,12 +148,23 @@ def _reference_answers(dataset: Dataset) -> dict[str, tuple[str | None, str]]:
             for item in dataset.items}
 
 
-def _judge(exp: Experiment) -> Judge | None:
-    if exp.judge is None:
-        return None
-    judge = judge_from_spec(exp.judge, base_url=exp.judge_base_url)
-    judge.concurrency = exp.judge_concurrency
-    return judge
+def _judges(exp: Experiment) -> list[Judge]:
+    judges = [judge_from_spec(spec, base_url=exp.judge_base_url) for spec in exp.judges]
+    for judge in judges:
+        judge.concurrency = exp.judge_concurrency
+    return judges
+
+
+def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: str,
+                   progress: Progress | None = None, threshold: float = 0.7) -> int:
+    """Label with each judge (each under its own source); with two or more, their majority
+    becomes a source of its own that decides after the rules (:mod:`.labels.majority`).
+    Returns the turns sent, over all judges."""
+    sent = sum(judge_turns(store, judge, scope, progress, threshold=threshold)
+               for judge in judges)
+    if len(judges) > 1:
+        store_majority(store, [judge.name for judge in judges], scope)
+    return sent
 
 
 def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | None = None,

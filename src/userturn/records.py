@@ -59,6 +59,9 @@ class Request:
     params: GenerationParams
     stop: tuple[str, ...] = ()
     seed: int = 0
+    # A JSON schema (as JSON text) the completion must follow, for engines with constrained
+    # decoding (vLLM, llama.cpp: backends/constraints.py); None for the probe's own turns.
+    constraint: str | None = None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from ..records import LABELS
 from ..report.numbers import decimal, label_header, percent
 from ..stats import check_bootstrap, percentiles
 from ..turns import Turn
+from .reliability import constant_baseline, gwet_ac1, pabak
 
 _NAN = float("nan")
 _CHUNK = 256  # bootstrap resamples evaluated at once (bounds memory on large runs)
@@ -190,6 +191,10 @@ class Agreement:
     excluded_b: int = 0
     items: int = 0
     labels: tuple[str, ...] = field(default=LABELS)
+    ac1: float = _NAN  # Gwet's AC1 (.reliability)
+    pabak: float = _NAN  # prevalence- and bias-adjusted kappa
+    baseline: float = _NAN  # agreement of always giving a's most common label
+    baseline_label: str | None = None
 
 
 def _source_rank(source: str) -> tuple[int, str]:
@@ -264,7 +269,10 @@ def _compare(a: str, b: str, labels_a: Mapping[str, str | None], labels_b: Mappi
         matrix=confusion_matrix(pairs, label_set),  # type: ignore[arg-type]
         per_label=per_label(pairs, label_set),  # type: ignore[arg-type]
         excluded=len(shared) - n, excluded_a=none_a, excluded_b=none_b,
-        items=len(set(items)), labels=label_set)
+        items=len(set(items)), labels=label_set,
+        ac1=gwet_ac1(pairs, label_set), pabak=pabak(pairs, label_set),  # type: ignore[arg-type]
+        baseline=constant_baseline(pairs)[1],  # type: ignore[arg-type]
+        baseline_label=constant_baseline(pairs)[0])  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------------------------
@@ -291,6 +299,12 @@ def _kappa_cell(result: Agreement) -> str:
     return f"{_num(result.kappa)} [{_num(result.low)}, {_num(result.high)}]"
 
 
+def _f1(precision: float, recall: float) -> float:
+    if math.isnan(precision) or math.isnan(recall):
+        return _NAN
+    return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+
+
 def _short(label: str) -> str:
     return label_header(label)
 
@@ -304,12 +318,17 @@ def print_agreement(results: Sequence[Agreement], console: Console) -> None:
         return
     summary = Table(title="Agreement between label sources (Cohen's kappa, 95% CI bootstrapped "
                           "over items)")
-    for name in ("a", "b", "n", "items", "kappa [95% CI]", "agreement", "excluded"):
+    for name in ("a", "b", "n", "items", "kappa [95% CI]", "AC1", "PABAK", "agreement",
+                 "constant a", "excluded"):
         summary.add_column(name, justify="left" if name in ("a", "b") else "right")
     for r in results:
         excluded = f"{r.excluded} (a: {r.excluded_a}, b: {r.excluded_b})" if r.excluded else "0"
-        summary.add_row(r.a, r.b, str(r.n), str(r.items), _kappa_cell(r), _pct(r.raw), excluded)
+        summary.add_row(r.a, r.b, str(r.n), str(r.items), _kappa_cell(r), _num(r.ac1),
+                        _num(r.pabak), _pct(r.raw), _pct(r.baseline), excluded)
     console.print(summary)
+    console.print("[dim]constant a: the agreement of always giving a's most common label (kappa "
+                  "0), the floor to beat; AC1 and PABAK stay informative when one label is rare, "
+                  "where kappa drops[/dim]")
     for r in compared:
         used = [i for i, _ in enumerate(r.labels)
                 if sum(r.matrix[i]) or sum(row[i] for row in r.matrix)]
@@ -318,13 +337,14 @@ def print_agreement(results: Sequence[Agreement], console: Console) -> None:
         table.add_column(f"{r.a} \\ {r.b}", justify="left")
         for j in used:
             table.add_column(_short(r.labels[j]), justify="right")
-        for name in ("precision", "recall", "support"):
+        for name in ("precision", "recall", "F1", "support"):
             table.add_column(name, justify="right")
         for i in used:
             stats = r.per_label.get(r.labels[i], {"precision": _NAN, "recall": _NAN,
                                                    "support": 0})
             table.add_row(_short(r.labels[i]), *(str(r.matrix[i][j]) for j in used),
-                          _num(stats["precision"]), _num(stats["recall"]), str(stats["support"]))
+                          _num(stats["precision"]), _num(stats["recall"]),
+                          _num(_f1(stats["precision"], stats["recall"])), str(stats["support"]))
         console.print(table)
     notes = []
     if any(r.n < 2 for r in results):

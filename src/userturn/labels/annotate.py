@@ -34,6 +34,8 @@ from ..errors import UserturnError
 from ..records import LABELS, Label
 from ..store import RunStore
 from ..turns import Turn, read_turns
+from ..correction import MIN_HUMAN_LABELS
+from .calibration import calibration_sample
 
 DEFAULT_SIZE = 100
 DEFAULT_SEED = 0
@@ -115,10 +117,16 @@ def _allocate(sizes: dict[str, int], size: int, rng: random.Random) -> dict[str,
 
 
 def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | None,
-                strata_source: str) -> list[str]:
-    """The annotator's stored sample, or a new one stored right away (reopening gives the same)."""
+                strata_source: str, calibration: int | None = None) -> list[str]:
+    """The annotator's stored sample, or a new one stored right away (reopening gives the same).
+    ``calibration``: a calibration sample of that size instead (:mod:`.calibration`)."""
     meta_key = f"annotation_sample:{annotator}"
     stored = store.meta().get(meta_key)
+    if calibration is not None:
+        size = calibration
+        if stored is not None and "inclusion" not in stored:
+            raise AnnotationError(f"{annotator} already has an annotation sample that is not a "
+                                  "calibration sample: calibrate under another name")
     if stored is not None:
         for name, given in (("size", size), ("seed", seed)):
             if given is not None and given != stored[name]:
@@ -130,6 +138,12 @@ def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | N
     seed = DEFAULT_SEED if seed is None else seed
     if size < 1:
         raise AnnotationError(f"sample size must be at least 1, got {size}")
+    if calibration is not None:
+        # Stratified by the run's own labeller (its label sources), the one being corrected.
+        keys, inclusion = calibration_sample(read_turns(store), size, seed)
+        store.set_meta({meta_key: {"keys": keys, "size": size, "seed": seed,
+                                   "labeller": store.label_sources(), "inclusion": inclusion}})
+        return keys
     keys = build_sample(read_turns(store, strata_source), size=size, seed=seed)
     if not keys:
         raise AnnotationError(f"{store.folder} has no generated user turns to annotate")
@@ -151,13 +165,14 @@ class AnnotationServer:
     """The annotation page of one run folder and one annotator, on 127.0.0.1 only."""
 
     def __init__(self, folder: Path | str, annotator: str, size: int | None = None,
-                 seed: int | None = None, *, port: int = 0, strata_source: str = "rules") -> None:
+                 seed: int | None = None, *, port: int = 0, strata_source: str = "rules",
+                 calibration: int | None = None) -> None:
         if not NAME_PATTERN.fullmatch(annotator):
             raise AnnotationError(f"annotator name {annotator!r}: use letters, digits, _ . -")
         self.folder, self.annotator = Path(folder), annotator
         self.source = f"human:{annotator}"
         with closing(RunStore.open(self.folder)) as store:
-            sample = _sample_for(store, annotator, size, seed, strata_source)
+            sample = _sample_for(store, annotator, size, seed, strata_source, calibration)
             self.contexts = _contexts(store, sample)
         # A key whose turn left the plan (the run was changed) cannot be shown: skip it.
         self.keys = [key for key in sample if key in self.contexts]
@@ -248,7 +263,10 @@ class AnnotationServer:
         return None
 
     def _progress(self, mine: set[str]) -> dict[str, int]:
-        return {"done": sum(k in mine for k in self.keys), "total": len(self.keys)}
+        done = sum(k in mine for k in self.keys)
+        # How many more labels until the report shows rates corrected with them.
+        return {"done": done, "total": len(self.keys),
+                "to_correction": max(0, MIN_HUMAN_LABELS - done)}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -342,9 +360,10 @@ def _template() -> str:
 
 
 def serve(folder: Path | str, annotator: str, *, size: int | None = None,
-          seed: int | None = None, port: int = 0, open_browser: bool = True) -> int:
+          seed: int | None = None, port: int = 0, open_browser: bool = True,
+          calibration: int | None = None) -> int:
     """Run the page until Ctrl+C (the ``userturn annotate`` command)."""
-    server = AnnotationServer(folder, annotator, size, seed, port=port)
+    server = AnnotationServer(folder, annotator, size, seed, port=port, calibration=calibration)
     print(f"annotating {len(server.keys)} user turns as {annotator}: {server.url}\n"
           "every label is saved as you make it; Ctrl+C stops the server")
     if open_browser:

@@ -333,8 +333,9 @@ class Judge:
 
 class BackendChatClient:
     """Any userturn backend as a judge: the chat rendered with the model's own template (an
-    ordinary assistant turn) and generated greedily. No constrained decoding here, so the strict
-    parser and the re-ask carry the format."""
+    ordinary assistant turn) and generated greedily. Backends with constrained decoding (vLLM,
+    llama.cpp: ``constrained_decoding``) get the verdict schema and always answer in format;
+    for the others the strict parser and the re-ask carry the format."""
 
     def __init__(self, backend: Any) -> None:
         self.backend, self.name = backend, backend.spec
@@ -345,7 +346,10 @@ class BackendChatClient:
         from ..render import render_assistant_turn
 
         prompt = render_assistant_turn(self.backend.template, messages)
-        request = Request(prompt.text, GenerationParams(0.0, 1.0, max_tokens), prompt.stop, 0)
+        constrained = json_schema is not None and getattr(self.backend, "constrained_decoding",
+                                                          False)
+        request = Request(prompt.text, GenerationParams(0.0, 1.0, max_tokens), prompt.stop, 0,
+                          constraint=json.dumps(json_schema) if constrained else None)
         (generation,) = self.backend.complete([request])
         if generation.error:
             raise ChatError(generation.error, retryable=False)

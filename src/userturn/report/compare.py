@@ -3,20 +3,23 @@
 Units are matched by dataset, answerer, perturbation and temperature; within a unit, items are
 matched by id. A run with one model is compared with the other run's one model whatever their
 names (the usual base-vs-checkpoint case); with several models, models pair by name. Differences
-are B minus A, with paired bootstrap intervals over shared items, and an exact McNemar test where
-each item has a single greedy sample.
+are B minus A, with paired score intervals over shared items (clustered by item), and an exact
+McNemar test where each item has a single greedy sample. Where the runs hold human labels, the
+difference corrected for the labeller's errors is given beside it (:mod:`userturn.correction`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Hashable, Iterable, Sequence
+from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
+from ..correction import CorrectedDifference, Observation, corrected_difference
 from ..errors import StoreError
+from ..labels.calibration import human_label, inclusion_probabilities, is_human
 from ..records import HUMAN
 from ..stats import Difference, McNemar, direction, mcnemar_exact, paired_difference
 from ..stats import single_sample_mcnemar
@@ -37,6 +40,9 @@ class Comparison:
     temperature: float
     follow_up: Difference
     mcnemar: McNemar | None  # greedy, one sample per item on both sides
+    # Corrected for the labeller's errors with each run's human labels (None: no human labels
+    # on either side; a string: why it is not shown).
+    corrected: CorrectedDifference | str | None = None
 
 
 @dataclass(frozen=True)
@@ -48,19 +54,23 @@ class AccuracyComparison:
     mcnemar: McNemar
 
 
-def compare_runs(a: RunStore, b: RunStore, *, seed: int = 0,
+def compare_runs(a: RunStore, b: RunStore, *,
                  labels: Sequence[str] | None = None) -> tuple[list[Comparison],
                                                                list[AccuracyComparison]]:
     """B minus A on shared items, each run read once. ``labels``: the label sources, in priority
     order, that both runs are read with (default: each run's own)."""
-    return compare_turns(read_turns(a, labels), read_answers(a), read_turns(b, labels),
-                         read_answers(b), seed=seed)
+    turns_a, turns_b = read_turns(a, labels), read_turns(b, labels)
+    # Per run: the same generation (same key) can be in both runs, labelled by different samples.
+    inclusion = (inclusion_probabilities(a, turns_a), inclusion_probabilities(b, turns_b))
+    return compare_turns(turns_a, read_answers(a), turns_b, read_answers(b), inclusion)
 
 
 def compare_turns(turns_a: Sequence[Turn], answers_a: Sequence[Answer],
-                  turns_b: Sequence[Turn], answers_b: Sequence[Answer], *,
-                  seed: int = 0) -> tuple[list[Comparison], list[AccuracyComparison]]:
-    """B minus A on shared items, from each run's turns and answers."""
+                  turns_b: Sequence[Turn], answers_b: Sequence[Answer],
+                  inclusion: tuple[Mapping[str, float], Mapping[str, float]] = ({}, {}),
+                  ) -> tuple[list[Comparison], list[AccuracyComparison]]:
+    """B minus A on shared items, from each run's turns and answers (``inclusion``: each run's
+    human-labelled turns' inclusion probabilities, by key, for the corrected difference)."""
     _check_same_items(turns_a, turns_b)
     pairs = _model_pairs(_models(turns_a), _models(turns_b))
     by_unit_a, by_unit_b = _by_unit(turns_a, pairs, 0), _by_unit(turns_b, pairs, 1)
@@ -68,8 +78,9 @@ def compare_turns(turns_a: Sequence[Turn], answers_a: Sequence[Answer],
     if not shared:
         raise StoreError("the two runs share no model pairing, dataset, perturbation and "
                          "temperature: nothing to compare")
-    comparisons = [_compare_unit(unit, by_unit_a[unit], by_unit_b[unit], seed) for unit in shared]
-    return comparisons, _compare_accuracy(answers_a, answers_b, pairs, seed)
+    comparisons = [_compare_unit(unit, by_unit_a[unit], by_unit_b[unit], inclusion)
+                   for unit in shared]
+    return comparisons, _compare_accuracy(answers_a, answers_b, pairs)
 
 
 def _models(turns: Iterable[Turn]) -> list[str]:
@@ -100,18 +111,34 @@ def _by_unit(turns: Iterable[Turn], pairs: Sequence[tuple[str, str]],
     return units
 
 
-def _compare_unit(unit: Unit, a: list[Turn], b: list[Turn], seed: int) -> Comparison:
+def _compare_unit(unit: Unit, a: list[Turn], b: list[Turn],
+                  inclusion: tuple[Mapping[str, float], Mapping[str, float]]) -> Comparison:
     pairing, dataset, answerer, perturbation, temperature = unit
     model_a, _, model_b = pairing.partition(" → ")
     hits_a = [(t.item_id, t.follow_up) for t in a]
     hits_b = [(t.item_id, t.follow_up) for t in b]
     return Comparison(model_a, model_b or model_a, dataset, answerer, perturbation, temperature,
-                      paired_difference(hits_a, hits_b, seed=seed),
-                      single_sample_mcnemar(hits_a, hits_b))
+                      paired_difference(hits_a, hits_b),
+                      single_sample_mcnemar(hits_a, hits_b), _corrected(a, b, inclusion))
+
+
+def _corrected(a: list[Turn], b: list[Turn], inclusion: tuple[Mapping[str, float], ...]
+               ) -> CorrectedDifference | str | None:
+    sides = []
+    for turns, probability in zip((a, b), inclusion):
+        labelled = [t for t in turns if human_label(t)[0] is not None]
+        if any(is_human(t.label_source) for t in turns):
+            return "read with human labels, nothing to correct"
+        fallback = len(labelled) / len(turns) if turns else 1.0
+        sides.append([Observation(t.item_id, t.follow_up, human_label(t)[0],
+                                  probability.get(t.key, fallback)) for t in turns])
+    if not any(o.human is not None for side in sides for o in side):
+        return None
+    return corrected_difference(*sides)
 
 
 def _compare_accuracy(a: Sequence[Answer], b: Sequence[Answer],
-                      pairs: Sequence[tuple[str, str]], seed: int) -> list[AccuracyComparison]:
+                      pairs: Sequence[tuple[str, str]]) -> list[AccuracyComparison]:
     out = []
     for model_a, model_b in pairs:
         scored_a, scored_b = _scores(a, model_a), _scores(b, model_b)
@@ -119,7 +146,7 @@ def _compare_accuracy(a: Sequence[Answer], b: Sequence[Answer],
             hits_a, hits_b = scored_a[dataset], scored_b[dataset]
             out.append(AccuracyComparison(
                 model_a, model_b, dataset,
-                paired_difference(hits_a.items(), hits_b.items(), seed=seed),
+                paired_difference(hits_a.items(), hits_b.items()),
                 mcnemar_exact(hits_a, hits_b)))
     return out
 
@@ -147,7 +174,7 @@ def print_comparison(comparisons: Sequence[Comparison],
                      accuracy: Sequence[AccuracyComparison], console: Console,
                      names: tuple[str, str]) -> None:
     table = Table(title=f"Follow-up rate, B minus A on shared items (A = {names[0]}, "
-                        f"B = {names[1]}; paired bootstrap 95% CI)")
+                        f"B = {names[1]}; paired 95% CI)")
     for column in ("A", "B", "dataset", "answerer", "perturbation", "T", "items", "A rate",
                    "B rate", "difference [95% CI]", "McNemar p", "dropped A/B"):
         table.add_column(column, justify="left" if column in ("A", "B", "dataset", "answerer",
@@ -160,6 +187,18 @@ def print_comparison(comparisons: Sequence[Comparison],
                       "-" if c.mcnemar is None else f"{c.mcnemar.p_value:.3g}",
                       f"{d.dropped_a}/{d.dropped_b}")
     console.print(table)
+    corrected = [c for c in comparisons if c.corrected is not None]
+    if corrected:
+        fixed = Table(title="Corrected for the labeller's errors with each run's human labels "
+                            "(PPI++, clustered by item, paired)")
+        for column in ("A", "B", "dataset", "perturbation", "T", "A corrected", "B corrected",
+                       "difference [95% CI]"):
+            fixed.add_column(column, justify="left" if column in ("A", "B", "dataset",
+                                                                  "perturbation") else "right")
+        for c in corrected:
+            fixed.add_row(c.model_a, c.model_b, c.dataset, c.perturbation,
+                          temperature(c.temperature), *corrected_cells(c))
+        console.print(fixed)
     if accuracy:
         acc = Table(title="Task accuracy of the greedy answer, B minus A on shared items")
         for column in ("A", "B", "dataset", "items", "A", "B", "difference [95% CI]",
@@ -170,6 +209,18 @@ def print_comparison(comparisons: Sequence[Comparison],
             acc.add_row(ac.model_a, ac.model_b, ac.dataset, str(d.items), _pct(d.a.value),
                         _pct(d.b.value), difference(d), f"{ac.mcnemar.p_value:.3g}")
         console.print(acc)
+
+
+def corrected_cells(c: Comparison) -> tuple[str, str, str]:
+    """A's and B's corrected rates and their difference, or the reason there are none."""
+    if c.corrected is None:
+        return "-", "-", "-"
+    if isinstance(c.corrected, str):
+        return "-", "-", f"not shown: {c.corrected}"
+    d = c.corrected
+    return (f"{_pct(d.a.value)} ({d.a.human_labels} labels)",
+            f"{_pct(d.b.value)} ({d.b.human_labels} labels)",
+            f"{100 * d.delta:+.1f} pts [{100 * d.low:+.1f}, {100 * d.high:+.1f}]")
 
 
 def _pct(value: float) -> str:
@@ -191,7 +242,7 @@ th:nth-child(-n+5), td:nth-child(-n+5) {{ text-align: left; }} svg {{ max-width:
 </style></head><body>
 <h1>userturn compare</h1><p>A = {a}<br>B = {b}</p>{note}
 <h2>Follow-up rate: B minus A on shared items</h2>
-<p>Paired bootstrap 95% intervals over the items both runs share; for greedy decoding (one turn
+<p>Paired 95% intervals (clustered score intervals) over the items both runs share; for greedy decoding (one turn
 per item) McNemar's exact p. Items present in one run only are dropped and counted.</p>
 {forest}{table}
 <h2>Task accuracy of the greedy answer</h2>{accuracy}

@@ -79,10 +79,12 @@ class Report:
 
 
 def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Path,
-                 meta: Mapping[str, Any], sources: Sequence[str]) -> Report:
+                 meta: Mapping[str, Any], sources: Sequence[str],
+                 inclusion: Mapping[str, float] | None = None) -> Report:
     """Every number of the report. ``turns`` are read with ``sources`` (the label sources in
-    priority order); ``meta`` is the run's stored metadata."""
-    rows = summarize(turns, answers)
+    priority order); ``meta`` is the run's stored metadata; ``inclusion`` the human-labelled
+    turns' inclusion probabilities (as :func:`.summary.summarize` takes them)."""
+    rows = summarize(turns, answers, inclusion)
     ordered = sorted(turns, key=_turn_order)
     models = list(dict.fromkeys(meta.get("config", {}).get("models", [])))
     models += sorted({r.model for r in rows} - set(models))

@@ -7,13 +7,14 @@ travels in the JSON block and is shown by the page's script with ``textContent``
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from html import escape
 from typing import Any, Sequence
 
 from ..stats import Rate
-from .numbers import percent, points
+from .numbers import interval_digits, percent
 
 
 def json_for_script(data: Any) -> str:
@@ -37,11 +38,16 @@ def esc(value: Any) -> str:
     return escape(str(value), quote=True)
 
 
-def rate_html(rate: Rate | None) -> str:
+def rate_html(rate: Rate | None, value: float | None = None) -> str:
+    """A rate and its interval; ``value`` replaces ``rate.value`` (an estimate that is not a
+    count of hits, such as a corrected rate)."""
     if rate is None or rate.n == 0:
         return '<span class="na">–</span>'
-    return (f'<span class="v">{percent(rate.value)}</span> '
-            f'<span class="ci">[{points(rate.low)}–{points(rate.high)}]</span>')
+    digits = interval_digits(rate.low, rate.high) if math.isfinite(rate.high - rate.low) else 0
+    shown = rate.value if value is None else value
+    return (f'<span class="v">{percent(shown, digits)}</span> '
+            f'<span class="ci">[{100 * rate.low:.{digits}f}–{100 * rate.high:.{digits}f}]'
+            '</span>')
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeric_from: int,

@@ -43,7 +43,20 @@ def rate_interval(rate: Rate | None) -> str:
     """A rate with its interval for the terminal: "12% [5-20]", "-" when it has no turns."""
     if rate is None or rate.n == 0:
         return "-"
-    return f"{100 * rate.value:.0f}% [{100 * rate.low:.0f}-{100 * rate.high:.0f}]"
+    return interval_text(rate.value, rate.low, rate.high)
+
+
+def interval_text(value: float, low: float, high: float) -> str:
+    """"12% [5-20]"; a narrow interval gets decimals ("0% [0-0.4]"), so a finite sample's
+    interval never reads as the zero-width "0% [0-0]"."""
+    digits = interval_digits(low, high)
+    return f"{100 * value:.{digits}f}% [{100 * low:.{digits}f}-{100 * high:.{digits}f}]"
+
+
+def interval_digits(low: float, high: float) -> int:
+    """Decimals of a percentage interval: enough that a positive width stays visible."""
+    width = 100 * (high - low)
+    return 0 if width >= 5 else 1 if width >= 0.5 else 2
 
 
 def difference(d: Difference) -> str:

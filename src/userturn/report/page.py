@@ -24,12 +24,14 @@ SHARED_TEXTS = ("query", "answer", "prompt")
 
 
 def render_page(report: Report, template: str, data: dict[str, Any], links: Sequence[str]) -> str:
+    agreement = sections.agreement(report)
     parts = [sections.summary(report), sections.temperature_plot(report),
              sections.accuracy_plot(report), sections.labels_plot(report),
-             sections.perturbations(report), sections.right_wrong(report), sections.samples(),
-             sections.export(links)]
+             sections.perturbations(report), sections.right_wrong(report), agreement,
+             sections.samples(), sections.export(links)]
+    shown = {"perturbations": bool(report.comparisons), "agreement": bool(agreement)}
     nav = "".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title in _NAV
-                  if sid != "perturbations" or report.comparisons)
+                  if shown.get(sid, True))
     return fill(template, {"TITLE": esc(f"userturn report: {report.folder.name}"),
                            "RUN": esc(report.folder.name),
                            "HEADER": _header(report), "NAV": nav,
@@ -39,7 +41,7 @@ def render_page(report: Report, template: str, data: dict[str, Any], links: Sequ
 
 _NAV = [("summary", "Summary"), ("temperature", "Temperature"), ("accuracy", "Accuracy"),
         ("labels", "Labels"), ("perturbations", "Perturbations"), ("right-wrong", "Right vs wrong"),
-        ("samples", "Samples"), ("export", "Export")]
+        ("agreement", "Agreement"), ("samples", "Samples"), ("export", "Export")]
 
 
 # -- header ----------------------------------------------------------------------------------------

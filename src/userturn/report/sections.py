@@ -9,8 +9,12 @@ from typing import Sequence
 from . import charts, plots
 from .compute import CATEGORIES, PerturbationEffect, Report
 from .markup import count, esc, group_starts, rate_html, section, table
-from .numbers import p_value, points, temperature, temperature_axis
+from ..records import LABELS
+from .numbers import decimal, label_header, p_value, percent, points, temperature
+from .numbers import temperature_axis
+from ..correction import MIN_HUMAN_LABELS
 from ..stats import McNemar, Rate
+from .summary import SummaryRow
 
 NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "
                   "judge labels them; invalid verdicts and failed generations are left out of the "
@@ -24,10 +28,13 @@ def _keys(report: Report) -> list[str]:
 # -- summary ---------------------------------------------------------------------------------------
 def summary(report: Report) -> str:
     keys = _keys(report)
-    headers = ["model", *keys, "T", "items", "turns", "follow-up [95% CI]", "n", "undecided",
+    humans = any(r.human_labels for r in report.rows)
+    headers = ["model", *keys, "T", "items", "turns", "follow-up [95% CI]", "n",
+               *(["corrected [95% CI]", "human labels"] if humans else []), "undecided",
                "invalid", "errors", "accuracy [95% CI]", "n"]
     rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
              str(r.items), str(r.turns), rate_html(r.follow_up), str(r.follow_up.n),
+             *([_corrected_html(r), str(r.human_labels)] if humans else []),
              count(r.undecided, False), count(r.invalid), count(r.errors), rate_html(r.accuracy),
              str(r.accuracy.n) if r.accuracy else "–"] for r in report.rows]
     main = table(headers, rows, numeric_from=1 + len(keys),
@@ -40,8 +47,15 @@ def summary(report: Report) -> str:
                     groups=group_starts([r.model for r in report.rows]))
     notes = [f"n: turns the rate is over; {NOTE_UNDECIDED}",
              "Task accuracy: the score of the greedy assistant answer the turns follow (one per "
-             "item). Intervals: 95% percentile bootstrap over items (samples of an item are not "
-             "independent)."]
+             "item). Intervals: 95% clustered Wilson intervals (the effective sample size the items' "
+             "spread leaves, as samples of an item are not independent; docs/statistics.md)."]
+    if humans:
+        notes.append("Corrected: the follow-up rate corrected for the labeller's errors with the "
+                     "human-labelled turns (prediction-powered inference, PPI++, clustered by item "
+                     "and weighted by each turn's chance of being in the calibration sample; "
+                     f"shown from {MIN_HUMAN_LABELS} human labels on; docs/statistics.md).")
+        notes += [f"{r.model} · {r.dataset} · T = {temperature(r.temperature)}: no correction: "
+                  f"{r.correction_note}." for r in report.rows if r.correction_note]
     if report.assistant_failures:
         notes.append(f"{report.assistant_failures} assistant turn(s) failed; their items have no "
                      "user turns.")
@@ -51,11 +65,18 @@ def summary(report: Report) -> str:
                     "per model and condition.", body)
 
 
+def _corrected_html(row: SummaryRow) -> str:
+    c = row.corrected
+    if c is None:
+        return '<span class="na">–</span>'
+    return rate_html(Rate(0, c.n, c.low, c.high), value=c.value)
+
+
 # -- plot 1 ----------------------------------------------------------------------------------------
 def temperature_plot(report: Report) -> str:
     series = charts.temperature_series(report)
     intro = ("Follow-up rate on the unperturbed contexts at each sampling temperature, one line "
-             "per model; the band is the 95% interval bootstrapped over items. T = 0 is greedy "
+             "per model; the band is the 95% interval clustered by item. T = 0 is greedy "
              "decoding (one turn per item). Hover a point for its numbers.")
     if not any(s.points for s in series):
         return section("temperature", "Follow-up rate vs temperature", intro, _EMPTY_RATES)
@@ -110,7 +131,7 @@ def perturbations(report: Report) -> str:
     svg = plots.forest(charts.forest_rows(report), x_label=charts.FOREST_X_LABEL)
     intro = ("Each perturbation of the assistant answer is paired with the original context of "
              "the same items: the difference in follow-up rate (perturbed minus original) with a "
-             "95% paired bootstrap interval over shared items. Every perturbation is expected to "
+             "95% paired interval over shared items (clustered by item). Every perturbation is expected to "
              "raise the rate (a model that reads the conversation reacts to the change). For "
              "greedy decoding (one turn per item) McNemar's exact p is given too.")
     return section("perturbations", "Perturbations: paired differences", intro,
@@ -203,3 +224,63 @@ def export(links: Sequence[str]) -> str:
         body = "<ul class='files'>" + "".join(f'<li><a href="{esc(link)}">{esc(link)}</a></li>'
                                               for link in links) + "</ul>"
     return section("export", "Export", "The tables of this report as files.", body)
+
+
+# -- agreement -------------------------------------------------------------------------------------
+def agreement(report: Report) -> str:
+    """Every pair of label sources that labelled the same turns (kappa, AC1, PABAK, the constant
+    baseline), each labeller against the people, and each judge's labels and invalid rate."""
+    from ..labels.agreement import pairwise_agreement
+    from ..labels.reliability import against_people
+
+    results = [r for r in pairwise_agreement(report.turns) if r.n >= 2]
+    judges = _judge_rows(report)
+    if not results and not judges:
+        return ""
+    body = ""
+    if results:
+        rows = [[esc(r.a), esc(r.b), str(r.n), _kappa(r.kappa, r.low, r.high), decimal(r.ac1),
+                 decimal(r.pabak), percent(r.raw), percent(r.baseline)] for r in results]
+        body += table(["a (reference)", "b", "turns", "kappa [95% CI]", "AC1", "PABAK",
+                       "agreement", "constant a"], rows, numeric_from=2)
+    people = against_people(results)
+    if people:
+        rows = [[esc(p["labeller"]), esc(p["human"]), str(p["n"]), decimal(p["kappa"]),
+                 "–" if p["in_range"] is None else
+                 f"{decimal(p['human_low'])} to {decimal(p['human_high'])}",
+                 "–" if p["in_range"] is None else ("yes" if p["in_range"] else "no")]
+                for p in people]
+        body += table(["labeller", "human", "turns", "kappa", "human vs human kappa",
+                       "as good as a person"], rows, numeric_from=2)
+    if judges:
+        body += table(["judge", "turns judged", *(esc(label_header(x)) for x in LABELS),
+                       "invalid"], judges, numeric_from=1)
+    intro = ("How far each label source can be trusted: kappa with a 95% interval bootstrapped "
+             "over items, and, because follow-ups are rare under greedy decoding (where kappa "
+             "misleads), Gwet's AC1, PABAK and the agreement of always giving the reference's "
+             "most common label. A labeller is as good as a person when its kappa against a "
+             "person is within the people's own range (docs/statistics.md).")
+    return section("agreement", "Agreement between labellers", intro, body)
+
+
+def _kappa(kappa: float, low: float, high: float) -> str:
+    if kappa != kappa:
+        return "–"
+    return decimal(kappa) + ("" if low != low else f" [{decimal(low)}, {decimal(high)}]")
+
+
+def _judge_rows(report: Report) -> list[list[str]]:
+    """Per judge source: turns judged, the label distribution, and the invalid verdicts."""
+    counts: dict[str, dict[str, int]] = {}
+    for turn in report.turns:
+        for stored in turn.labels:
+            if stored.source.startswith("judge:"):
+                row = counts.setdefault(stored.source, {})
+                key = stored.label or ("invalid" if stored.error else "undecided")
+                row[key] = row.get(key, 0) + 1
+    rows = []
+    for source, row in sorted(counts.items()):
+        total = sum(row.values())
+        rows.append([esc(source), str(total), *(str(row.get(label, 0)) for label in LABELS),
+                     f"{row.get('invalid', 0)} ({percent(row.get('invalid', 0) / total)})"])
+    return rows

@@ -1,22 +1,25 @@
 """The run's headline table: per model, dataset and temperature, the genuine follow-up rate with a
-95% interval bootstrapped over items, the label distribution, n, errors, and task accuracy."""
+95% interval clustered by item, the label distribution, n, errors, and task accuracy."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
+from ..correction import Corrected, Observation, corrected_rate
+from ..labels.calibration import human_label, is_human
 from ..records import HUMAN, LABELS
 from ..stats import Rate, clustered_rate
 from ..turns import Answer, Turn
-from .numbers import LABEL_HEADERS, f1, percent, rate_interval, temperature
+from .numbers import LABEL_HEADERS, f1, interval_text, percent, rate_interval, temperature
 
 NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors", "accuracy",
            "vs real turn")
+CORRECTION = ("corrected", "human labels")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,12 @@ class SummaryRow:
     # Mean word-overlap F1 between the generated turns and the data's real next user turn, where
     # the data has one (None otherwise).
     similarity: float | None = None
+    # The follow-up rate corrected for the labeller's errors with the human labels among the
+    # row's turns (PPI++, userturn.correction); None with the reason in ``correction_note``
+    # when there are too few, and both None when no person labelled a turn of the row.
+    corrected: Corrected | None = None
+    correction_note: str | None = None
+    human_labels: int = 0
 
     def status_counts(self) -> dict[str, int]:
         """Turns per label and per status of the turns without one (undecided, invalid,
@@ -45,10 +54,15 @@ class SummaryRow:
                 "failed": self.errors}
 
 
-def summarize(turns: Sequence[Turn], answers: Sequence[Answer]) -> list[SummaryRow]:
+def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
+              inclusion: Mapping[str, float] | None = None) -> list[SummaryRow]:
     """One row per model, answerer, dataset, perturbation and temperature, from a run's turns
-    (read with the label sources that should decide) and its answers (task accuracy)."""
+    (read with the label sources that should decide) and its answers (task accuracy).
+    ``inclusion``: each human-labelled turn's inclusion probability in its calibration sample
+    (:func:`~userturn.labels.calibration.inclusion_probabilities`); a turn missing from it counts
+    as drawn by simple random sampling from the run's turns."""
     accuracy = _accuracy(answers)
+    probability = _inclusion(turns, inclusion or {})
     groups: dict[tuple[str, str, str, str, float], list[Turn]] = defaultdict(list)
     for turn in turns:
         groups[(turn.model, turn.answerer, turn.dataset, turn.perturbation,
@@ -67,8 +81,39 @@ def summarize(turns: Sequence[Turn], answers: Sequence[Answer]) -> list[SummaryR
             accuracy=accuracy.get((model if answerer == "self" else answerer, dataset)),
             answerer=answerer, perturbation=perturbation,
             similarity=_similarity(group) if model != HUMAN else None,
+            **_correction(group, probability),
         ))
     return rows
+
+
+def _inclusion(turns: Sequence[Turn], given: Mapping[str, float]) -> dict[str, float]:
+    eligible = [t for t in turns if t.counts_toward_rate]
+    labelled = [t.key for t in eligible if human_label(t)[0] is not None]
+    fallback = len(labelled) / len(eligible) if eligible else 1.0
+    return {key: given.get(key, fallback) for key in labelled}
+
+
+def _correction(group: Sequence[Turn], inclusion: Mapping[str, float]) -> dict[str, Any]:
+    """The corrected rate of a row's turns, or why there is none."""
+    counted = [t for t in group if t.counts_toward_rate]
+    humans = sum(1 for t in counted if human_label(t)[0] is not None)
+    if not humans:
+        return {}
+    if any(is_human(t.label_source) for t in counted):
+        return {"human_labels": humans,
+                "correction_note": "the rate is read with human labels, nothing to correct"}
+    result = corrected_rate([Observation(t.item_id, t.follow_up, human_label(t)[0],
+                                         inclusion.get(t.key, 1.0)) for t in counted])
+    if isinstance(result, str):
+        return {"human_labels": humans, "correction_note": result}
+    return {"human_labels": humans, "corrected": result}
+
+
+def corrected_text(row: SummaryRow) -> str:
+    if row.corrected is None:
+        return "-"
+    c = row.corrected
+    return interval_text(c.value, c.low, c.high)
 
 
 def _similarity(turns: Sequence[Turn]) -> float | None:
@@ -104,15 +149,19 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
     extra = [name for name, values in (("answerer", {r.answerer for r in rows}),
                                        ("perturbation", {r.perturbation for r in rows}))
              if values - {"self", "none"}]
-    table = Table(title="Genuine follow-up rate, 95% CI bootstrapped over items")
+    table = Table(title="Genuine follow-up rate, 95% CI clustered by item")
     similar = any(row.similarity is not None for row in rows)
-    for name in ("model", *extra, "dataset", "T", "items", "turns", "follow-up", "undecided",
+    humans = any(row.human_labels for row in rows)
+    for name in ("model", *extra, "dataset", "T", "items", "turns", "follow-up",
+                 *(["corrected", "human labels"] if humans else []), "undecided",
                  "invalid", "errors", "accuracy", *(["vs real turn"] if similar else [])):
-        table.add_column(name, justify="right" if name in NUMERIC else "left")
+        table.add_column(name, justify="right" if name in NUMERIC + CORRECTION else "left")
     for row in rows:
         table.add_row(row.model, *(getattr(row, name) for name in extra), row.dataset,
                       temperature(row.temperature), str(row.items), str(row.turns),
-                      rate_interval(row.follow_up), str(row.undecided), str(row.invalid),
+                      rate_interval(row.follow_up),
+                      *([corrected_text(row), str(row.human_labels)] if humans else []),
+                      str(row.undecided), str(row.invalid),
                       str(row.errors), rate_interval(row.accuracy),
                       *([f1(row.similarity)] if similar else []))
     console.print(table)
@@ -134,6 +183,12 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
         notes.append("human: the data's real next user turns, labelled the same way (the "
                      "reference the models' rates are read against); vs real turn: word-overlap "
                      "F1 of the generated turns with the real one")
+    if humans:
+        notes.append("corrected: the follow-up rate corrected for the labeller's errors with the "
+                     "human labels (PPI++, clustered by item; docs/statistics.md); human labels: "
+                     "the turns of the row a person labelled")
+        notes += [f"{row.model} {row.dataset} T={temperature(row.temperature)}: correction not "
+                  f"shown: {row.correction_note}" for row in rows if row.correction_note]
     if assistant_failures:
         notes.append(f"{assistant_failures} assistant turn(s) failed; their items have no user "
                      "turns yet (re-run to retry)")

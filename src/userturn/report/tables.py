@@ -54,7 +54,11 @@ def _row_keys(row: SummaryRow) -> dict[str, Any]:
 
 def _summary_record(row: SummaryRow) -> dict[str, Any]:
     return {**_row_keys(row), "items": row.items, "turns": row.turns,
-            **_rate_cols("follow_up", row.follow_up), "undecided": row.undecided,
+            **_rate_cols("follow_up", row.follow_up),
+            "corrected_rate": _num(row.corrected.value) if row.corrected else None,
+            "corrected_low": _num(row.corrected.low) if row.corrected else None,
+            "corrected_high": _num(row.corrected.high) if row.corrected else None,
+            "human_labels": row.human_labels, "undecided": row.undecided,
             "invalid": row.invalid, "errors": row.errors, **_rate_cols("accuracy", row.accuracy),
             **{f"label_{label}": row.labels.get(label, 0) for label in LABELS}}
 
