@@ -141,7 +141,8 @@ def script(request: Request) -> str:
 def store(gsm_file, tmp_path):
     """24 user turns (6 greedy, then 18 sampled); alice, a judge and the pipeline's rules."""
     exp = Experiment(models=["fake/scripted"], datasets=[str(gsm_file)], limit=6,
-                     temperatures=[0.0, 1.0], samples=3, output=tmp_path / "run")
+                     temperatures=[0.0, 1.0], samples=3, output=tmp_path / "run",
+                     labeller="rules")  # the pairs below are of the rules, alice and a judge
     store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
     turns = read_turns(store)
     assert len(turns) == 24
