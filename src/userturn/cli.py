@@ -67,7 +67,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
             "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
             "judge_scope", "judge_base_url", "answerers", "perturbations", "skip_invalid",
-            "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking")
+            "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking",
+            "endpoint_concurrency", "executor", "ray_address", "replicas", "gpus_per_replica")
     overrides = {k: getattr(args, k) for k in keys}
     if args.fields:
         from .data.files import parse_field_mappings
