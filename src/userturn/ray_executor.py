@@ -36,6 +36,7 @@ from .records import Generation, Request
 from .render import ChatTemplate
 
 IN_FLIGHT = 2  # units per actor: one running, one queued behind it
+PROBES = 10  # failed probes in a row before a restarting actor counts as gone
 
 
 class BackendActor:
@@ -79,6 +80,7 @@ class _Replica:
     lane: int
     handle: Any
     deaths: int = 0
+    probe_failures: int = 0
     state: str = "alive"  # alive | restarting | dead
     running: deque = field(default_factory=deque)  # (ref, task), in the order they run
     head_started: float = 0.0
@@ -241,9 +243,17 @@ class RayExecutor:
         try:
             ray.get(ref)
         except ray.exceptions.RayError:
-            replica.state = "dead"  # it could not rebuild its backend
+            # A probe sent in the moment of the death can fail before Ray restarts the actor
+            # (while it restarts, a probe waits); failing again and again, it cannot come back.
+            replica.probe_failures += 1
+            if replica.probe_failures > PROBES:
+                replica.state = "dead"
+            else:
+                time.sleep(0.5)
+                self._probes[replica.handle.describe.remote()] = replica
             return
         replica.state, replica.head_started = "alive", time.monotonic()
+        replica.probe_failures = 0
 
     def _failed(self, task: _Task, waiting: deque[_Task], reason: str) -> Iterator[UnitResult]:
         task.attempts += 1
