@@ -96,7 +96,8 @@ class RayExecutor:
                  owns_cluster: bool = False) -> None:
         import ray
 
-        self.unit_size, self.lanes = unit_size, replicas
+        self.unit_size: int | None = unit_size
+        self.lanes = replicas
         self.unit_timeout, self.unit_retries = unit_timeout, unit_retries
         self.max_restarts, self._owns_cluster = max_restarts, owns_cluster
         self.restarts = 0  # actor deaths seen (kills after a timeout included), for reports
@@ -221,7 +222,6 @@ class RayExecutor:
               ) -> Iterator[UnitResult]:
         """The actor died (or was killed): the unit it was running is counted and requeued, the
         ones queued behind it requeued as they were; the actor is probed until it is back."""
-        import ray
 
         running, replica.running = list(replica.running), deque()
         for _, task in reversed(running[1:]):
