@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from openai_fake import Answer, FakeOpenAI
 
@@ -92,3 +93,9 @@ def test_several_servers_share_the_requests_within_their_bound():
     assert pool.revision.startswith("openai:pool:tiny-served")
     assert alone.revision.startswith(f"openai:{first}:tiny-served")
     assert pool.chunk_size == 2 * alone.chunk_size
+
+
+def test_the_documented_70b_experiment_file_is_valid():
+    exp = load_experiment(Path(__file__).parent.parent / "examples" / "ray_70b_tp4.yaml", {})
+    assert (exp.executor, exp.replicas, exp.gpus_per_replica) == ("ray", 2, 4)
+    assert exp.backend_args["tensor_parallel_size"] == 4
