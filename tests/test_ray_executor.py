@@ -117,3 +117,12 @@ def test_a_unit_that_always_fails_is_stored_as_errors_and_the_run_goes_on(tmp_pa
     reference = {row[0]: row for row in clean["generations"]}
     assert all(row == reference[row[0]] for row in got["generations"] if row[0] not in failed)
     assert 0 < len(failed) <= 4 and len(got["generations"]) > len(failed)
+
+
+def test_a_model_no_replica_can_build_is_one_clear_error():
+    from userturn.errors import ModelError
+    from userturn.ray_executor import RayExecutor
+
+    with pytest.raises(ModelError, match="a replica of no-such-model could not build its "
+                       "backend: .*unknown model 'no-such-model'"):
+        RayExecutor([BackendSpec("no-such-model")], replicas=1)

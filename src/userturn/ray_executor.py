@@ -15,8 +15,8 @@ Failures are routine, each handled by the driver:
   (synchronous) actor cannot be interrupted, so the actor is killed and restarted;
 - a unit counted more than ``unit_retries`` times is given up: its requests are stored as
   errors, which the next run retries, and the run goes on;
-- an actor out of restarts leaves the pool; a model with no replica left has its remaining
-  requests stored as errors.
+- an actor out of restarts, or not back within ``unit_timeout``, leaves the pool; a model with
+  no replica left has its remaining requests stored as errors.
 
 Ray is imported here only: the local executor never imports it.
 """
@@ -84,6 +84,7 @@ class _Replica:
     state: str = "alive"  # alive | restarting | dead
     running: deque = field(default_factory=deque)  # (ref, task), in the order they run
     head_started: float = 0.0
+    lost_at: float = 0.0
 
 
 class RayExecutor:
@@ -213,6 +214,9 @@ class RayExecutor:
 
         now = time.monotonic()
         for replica in self.replicas:
+            if replica.state == "restarting" and now - replica.lost_at > self.unit_timeout:
+                replica.state = "dead"  # not back within a unit's budget (a lost node)
+                self._probes = {ref: r for ref, r in self._probes.items() if r is not replica}
             if replica.running and now - replica.head_started > self.unit_timeout:
                 ray.kill(replica.handle, no_restart=False)
                 yield from self._lost(replica, waiting,
@@ -228,6 +232,7 @@ class RayExecutor:
             waiting.appendleft(task)
         self.restarts += 1
         replica.deaths += 1
+        replica.lost_at = time.monotonic()
         if replica.deaths > self.max_restarts:
             replica.state = "dead"
         else:
