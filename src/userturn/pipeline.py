@@ -345,10 +345,9 @@ def _generate(store: RunStore, backend: Backend, role: str, jobs: Sequence[Job],
     units = cut_units(_engine(backend).spec,
                       [(job.key, job.request, f"{job.dataset}|{job.item_id}") for job in missing],
                       executor.unit_size or backend.chunk_size, executor.lanes)
-    fmt = thinking_format(backend.template.source)
+    fmt, by_key = thinking_format(backend.template.source), {job.key: job for job in missing}
     for result in executor.run(units):
-        advance(_store_unit(store, backend, role, result.unit, result.generations, fmt,
-                            {job.key: job for job in missing}))
+        advance(_store_unit(store, backend, role, result.unit, result.generations, fmt, by_key))
     rows = store.generations(keys)
     return {job.key: {**dict(rows[job.key]), "item_id": job.item_id} for job in jobs}
 
