@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo train-demo test test-slow lint chromium bench clean
+.PHONY: setup demo train-demo test test-slow test-ray lint chromium bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,11 @@ chromium:
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
+
+# executor: ray on a local 2-CPU cluster (about 7 minutes on 2 cores); plain `make test` skips it.
+test-ray: $(STAMP)
+	$(BIN)/python -m pip install --quiet 'ray==2.60.0'
+	RAY_AUTH_MODE=disabled $(BIN)/python -m pytest -q -m ray
 
 test-slow: $(STAMP)
 	USERTURN_SLOW=1 $(BIN)/python -m pytest -q -m slow

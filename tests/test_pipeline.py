@@ -142,7 +142,7 @@ def test_export_has_one_row_per_user_turn(gsm_file, tmp_path, fmt):
 def test_engine_arguments_from_the_config_reach_the_backend(tmp_path: Path, gsm_file: Path,
                                                             monkeypatch) -> None:
     """backend_args (e.g. vLLM's tensor_parallel_size) go from the experiment to load_backend."""
-    import userturn.pipeline as pipeline
+    import userturn.backends as backends
 
     seen: dict = {}
 
@@ -150,7 +150,7 @@ def test_engine_arguments_from_the_config_reach_the_backend(tmp_path: Path, gsm_
         seen[spec] = kwargs["backend_args"]
         return ScriptedBackend(lambda r: "Why 26?<|im_end|>", spec=spec)
 
-    monkeypatch.setattr(pipeline, "load_backend", fake_load)
+    monkeypatch.setattr(backends, "load_backend", fake_load)
     exp = Experiment(models=["vllm/some-model"], datasets=[f"gsm8k:{gsm_file}"], limit=1,
                      temperatures=[0.0], backend_args={"tensor_parallel_size": 2},
                      output=tmp_path / "run")

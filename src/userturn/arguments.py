@@ -48,8 +48,19 @@ def add_run(sub: Subparsers, handler: Handler) -> None:
                      help="truncate[:F], append_question[:generic|specific], wrong_answer, swap, "
                      "empty, refusal (repeatable)")
     run.add_argument("--output", "-o", type=Path, help="run folder (default runs/demo)")
-    run.add_argument("--base-url", dest="base_url", help="for openai/MODEL: an OpenAI-compatible "
-                     "server with /v1/completions (vLLM, SGLang, llama.cpp, transformers serve)")
+    run.add_argument("--base-url", dest="base_url", action="append",
+                     help="for openai/MODEL: an OpenAI-compatible server with /v1/completions "
+                     "(vLLM, SGLang, llama.cpp, transformers serve); repeat it for several "
+                     "servers of the same model")
+    run.add_argument("--endpoint-concurrency", dest="endpoint_concurrency", type=int,
+                     help="for openai/MODEL: requests in flight at most per server (default 8)")
+    run.add_argument("--executor", choices=("local", "ray"), help="where generations run: in "
+                     "this process (default) or on Ray actors (pip install 'userturn[ray]')")
+    run.add_argument("--ray-address", dest="ray_address", help="executor ray: the cluster, "
+                     "auto or HOST:PORT (default: start a local one)")
+    run.add_argument("--replicas", type=int, help="executor ray: actors per model (default 1)")
+    run.add_argument("--gpus-per-replica", dest="gpus_per_replica", type=float,
+                     help="executor ray: GPUs per actor, e.g. 4 for tensor_parallel_size 4")
     run.add_argument("--tokenizer", help="for openai/MODEL: local folder, embedded name or hub id "
                      "of the tokenizer and chat template (default: MODEL)")
     run.add_argument("--prompt-as", dest="prompt_as", choices=("tokens", "text"),

@@ -71,7 +71,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
             "judge_scope", "judge_base_url", "answerers", "perturbations", "skip_invalid",
             "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking",
-            "labeller", "classifier", "judge_threshold")
+            "labeller", "classifier", "judge_threshold",
+            "endpoint_concurrency", "executor", "ray_address", "replicas", "gpus_per_replica")
     overrides = {k: getattr(args, k) for k in keys}
     if args.fields:
         from .data.files import parse_field_mappings

@@ -44,8 +44,26 @@ class Experiment(BaseModel):
     context_turns: int | None = Field(default=None, ge=1, description="conversation datasets: "
                                       "the probe context is the first k user turns (default 1)")
     output: Path = Path("runs/demo")
-    base_url: str | None = Field(default=None, description="openai/MODEL models: the "
-                                 "OpenAI-compatible server (its /v1/completions endpoint)")
+    base_url: str | list[str] | None = Field(
+        default=None, description="openai/MODEL models: the OpenAI-compatible server (its "
+        "/v1/completions endpoint), or a list of servers of the same model")
+    endpoint_concurrency: int = Field(default=8, ge=1, description="openai/MODEL models: "
+                                      "requests in flight at most, per server")
+    executor: Literal["local", "ray"] = Field(
+        default="local", description="where generations run: in this process (local) or on Ray "
+        "actors, each holding one backend (pip install 'userturn[ray]')")
+    ray_address: str | None = Field(default=None, description="executor ray: the cluster "
+                                    "(auto, or HOST:PORT); default: a local cluster")
+    replicas: int = Field(default=1, ge=1, description="executor ray: actors per model")
+    gpus_per_replica: float = Field(default=0.0, ge=0.0, description="executor ray: GPUs of "
+                                    "each actor (vLLM: its tensor_parallel_size)")
+    unit_size: int = Field(default=256, ge=1, description="executor ray: requests per work unit")
+    unit_timeout: float = Field(default=1800.0, gt=0.0, description="executor ray: seconds a "
+                                "unit may run before it is cancelled and requeued")
+    unit_retries: int = Field(default=2, ge=0, description="executor ray: requeues of a failed "
+                              "unit before its requests are stored as errors")
+    max_restarts: int = Field(default=3, ge=0, description="executor ray: restarts of a dead "
+                              "actor (Ray's max_restarts)")
     tokenizer: str | None = Field(default=None, description="openai/MODEL models: where the "
                                   "tokenizer and chat template come from (default: MODEL)")
     prompt_as: Literal["tokens", "text"] = Field(
@@ -99,6 +117,15 @@ class Experiment(BaseModel):
                     value = data.pop(single)
                     data[plural] = value if isinstance(value, list) else [value]
         return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_urls(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list):
+            if not value or not all(value):
+                raise ValueError("base_url takes one address or a list of addresses")
+            return value[0] if len(value) == 1 else value  # one in a list: as given alone
+        return value
 
     @field_validator("temperatures")
     @classmethod

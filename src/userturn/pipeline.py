@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from . import __version__
-from .backends import Backend, load_backend
+from .backends import Backend, BackendSpec
 from .config import Experiment
 from .data import Dataset, load_dataset
 from .errors import TemplateError, UserturnError
+from .executor import Executor, LocalExecutor, WorkUnit, cut_units
 from .labels.classifier import LearnedClassifier
 from .labels.judge import Judge, judge_from_spec
 from .labels.majority import store_majority
@@ -33,7 +34,7 @@ from .labels.rules import RulesClassifier
 from .store import RunStore, generation_key
 from .thinking import prompt_opens_thinking, split_thinking, thinking_format
 from .turns import StoredLabel, Turn, read_turns
-from .thinking_variants import thinking_variants
+from .thinking_variants import ThinkingVariant, thinking_variants
 
 CLASSIFIER = LearnedClassifier.name
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
@@ -57,21 +58,42 @@ class Job:
 
 def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = None,
                    progress: Progress | None = None,
-                   datasets: Sequence[Dataset] | None = None) -> RunStore:
+                   datasets: Sequence[Dataset] | None = None,
+                   executor: Executor | None = None) -> RunStore:
     """Run (or resume) an experiment into ``exp.output`` and return its open store.
 
-    ``datasets`` replaces loading ``exp.datasets`` (training draws its items from a split)."""
+    ``datasets`` replaces loading ``exp.datasets`` (training draws its items from a split).
+    ``executor`` with ``backends`` (its handles) replaces the executor ``exp`` names."""
     progress = progress or _silent
     if datasets is None:
         datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed, fields=exp.fields,
                                  skip_invalid=exp.skip_invalid, context_turns=exp.context_turns)
                     for spec in exp.datasets]
-    perturbations = parse_perturbations(exp.perturbations)
+    if executor is not None:
+        return _run(exp, dict(backends or {}), executor, progress, datasets)
+    if backends is None and exp.executor == "ray":
+        from .ray_executor import RayExecutor
+
+        with RayExecutor.start(backend_specs(exp), exp) as ray_executor:
+            return _run(exp, ray_executor.backends, ray_executor, progress, datasets)
     if backends is None:
-        backends = {spec: load_backend(spec, batch_size=exp.batch_size, base_url=exp.base_url,
-                                       tokenizer=exp.tokenizer, prompt_as=exp.prompt_as,
-                                       backend_args=exp.backend_args or None)
-                    for spec in dict.fromkeys([*exp.models, *_answer_models(exp, exp.models)])}
+        backends = {spec.spec: spec.build() for spec in backend_specs(exp)}
+    return _run(exp, backends, LocalExecutor(backends), progress, datasets)
+
+
+def backend_specs(exp: Experiment) -> list[BackendSpec]:
+    """What every model of the experiment is built from (each once: a prober and an answerer
+    share one)."""
+    urls = exp.base_url if isinstance(exp.base_url, (str, type(None))) else tuple(exp.base_url)
+    return [BackendSpec(spec, batch_size=exp.batch_size, base_url=urls, tokenizer=exp.tokenizer,
+                        prompt_as=exp.prompt_as, backend_args=dict(exp.backend_args),
+                        endpoint_concurrency=exp.endpoint_concurrency)
+            for spec in dict.fromkeys([*exp.models, *_answer_models(exp, exp.models)])]
+
+
+def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
+         progress: Progress, datasets: Sequence[Dataset]) -> RunStore:
+    perturbations = parse_perturbations(exp.perturbations)
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)
     backends, probers = thinking_variants(backends, _conversation(datasets[0].items[0], exp), exp)
@@ -86,7 +108,8 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     for dataset in datasets:
         # Each answer is generated once per answering model and shared by every prober,
         # temperature and perturbation that uses it.
-        answers = {spec: _assistant_stage(store, backends[spec], dataset, exp, progress)
+        answers = {spec: _assistant_stage(store, backends[spec], dataset, exp, executor,
+                                          progress)
                    for spec in answer_models}
         references = _reference_answers(dataset)
         for spec in probers:
@@ -94,7 +117,8 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
                     references if answerer == "reference" else
                     _data_answers(dataset) if answerer == "data" else answers[answerer]
                     for answerer in exp.answerers}
-            _user_stage(store, backends[spec], dataset, sets, perturbations, exp, progress)
+            _user_stage(store, backends[spec], dataset, sets, perturbations, exp, executor,
+                        progress)
         _human_stage(store, dataset, answers.get(probers[0], {}))
     label_turns(store, exp.labeller, backends, classifier_path=exp.classifier,
                 progress=progress)
@@ -234,7 +258,7 @@ def _check_renders(backend: Backend, item: Item, exp: Experiment) -> None:
 
 
 def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, exp: Experiment,
-                     progress: Progress) -> dict[str, tuple[str, str]]:
+                     executor: Executor, progress: Progress) -> dict[str, tuple[str, str]]:
     """Greedy assistant answers; returns item id -> (generation key, answer text)."""
     params = GenerationParams(temperature=0.0, max_tokens=exp.max_tokens)
     jobs = []
@@ -244,7 +268,7 @@ def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, exp: E
         key = _key("assistant", backend, prompt, request, 0)
         jobs.append(Job(key, request, 0, dataset.name, item.id, context=""))
     _replan(store, "assistant", backend.spec, dataset.name, jobs)
-    rows = _generate(store, backend, "assistant", jobs, progress,
+    rows = _generate(store, backend, "assistant", jobs, executor, progress,
                      f"{backend.spec} · {dataset.name} · assistant turns")
     _score(store, dataset, rows)
     return {job.item_id: (job.key, rows[job.key]["text"]) for job in jobs
@@ -263,7 +287,7 @@ def _score(store: RunStore, dataset: Dataset, rows: Mapping[str, Any]) -> None:
 
 def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
                 answer_sets: Mapping[str, Mapping[str, tuple[str | None, str]]],
-                perturbations: Sequence[Perturbation], exp: Experiment,
+                perturbations: Sequence[Perturbation], exp: Experiment, executor: Executor,
                 progress: Progress) -> None:
     """Plan and generate the user turns of one prober on one dataset: for every answerer, the
     original context and each perturbed one, at every temperature and sample."""
@@ -290,7 +314,7 @@ def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
                                        answerer, spec, exp))
     store.put_contexts(contexts)
     _replan(store, "user", backend.spec, dataset.name, jobs)
-    _generate(store, backend, "user", jobs, progress,
+    _generate(store, backend, "user", jobs, executor, progress,
               f"{backend.spec} · {dataset.name} · user turns")
 
 
@@ -352,26 +376,41 @@ def _replan(store: RunStore, role: str, model: str, dataset: str, jobs: Sequence
 
 
 def _generate(store: RunStore, backend: Backend, role: str, jobs: Sequence[Job],
-              progress: Progress, description: str) -> dict[str, Any]:
-    """Generate what the store lacks, chunk by chunk, committing each chunk; return all rows."""
+              executor: Executor, progress: Progress, description: str) -> dict[str, Any]:
+    """Generate what the store lacks, unit by unit, committing each unit; return all rows."""
     keys = [job.key for job in jobs]
     finished = store.finished_keys(keys)
     missing = [job for job in jobs if job.key not in finished]
-    # Similar lengths batch with less padding; the order does not change any result.
-    missing.sort(key=lambda job: len(job.request.prompt), reverse=True)
     advance = progress(description, len(jobs))
     advance(len(jobs) - len(missing))
-    for start in range(0, len(missing), backend.chunk_size):
-        chunk = missing[start:start + backend.chunk_size]
-        fmt = thinking_format(backend.template.source)
-        generations = [_split(generation, job.request, fmt) for job, generation in
-                       zip(chunk, backend.complete([job.request for job in chunk]))]
-        store.put_generations([
-            (job.key, role, backend.spec, backend.revision, backend.template.hash, job.request,
-             job.sample_index, generation) for job, generation in zip(chunk, generations)])
-        advance(len(chunk))
+    units = cut_units(_engine(backend).spec,
+                      [(job.key, job.request, f"{job.dataset}|{job.item_id}") for job in missing],
+                      executor.unit_size or backend.chunk_size, executor.lanes)
+    fmt, by_key = thinking_format(backend.template.source), {job.key: job for job in missing}
+    for result in executor.run(units):
+        advance(_store_unit(store, backend, role, result.unit, result.generations, fmt, by_key))
     rows = store.generations(keys)
     return {job.key: {**dict(rows[job.key]), "item_id": job.item_id} for job in jobs}
+
+
+def _store_unit(store: RunStore, backend: Backend, role: str, unit: WorkUnit,
+                generations: Sequence[Generation], fmt: str, jobs: Mapping[str, Job]) -> int:
+    """One unit in one transaction, leaving out keys the store already holds finished (a unit
+    that ran twice lands once); returns how many of the unit's requests it accounts for."""
+    have = store.finished_keys(list(unit.keys))
+    rows = {}
+    for key, generation in zip(unit.keys, generations):
+        if key not in have and key not in rows:
+            job = jobs[key]
+            rows[key] = (key, role, backend.spec, backend.revision, backend.template.hash,
+                         job.request, job.sample_index, _split(generation, job.request, fmt))
+    store.put_generations(list(rows.values()))
+    return len(unit.keys)
+
+
+def _engine(backend: Backend) -> Backend:
+    """The backend that generates for ``backend``: a thinking variant's base model."""
+    return backend.base if isinstance(backend, ThinkingVariant) else backend
 
 
 def _split(generation: Generation, request: Request, fmt: str) -> Generation:

@@ -17,7 +17,8 @@ from .settings import RLSettings, SFTSettings
 SFT_HELP = ("Supervised fine-tuning toward collaboration (TRL SFTTrainer, LoRA by default). "
             "Default data: self-generated collaboration conversations (the model answers "
             "training items, samples user turns, keeps those the offline cascade (rules, then "
-            "the classifier) labels follow_up, adds its next answer, mixes in its own correct answers). Then the probe runs on base and "
+            "the classifier) labels follow_up, adds its next answer, mixes in its own correct "
+            "answers). Then the probe runs on base and "
             "checkpoint over the held-out items and the paired before/after is printed.")
 RL_HELP = ("Reinforcement learning with TRL's GRPO (or RLOO) and a userturn reward: probe (the "
            "cascade's verdict on the model's own user turn, with restatement, drift and length "
