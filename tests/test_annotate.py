@@ -209,6 +209,11 @@ def open_page(browser: Any, server: AnnotationServer) -> tuple[Any, list[str]]:
     return page, errors
 
 
+def progress_text(done: int, total: int) -> str:
+    """The page's progress line: labels done, and how many more until corrected rates show."""
+    return f"{done} / {total} ({30 - done} more for corrected rates)"
+
+
 def test_page_in_headless_chromium(browser, gsm_file, tmp_path):
     from playwright.sync_api import expect
 
@@ -244,7 +249,7 @@ def drive_page(page: Any, expect: Any, server: AnnotationServer,
                tmp_path: Path) -> dict[str, tuple[str, str, str]]:
     """Label three items (click, digit key, note + key), undo the third, label it again."""
     total = len(server.keys)
-    expect(page.locator("#progress")).to_have_text(f"0 / {total} (30 more for corrected rates)")
+    expect(page.locator("#progress")).to_have_text(progress_text(0, total))
     for name in LABELS:
         expect(page.get_by_text(DEFINITIONS[name], exact=True)).to_be_visible()
 
@@ -260,33 +265,33 @@ def drive_page(page: Any, expect: Any, server: AnnotationServer,
     page.screenshot(path=str(tmp_path / "annotate.png"), full_page=True)
     shutil.copy(tmp_path / "annotate.png", "/tmp/annotate.png")
     page.locator("button[data-label=follow_up]").click()
-    expect(page.locator("#progress")).to_have_text(f"1 / {total} (29 more for corrected rates)")
+    expect(page.locator("#progress")).to_have_text(progress_text(1, total))
     expected[first["key"]] = ("follow_up", "", "human")
 
     second = shown()
     page.keyboard.press("2")
-    expect(page.locator("#progress")).to_have_text(f"2 / {total} (28 more for corrected rates)")
+    expect(page.locator("#progress")).to_have_text(progress_text(2, total))
     expected[second["key"]] = ("generic", "", "human")
 
     third = shown()
     note = "unsure; 1234567 u <b>x</b>"  # digits and u in the note must not label or undo
     page.locator("#note").click()
     page.keyboard.type(note)
-    expect(page.locator("#progress")).to_have_text(f"2 / {total} (28 more for corrected rates)")
+    expect(page.locator("#progress")).to_have_text(progress_text(2, total))
     page.keyboard.press("Escape")
     page.keyboard.press("6")
-    expect(page.locator("#progress")).to_have_text(f"3 / {total} (27 more for corrected rates)")
+    expect(page.locator("#progress")).to_have_text(progress_text(3, total))
     assert human_labels(server.folder, "alice")[third["key"]] == ("meta", note, "human")
     assert page.locator("#note").input_value() == ""
 
     page.keyboard.press("u")
-    expect(page.locator("#progress")).to_have_text(f"2 / {total} (28 more for corrected rates)")
+    expect(page.locator("#progress")).to_have_text(progress_text(2, total))
     expect(page.locator("#status")).to_contain_text("Undone: meta")
     assert third["key"] not in human_labels(server.folder, "alice")
     assert page.locator("#turn").text_content() == third["user_turn"]
     assert page.locator("#note").input_value() == note  # the note comes back with the item
     page.locator("button[data-label=new_query]").click()
-    expect(page.locator("#progress")).to_have_text(f"3 / {total} (27 more for corrected rates)")
+    expect(page.locator("#progress")).to_have_text(progress_text(3, total))
     expected[third["key"]] = ("new_query", note, "human")
 
     assert page.evaluate("typeof window.__pwned") == "undefined"
