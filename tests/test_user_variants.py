@@ -17,6 +17,7 @@ from userturn.config import Experiment, load_experiment
 from userturn.errors import ConfigError
 from userturn.pipeline import run_experiment
 from userturn.render import SYSTEM_MOVED, ChatTemplate
+from userturn.turns import read_answers, read_turns
 from userturn.user_variants import (
     WARMUP,
     parse_user_variant,
@@ -111,12 +112,12 @@ def test_a_run_with_two_variants_reports_both_rates_and_the_paired_difference(
                      user_turn_variants=["prefill:Thanks", "warmup:1"])
     store = run_experiment(exp, backends={"tiny": tiny_backend})
     models = {"tiny", "tiny[user=prefill:Thanks]", "tiny[user=warmup:1]"}
-    turns = store.user_turns()
-    assert {t["model"] for t in turns} - {"human"} == models
+    turns = read_turns(store)
+    assert {t.model for t in turns} - {"human"} == models
     # One set of answers, shared: native and both variants are probed on the same answers.
-    answers = store.assistant_turns()
-    assert {a["model"] for a in answers} == {"tiny"} and len(answers) == 3
-    keys = {t["key"] for t in turns}
+    answers = read_answers(store)
+    assert {a.model for a in answers} == {"tiny"} and len(answers) == 3
+    keys = {t.key for t in turns}
     assert len(keys) == len(turns) == 9  # each condition its own generation key
     meta = store.meta()["models"]
     assert meta["tiny[user=prefill:Thanks]"]["user_turn_variant"] == "prefill:Thanks"
@@ -128,8 +129,8 @@ def test_a_run_with_two_variants_reports_both_rates_and_the_paired_difference(
         ("tiny", "prefill:Thanks"), ("tiny", "warmup:1")]
     for c in comparisons:
         assert c.follow_up.items == 3
-        native = [t for t in turns if t["model"] == "tiny"]
-        assert c.follow_up.a.hits == sum(t["label"] == "follow_up" for t in native)
+        native = [t for t in turns if t.model == "tiny"]
+        assert c.follow_up.a.hits == sum(t.follow_up for t in native)
     store.close()
 
     code, out, _ = run_cli(capsys, "report", str(tmp_path / "run"))

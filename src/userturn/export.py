@@ -1,4 +1,5 @@
-"""Export a run's user turns (with query, answer, labels, task score) for pandas or DuckDB users."""
+"""Export a run's user turns (with query, answer, labels, task score) for pandas or DuckDB users:
+one row per :class:`~userturn.turns.Turn`, the columns of :data:`~userturn.turns.COLUMNS`."""
 
 from __future__ import annotations
 
@@ -6,33 +7,16 @@ import csv
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Sequence
 
 from .errors import UserturnError
-from .store import RunStore
-
-COLUMNS = ("model", "dataset", "item_id", "context", "temperature", "sample_index", "query",
-           "answer", "answer_correct", "user_turn", "raw_user_turn", "thinking", "finish_reason",
-           "error", "label", "label_source", "rationale", "prompt", "key")
+from .turns import COLUMNS, Turn
 
 
-def user_turn_records(store: RunStore) -> list[dict[str, Any]]:
-    records = []
-    for turn in store.user_turns():
-        records.append({
-            **{k: turn[k] for k in ("model", "dataset", "item_id", "context", "temperature",
-                                    "sample_index", "answer", "finish_reason", "error", "label",
-                                    "rationale", "label_source", "prompt", "key", "query",
-                                    "thinking")},
-            "answer_correct": None if turn["correct"] is None else bool(turn["correct"]),
-            "user_turn": turn["text"], "raw_user_turn": turn["raw_text"],
-        })
-    return [{column: record[column] for column in COLUMNS} for record in records]
-
-
-def export_user_turns(store: RunStore, out: Path, fmt: str) -> int:
-    """Write the records to ``out`` atomically (a temporary file renamed into place)."""
-    records = user_turn_records(store)
+def export_user_turns(turns: Sequence[Turn], out: Path, fmt: str) -> int:
+    """Write one row per turn, with the columns of :data:`~userturn.turns.COLUMNS`, to ``out``
+    atomically (a temporary file renamed into place). Returns the number of rows."""
+    records = [turn.record() for turn in turns]
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     if fmt == "jsonl":

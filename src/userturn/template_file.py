@@ -34,7 +34,7 @@ def load_template_file(path: str | Path, *, bos: str | None = None, eos: str | N
     config = _json(path, text)
     source = _chat_template(config, path)
     added = config.get("added_tokens_decoder") or {}
-    specials = tuple(sorted({_token_text(t) for t in added.values() if _token_text(t)}))
+    specials = tuple(sorted({token for t in added.values() if (token := _token_text(t))}))
     return ChatTemplate(source, model, bos if bos is not None else _token_text(config.get("bos_token")),
                         eos if eos is not None else _token_text(config.get("eos_token")),
                         special_tokens=specials)

@@ -27,11 +27,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from .errors import ConfigError, UserturnError
 from .records import Generation, Message, Request
 from .render import ChatTemplate, Prompt, derive_markers, render_user_turn
+
+if TYPE_CHECKING:
+    from .turns import Turn
 
 KINDS = ("native", "prefill", "system", "template", "warmup")
 # Synthetic earlier exchanges for warmup:K: short, unambiguous, closed (no open question).
@@ -240,27 +243,26 @@ def split_variant_spec(model: str) -> tuple[str, str] | None:
     return model[:at], model[at + len("[user="):-1]
 
 
-def variant_comparisons(turns: Sequence[Mapping[str, Any]], seed: int = 0
-                        ) -> list[VariantComparison]:
+def variant_comparisons(turns: Sequence[Turn]) -> list[VariantComparison]:
     """Every variant's follow-up rate minus native's, paired over items, per dataset, answerer,
-    perturbation and temperature (turns as ``RunStore.user_turns`` gives them)."""
+    perturbation and temperature."""
     from collections import defaultdict
 
     from .stats import paired_difference
-    from .summary import counts_toward_rate
 
     groups: dict[tuple, list[tuple[str, bool]]] = defaultdict(list)
     for t in turns:
-        if counts_toward_rate(t):
-            groups[(t["model"], t["dataset"], t["answerer"], t["perturbation"],
-                    t["temperature"])].append((t["item_id"], t["label"] == "follow_up"))
+        if t.counts_toward_rate:
+            groups[(t.model, t.dataset, t.answerer, t.perturbation,
+                    t.temperature)].append((t.item_id, t.follow_up))
     out = []
-    for (model, *unit), hits in sorted(groups.items()):
+    for (model, dataset, answerer, perturbation, temperature), hits in sorted(groups.items()):
         split = split_variant_spec(model)
-        native = groups.get((split[0], *unit)) if split else None
+        native = groups.get((split[0], dataset, answerer, perturbation, temperature)) \
+            if split else None
         if split and native:
-            out.append(VariantComparison(split[0], split[1], *unit,  # type: ignore[arg-type]
-                                         paired_difference(native, hits, seed=seed)))
+            out.append(VariantComparison(split[0], split[1], dataset, answerer, perturbation,
+                                         temperature, paired_difference(native, hits)))
     return out
 
 

@@ -28,6 +28,7 @@ from ..errors import ModelError
 from ..models import ModelRef
 from ..records import Generation, Request
 from ..render import ChatTemplate
+from .constraints import llama_grammar
 from .turns import finish_turn, specials_longest_first, split_stops
 
 DEFAULTS: dict[str, Any] = {"n_ctx": 4096, "verbose": False}
@@ -37,6 +38,15 @@ CONTROL = 1 << 3  # LLAMA_TOKEN_ATTR_CONTROL: a special token (special=True in t
 
 
 class LlamaCppBackend:
+    constrained_decoding = True  # a judge's verdict schema becomes a grammar (constraints.py)
+
+    def _grammar(self, constraint: str | None) -> dict[str, Any]:
+        if constraint is None:
+            return {}
+        import llama_cpp
+
+        return llama_grammar(constraint, llama_cpp)
+
     def __init__(self, ref: ModelRef, *, options: Mapping[str, Any] | None = None,
                  chunk_size: int = 8, llama: Any = None, lib: Any = None) -> None:
         """``llama``/``lib``: a loaded ``llama_cpp.Llama`` and the ``llama_cpp`` bindings module
@@ -106,7 +116,8 @@ class LlamaCppBackend:
         try:
             for token in self.llama.generate(
                     ids, temp=max(params.temperature, 0.0), top_p=params.top_p, top_k=0,
-                    min_p=0.0, typical_p=1.0, repeat_penalty=1.0, reset=True):
+                    min_p=0.0, typical_p=1.0, repeat_penalty=1.0, reset=True,
+                    **self._grammar(request.constraint)):
                 tokens.append(token)
                 if token in stop_set or len(tokens) >= budget:
                     break
