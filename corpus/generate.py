@@ -9,7 +9,11 @@ Three probe runs of the embedded SmolLM2-135M-Instruct over five offline dataset
 The perturbed run starts from a copy of the plain run's store, so the answers (and the
 unperturbed turns it shares) are not generated twice. Resumable: re-run the same command after a kill.
 
-    .venv/bin/python corpus/generate.py [--limit 30]
+    .venv/bin/python corpus/generate.py [--limit 30] [--samples 3] [--perturbed-limit 30]
+        [--runs chats perturbed plain]
+
+``--samples`` adds user turns per answer at every T > 0 (the answers are greedy and shared, so a
+new sample costs only its user turn): the corpus's second round used ``--samples 3 --perturbed-limit 30``.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from userturn.data.conversations import mtbench_question_file
 from userturn.pipeline import run_experiment
 
 HERE = Path(__file__).resolve().parent
+RUNS = ("plain", "chats", "perturbed")
 MATH_TASKS = ("simple_equations", "fraction_simplification", "prime_factorization", "gcd", "lcm",
               "simple_geometry", "complex_arithmetic", "basic_arithmetic", "decimal_arithmetic",
               "polynomial_equations")
@@ -58,29 +63,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=30, help="items per dataset")
     parser.add_argument("--output", type=Path, default=Path("runs/corpus"))
+    parser.add_argument("--perturbed-limit", type=int, default=8,
+                        help="items per dataset of the perturbed run")
+    parser.add_argument("--samples", type=int, default=1, help="user turns per answer at T > 0")
+    parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS),
+                        help="which runs, in this order")
     args = parser.parse_args()
     math_file = math_style_file(args.output / "math_style.jsonl")
     tasks = ["gsm_symbolic", f"math500:{math_file}", "ifbench"]
     chats = ["mtbench"]  # FastChat's sample conversations join as human turns (collect.py)
-    common = dict(models=["smollm2"], samples=1, max_tokens=256, user_max_tokens=96, seed=7,
-                  batch_size=16)
+    common = dict(models=["smollm2"], samples=args.samples, max_tokens=256, user_max_tokens=96,
+                  seed=7, batch_size=16)
     # Tasks at four temperatures; MT-Bench (long answers) greedy and at T = 1.0 only, and the
-    # perturbations on fewer items: two busy CPU cores generate about five user turns a minute.
-    run_experiment(Experiment(**common, datasets=tasks, limit=args.limit,
-                              temperatures=[0.0, 0.7, 1.0, 1.3], output=args.output / "plain"),
-                   progress=_progress)
-    run_experiment(Experiment(**common, datasets=chats, limit=24,
-                              temperatures=[0.0, 1.0], output=args.output / "chats"),
-                   progress=_progress)
-    perturbed_db = args.output / "perturbed" / "userturn.db"
-    if not perturbed_db.exists():  # the answers are shared: start from the plain run's store
-        perturbed_db.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(args.output / "plain" / "userturn.db", perturbed_db)
-    run_experiment(Experiment(**common, datasets=tasks[:2], limit=8, temperatures=[1.0],
-                              perturbations=["truncate:0.5", "append_question:specific",
-                                             "wrong_answer"],
-                              output=args.output / "perturbed"),
-                   progress=_progress)
+    # perturbations at T = 1.0 on the plain run's answers (a perturbation edits an answer, so it
+    # costs no new one): two busy CPU cores generate about five user turns a minute.
+    experiments = {
+        "plain": Experiment(**common, datasets=tasks, limit=args.limit,
+                            temperatures=[0.0, 0.7, 1.0, 1.3], output=args.output / "plain"),
+        "chats": Experiment(**common, datasets=chats, limit=24, temperatures=[0.0, 1.0],
+                            output=args.output / "chats"),
+        "perturbed": Experiment(**common, datasets=tasks[:2], limit=args.perturbed_limit,
+                                temperatures=[1.0],
+                                perturbations=["truncate:0.5", "append_question:specific",
+                                               "wrong_answer"],
+                                output=args.output / "perturbed"),
+    }
+    for name in args.runs:
+        if name == "perturbed":
+            perturbed_db = args.output / "perturbed" / "userturn.db"
+            if not perturbed_db.exists():  # the answers are shared: start from the plain store
+                perturbed_db.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(args.output / "plain" / "userturn.db", perturbed_db)
+        run_experiment(experiments[name], progress=_progress)
 
 
 def _progress(description: str, total: int):
