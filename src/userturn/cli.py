@@ -189,20 +189,45 @@ def _floats(text: str) -> list[float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Everything the command prints (tables, warnings, error lines, a traceback) passes the
+    # credentials scrubber: a key a server echoed back never reaches a terminal or a CI log.
+    from .credentials import ScrubbedStream
+
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ScrubbedStream(out), ScrubbedStream(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    import warnings
+
     args = _parser().parse_args(argv)
     # In a terminal rich uses its width; piped to a file or CI log, it would wrap the tables at
     # 80 columns, so give it room.
     console = Console() if sys.stdout.isatty() else Console(width=160)
+    warnings.formatwarning = _one_line_warning
     try:
         return args.handler(args, console)
     except UserturnError as exc:
         # One plain line (no wrapping), so it reads well and greps well.
         print(f"userturn: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     except KeyboardInterrupt:
         print("userturn: interrupted; everything finished so far is stored: run the same "
               "command again to resume", file=sys.stderr)
         return 130
+    except Exception:  # a bug: the traceback, through the scrubbing stderr (never raised past it)
+        import traceback
+
+        traceback.print_exc()
+        return 1
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]
+    return f"userturn: warning: {' '.join(str(message).split())}\n"
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
@@ -224,6 +249,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     _print_tables(store, console)
     console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
     store.close()
+    _fail_if_all_failed(store, "generation")
+    _fail_if_all_failed(store, "judge")
     return 0
 
 
@@ -293,10 +320,22 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     judge.concurrency = args.concurrency
     with _progress_bars() as progress:
         sent = judge_turns(store, judge, args.scope, progress)
-    console.print(f"{judge.name}: {sent} user turn(s) judged (none generated)")
+    failed = store.tally.failed.get("judge", 0)
+    console.print(f"{judge.name}: {sent - failed} user turn(s) judged, {failed} failed "
+                  "(none generated)" + ("; run judge again to retry the failed ones"
+                                        if failed else ""))
     _print_tables(store, console)
     store.close()
+    _fail_if_all_failed(store, "judge")
     return 0
+
+
+def _fail_if_all_failed(store, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """A command whose every request failed did nothing: say so, exit non-zero."""
+    from .errors import RequestsFailed
+
+    if store.tally.all_failed(kind):
+        raise RequestsFailed(store.tally.summary(kind))
 
 
 def _annotate(args: argparse.Namespace, console: Console) -> int:

@@ -12,8 +12,8 @@ import os
 import re
 import time
 import urllib.parse
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Protocol, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 from .errors import ConfigError
 from .openai_http import APIError, OpenAIHTTP, retry_after
@@ -254,7 +254,7 @@ class OpenAIChatClient:
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         # The key goes into the Authorization header and nowhere else (held by the transport).
         self._http = OpenAIHTTP(
-            base, api_key=api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"),
+            base, api_key=api_key,
             timeout=timeout, max_attempts=max_attempts, backoff=backoff, max_backoff=max_backoff,
             sleep=sleep)
         self.base_url = self._http.base_url
@@ -326,6 +326,20 @@ class Judge:
             return []
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(cases)))) as pool:
             return list(pool.map(self.classify, cases))
+
+    def classify_as_done(self, cases: Sequence[Case]) -> Iterator[tuple[int, Label]]:
+        """(index into ``cases``, label) as each verdict arrives, so a caller can store every
+        verdict it received even when it is interrupted; closing the iterator early (Ctrl-C)
+        cancels the requests not yet sent."""
+        if not cases:
+            return
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(cases))))
+        try:
+            futures = {pool.submit(self.classify, case): i for i, case in enumerate(cases)}
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _error(self, message: str) -> Label:
         return Label(label=None, source=self.name, rationale="", error=message)

@@ -155,20 +155,30 @@ def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | 
     """Label the run's user turns with an LLM judge: those the rules left undecided, or all.
 
     Cached by judge name (which carries the rubric version) and generation key: turns this judge
-    already labelled are not sent again. Labels are committed chunk by chunk. Returns the number
-    of turns sent. The run's label sources become rules-then-judge (or the judge alone).
+    already labelled successfully are not sent again; a failed verdict (an error label) is
+    retried by the next call. Verdicts are committed as they arrive, ``chunk`` at a time and
+    whatever was received when interrupted. Returns the number of turns sent; the outcome
+    (sent, failed, first error) is counted in ``store.tally``. The run's label sources become
+    rules-then-judge (or the judge alone).
     """
     rules = store.labels_by_source().get("rules", {})
     done = store.labelled_keys(judge.name, judge.version)
     turns = [t for t in store.user_turns(judge.name) if t["error"] is None
              and t["key"] not in done and (scope == "all" or rules.get(t["key"]) is None)]
     advance = (progress or _silent)(f"judge {judge.name}", len(turns))
-    for start in range(0, len(turns), chunk):
-        batch = turns[start:start + chunk]
-        cases = [_case(turn, "") for turn in batch]
-        labels = judge.classify_many(cases)
-        store.put_labels([(t["key"], judge.version, label) for t, label in zip(batch, labels)])
-        advance(len(batch))
+    received: list[tuple[str, str, Any]] = []
+    verdicts = judge.classify_as_done([_case(turn, "") for turn in turns])
+    try:
+        for index, label in verdicts:
+            received.append((turns[index]["key"], judge.version, label))
+            store.tally.count("judge", label.error)
+            if len(received) >= chunk:
+                store.put_labels(received)
+                advance(len(received))
+                received = []
+    finally:
+        verdicts.close()  # cancels what was not sent (Ctrl-C)
+        store.put_labels(received)  # every verdict received is kept
     sources = ["rules", judge.name] if scope == "undecided" else [judge.name]
     store.set_meta({"label_sources": sources})
     return len(turns)
@@ -331,6 +341,8 @@ def _generate(store: RunStore, backend: Backend, role: str, jobs: Sequence[Job],
         fmt = thinking_format(backend.template.source)
         generations = [_split(generation, job.request, fmt) for job, generation in
                        zip(chunk, backend.complete([job.request for job in chunk]))]
+        for generation in generations:
+            store.tally.count("generation", generation.error)
         store.put_generations([
             (job.key, role, backend.spec, backend.revision, backend.template.hash, job.request,
              job.sample_index, generation) for job, generation in zip(chunk, generations)])

@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .credentials import scrub, scrub_value
 from .errors import StoreError
 from .records import Generation, Label, Request, Score
 
@@ -63,10 +64,40 @@ def generation_key(role: str, model: str, revision: str, template_hash: str, req
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+class Tally:
+    """What this process asked of models: requests sent and failed per kind (generation, judge),
+    and the first error; a command whose every request failed exits non-zero with it."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, int] = {}
+        self.failed: dict[str, int] = {}
+        self.first_error: dict[str, str] = {}
+
+    def count(self, kind: str, error: str | None) -> None:
+        self.sent[kind] = self.sent.get(kind, 0) + 1
+        if error is not None:
+            self.failed[kind] = self.failed.get(kind, 0) + 1
+            self.first_error.setdefault(kind, scrub(error))
+
+    def all_failed(self, kind: str) -> bool:
+        return self.sent.get(kind, 0) > 0 and self.failed.get(kind, 0) == self.sent[kind]
+
+    def summary(self, kind: str) -> str:
+        """One line: how many of what failed, and the first error."""
+        sent, failed = self.sent.get(kind, 0), self.failed.get(kind, 0)
+        first = " ".join(self.first_error.get(kind, "").split())[:300]
+        return f"{failed} of {sent} {kind} request(s) failed; the first: {first}"
+
+
+def _scrubbed(text: str | None) -> str | None:
+    return None if text is None else scrub(text)
+
+
 class RunStore:
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         self.path = self.folder / DB_NAME
+        self.tally = Tally()
         self.db = sqlite3.connect(self.path, timeout=30)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -104,7 +135,7 @@ class RunStore:
     def set_meta(self, values: Mapping[str, Any]) -> None:
         with self.db:
             self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                                [(k, json.dumps(v)) for k, v in values.items()])
+                                [(k, json.dumps(scrub_value(v))) for k, v in values.items()])
 
     def meta(self) -> dict[str, Any]:
         return {r["key"]: json.loads(r["value"]) for r in self.db.execute("SELECT * FROM meta")}
@@ -113,7 +144,7 @@ class RunStore:
         with self.db:
             self.db.executemany(
                 "INSERT OR REPLACE INTO items VALUES (?, ?, ?)",
-                [(dataset, i["id"], json.dumps(i)) for i in items])
+                [(dataset, i["id"], scrub(json.dumps(i))) for i in items])
 
     def items(self, dataset: str) -> dict[str, dict[str, Any]]:
         rows = self.db.execute("SELECT item_id, data FROM items WHERE dataset = ?", (dataset,))
@@ -168,10 +199,11 @@ class RunStore:
                 "prompt, stop, temperature, top_p, max_tokens, sample_index, seed, text, "
                 "raw_text, finish_reason, prompt_tokens, completion_tokens, error, created, "
                 "thinking) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(key, role, model, revision, template, req.prompt, json.dumps(list(req.stop)),
-                  req.params.temperature, req.params.top_p, req.params.max_tokens, sample,
-                  req.seed, gen.text, gen.raw_text, gen.finish_reason, gen.prompt_tokens,
-                  gen.completion_tokens, gen.error, now, gen.thinking)
+                [(key, role, model, revision, template, scrub(req.prompt),
+                  json.dumps(list(req.stop)), req.params.temperature, req.params.top_p,
+                  req.params.max_tokens, sample, req.seed, scrub(gen.text), scrub(gen.raw_text),
+                  gen.finish_reason, gen.prompt_tokens, gen.completion_tokens, _scrubbed(gen.error),
+                  now, _scrubbed(gen.thinking))
                  for key, role, model, revision, template, req, sample, gen in rows])
 
     def generations(self, keys: Sequence[str]) -> dict[str, sqlite3.Row]:
@@ -197,7 +229,8 @@ class RunStore:
         with self.db:
             self.db.executemany(
                 "INSERT OR REPLACE INTO labels VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(key, lab.source, version, lab.label, lab.rationale, lab.error, now)
+                [(key, lab.source, version, lab.label, _scrubbed(lab.rationale),
+                  _scrubbed(lab.error), now)
                  for key, version, lab in rows])
 
     def delete_label(self, key: str, source: str) -> None:
@@ -215,8 +248,10 @@ class RunStore:
         return out
 
     def labelled_keys(self, source: str, version: str) -> set[str]:
-        rows = self.db.execute("SELECT key FROM labels WHERE source = ? AND version = ?",
-                               (source, version))
+        """Keys ``source`` labelled at ``version`` without error: only successes are cached, a
+        failed verdict is asked again."""
+        rows = self.db.execute("SELECT key FROM labels WHERE source = ? AND version = ? "
+                               "AND error IS NULL", (source, version))
         return {r["key"] for r in rows}
 
     def scored_keys(self, scorer: str) -> set[str]:
@@ -273,7 +308,8 @@ class RunStore:
     def put_contexts(self, rows: Sequence[tuple[str, str, str]]) -> None:
         """Store (context id, perturbation spec, the answer shown in that context)."""
         with self.db:
-            self.db.executemany("INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)", rows)
+            self.db.executemany("INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",
+                                [(c, spec, scrub(answer)) for c, spec, answer in rows])
 
     def _context_answers(self) -> dict[str, str]:
         return {r["context"]: r["answer"]

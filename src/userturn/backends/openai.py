@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import time
 import urllib.parse
@@ -81,8 +80,7 @@ class OpenAICompletionsBackend:
         self.spec = f"openai/{model}"
         self.concurrency, self.chunk_size = max(1, concurrency), chunk_size
         self.extra_body = dict(extra_body or {})
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._http = OpenAIHTTP(base_url, api_key=key, timeout=timeout,
+        self._http = OpenAIHTTP(base_url, api_key=api_key, timeout=timeout,
                                 max_attempts=max_attempts, backoff=backoff,
                                 max_backoff=max_backoff, sleep=sleep)
         self.base_url = self._http.base_url
