@@ -155,13 +155,22 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("--labels", type=_names, metavar="SOURCES",
                          help="label sources in priority order, comma-separated, read the same "
                          "way in both runs (default: each run's own), e.g. rules or a judge name")
+    compare.add_argument("--force", action="store_true", help="replace --html if it exists")
     compare.set_defaults(handler=_compare)
 
     export = sub.add_parser("export", help="export user turns with labels to JSONL, CSV or Parquet")
     export.add_argument("run", type=Path)
     export.add_argument("--format", choices=("jsonl", "csv", "parquet"), default="jsonl")
     export.add_argument("--out", type=Path, help="file to write (default: RUN/user_turns.FORMAT)")
+    export.add_argument("--force", action="store_true", help="replace --out if it exists")
     export.set_defaults(handler=_export)
+
+    doctor = sub.add_parser("doctor", help="check that a run folder's store is whole",
+                            description="Check the run's database: that it is a userturn store "
+                            "of a known schema, SQLite's integrity check, and what is planned "
+                            "vs stored per stage. Exit 0 when whole, 1 when damaged.")
+    doctor.add_argument("run", type=Path)
+    doctor.set_defaults(handler=_doctor)
 
     from .train.cli import add_train_parser
 
@@ -315,10 +324,12 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     from .pipeline import judge_turns
     from .store import RunStore
 
+    from .lock import RunLock
+
     store = RunStore.open(args.run)  # before the judge: a wrong folder is the likelier mistake
     judge = judge_from_spec(args.judge, base_url=args.base_url)
     judge.concurrency = args.concurrency
-    with _progress_bars() as progress:
+    with RunLock(args.run, "judge"), _progress_bars() as progress:
         sent = judge_turns(store, judge, args.scope, progress)
     failed = store.tally.failed.get("judge", 0)
     console.print(f"{judge.name}: {sent - failed} user turn(s) judged, {failed} failed "
@@ -380,7 +391,9 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     if args.html:
         from .compare import comparison_html
 
-        args.html.write_text(comparison_html(comparisons, accuracy, names), encoding="utf-8")
+        from .atomic import write_text
+
+        write_text(args.html, comparison_html(comparisons, accuracy, names), force=args.force)
         console.print(f"wrote {args.html}")
     a.close()
     b.close()
@@ -390,10 +403,16 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
 def _print_tables(store, console: Console, labels: Sequence[str] | None = None) -> None:
     from .summary import assistant_errors, print_instruction_accuracy, print_summary, summarize
 
+    from .runstate import run_state
+
     sources = labels or store.label_sources()
     print_summary(summarize(store, sources), console, assistant_failures=assistant_errors(store))
     print_instruction_accuracy(store, console)
     console.print(f"[dim]labels from: {' , then '.join(sources)}[/dim]")
+    state = run_state(store)
+    for line in (state.skipped_line(), state.line()):
+        if line:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _export(args: argparse.Namespace, console: Console) -> int:
@@ -402,9 +421,31 @@ def _export(args: argparse.Namespace, console: Console) -> int:
 
     store = RunStore.open(args.run)
     out = args.out or args.run / f"user_turns.{args.format}"
-    count = export_user_turns(store, out, args.format)
+    # A file the user names is theirs: replaced only with --force. The default file in the run
+    # folder is userturn's own and is rewritten.
+    count = export_user_turns(store, out, args.format, force=args.force or args.out is None)
     store.close()
     console.print(f"wrote {count} user turns to {out}")
+    return 0
+
+
+def _doctor(args: argparse.Namespace, console: Console) -> int:
+    from .runstate import doctor, run_state
+    from .store import SCHEMA_VERSION, RunStore
+
+    store = RunStore.open(args.run)  # not a store, empty, foreign, newer schema: one line, exit 2
+    problems = doctor(store)
+    if problems:
+        for problem in problems:
+            print(f"userturn: doctor: {args.run}: {problem}", file=sys.stderr)
+        store.close()
+        return 1
+    state = run_state(store)
+    status = state.line() or "finished"
+    console.print(f"{args.run}: ok (userturn store, schema {SCHEMA_VERSION}, integrity ok); "
+                  f"{state.counts() or 'nothing planned'}; {status}", markup=False,
+                  highlight=False, soft_wrap=True)
+    store.close()
     return 0
 
 

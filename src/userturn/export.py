@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from .atomic import refuse_to_replace, write_file
 from .errors import UserturnError
 from .store import RunStore
 
@@ -30,29 +30,34 @@ def user_turn_records(store: RunStore) -> list[dict[str, Any]]:
     return [{column: record[column] for column in COLUMNS} for record in records]
 
 
-def export_user_turns(store: RunStore, out: Path, fmt: str) -> int:
-    """Write the records to ``out`` atomically (a temporary file renamed into place)."""
-    records = user_turn_records(store)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    if fmt == "jsonl":
-        with partial.open("w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    elif fmt == "csv":
-        with partial.open("w", encoding="utf-8", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(records)
-    elif fmt == "parquet":
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise UserturnError("Parquet export needs pyarrow: pip install 'userturn[export]'") from None
-        table = pa.Table.from_pylist(records) if records else pa.table({c: [] for c in COLUMNS})
-        pq.write_table(table, partial)
-    else:
+def export_user_turns(store: RunStore, out: Path, fmt: str, *, force: bool = False) -> int:
+    """Write the records to ``out`` atomically (a temporary file renamed into place); an
+    existing ``out`` is replaced only with ``force``, a run's database never."""
+    if fmt not in ("jsonl", "csv", "parquet"):
         raise UserturnError(f"unknown export format {fmt!r}")
-    os.replace(partial, out)
+    refuse_to_replace(Path(out), force)
+    records = user_turn_records(store)
+
+    def write(path: Path) -> None:
+        if fmt == "jsonl":
+            with path.open("w", encoding="utf-8") as handle:
+                for record in records:
+                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        elif fmt == "csv":
+            with path.open("w", encoding="utf-8", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+                writer.writeheader()
+                writer.writerows(records)
+        else:
+            try:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+            except ImportError:
+                raise UserturnError("Parquet export needs pyarrow: pip install "
+                                    "'userturn[export]'") from None
+            table = pa.Table.from_pylist(records) if records else pa.table(
+                {c: [] for c in COLUMNS})
+            pq.write_table(table, path)
+
+    write_file(Path(out), write, force=force)
     return len(records)

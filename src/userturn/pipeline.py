@@ -14,6 +14,7 @@ import hashlib
 import json
 import platform
 import time
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -23,6 +24,7 @@ from .config import Experiment
 from .data import Dataset, load_dataset
 from .errors import TemplateError
 from .judge import Judge, judge_from_spec
+from .lock import RunLock
 from .perturb import Perturbation, parse_perturbations
 from .records import HUMAN, Case, Generation, GenerationParams, Item, Message, Request
 from .render import Prompt, render_assistant_turn, render_user_turn
@@ -70,11 +72,27 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)
     backends, probers = thinking_variants(backends, _conversation(datasets[0].items[0], exp), exp)
-    answer_models = _answer_models(exp, probers)
     judge = _judge(exp)
-    store = RunStore.create(exp.output)
-    store.set_meta({"config": exp.model_dump(mode="json"), "versions": versions(),
-                    "started": time.time(), "models": _model_meta(backends)})
+    for dataset in datasets:
+        for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
+            warnings.warn(note, stacklevel=2)
+    with RunLock(exp.output, "run"):  # one writer: a second run here fails naming this one
+        store = RunStore.create(exp.output)
+        store.set_meta({"config": exp.model_dump(mode="json"), "versions": versions(),
+                        "started": time.time(), "finished": None, "models": _model_meta(backends),
+                        "skipped": {d.name: d.skipped for d in datasets if d.skipped},
+                        "dataset_notes": {d.name: list(d.notes) for d in datasets if d.notes}})
+        _run_stages(store, exp, datasets, backends, probers, perturbations, judge, progress)
+        store.check_present()
+        store.set_meta({"finished": time.time()})
+    return store
+
+
+def _run_stages(store: RunStore, exp: Experiment, datasets: Sequence[Dataset],
+                backends: Mapping[str, Backend], probers: Sequence[str],
+                perturbations: Sequence[Perturbation], judge: Judge | None,
+                progress: Progress) -> None:
+    answer_models = _answer_models(exp, probers)
     store.keep_plan([*backends, HUMAN], [dataset.name for dataset in datasets])
     for dataset in datasets:
         store.put_items(dataset.name, [_item_record(item) for item in dataset.items])
@@ -94,8 +112,6 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     _classify_stage(store, backends)
     if judge is not None:
         judge_turns(store, judge, exp.judge_scope, progress)
-    store.set_meta({"finished": time.time()})
-    return store
 
 
 def _human_stage(store: RunStore, dataset: Dataset,

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import plots
+from .atomic import make_folder, refuse_to_replace, write_file, write_text
 from .perturb import EXPECTED
 from .records import LABELS
 from .stats import Correlation, Difference, McNemar, Rate, direction, joint_table
@@ -78,6 +79,7 @@ class Report:
     all_labels: dict[str, list[dict[str, Any]]]
     models: list[str] = field(default_factory=list)
     assistant_failures: int = 0
+    state: Any = None  # runstate.RunState: finished, in progress or incomplete
 
     def varies(self, name: str) -> bool:
         return len({getattr(r, name) for r in self.rows}) > 1
@@ -97,9 +99,11 @@ def build_report(store: RunStore, labels: Sequence[str] | None = None) -> Report
         turn["status"] = status(turn)
     models = list(dict.fromkeys(store.meta().get("config", {}).get("models", [])))
     models += sorted({r.model for r in rows} - set(models))
+    from .runstate import run_state
+
     return Report(Path(store.folder).resolve(), store.meta(), sources, rows, _comparisons(turns),
                   _panels(rows), _joints(turns), turns, _all_labels(store), models,
-                  assistant_errors(store))
+                  assistant_errors(store), run_state(store))
 
 
 def _turn_order(t: dict[str, Any]) -> tuple:
@@ -252,7 +256,7 @@ def export_tables(store: RunStore, folder: Path, *, labels: Sequence[str] | None
     """Write every table of the report to ``folder`` as CSV, and as Parquet when pyarrow is
     importable. Returns the paths written."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     written = []
     for name, records in tables(report or build_report(store, labels)).items():
         written.append(_write_csv(folder / f"{name}.csv", records))
@@ -266,11 +270,12 @@ def _columns(records: list[dict[str, Any]]) -> list[str]:
 
 
 def _write_csv(path: Path, records: list[dict[str, Any]]) -> Path:
-    with path.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=_columns(records) or ["empty"])
-        writer.writeheader()
-        writer.writerows(records)
-    return path
+    def write(partial: Path) -> None:
+        with partial.open("w", encoding="utf-8", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=_columns(records) or ["empty"])
+            writer.writeheader()
+            writer.writerows(records)
+    return write_file(path, write)
 
 
 def _write_parquet(path: Path, records: list[dict[str, Any]]) -> Path | None:
@@ -279,8 +284,8 @@ def _write_parquet(path: Path, records: list[dict[str, Any]]) -> Path | None:
         import pyarrow.parquet as pq
     except ImportError:
         return None
-    pq.write_table(pa.Table.from_pylist(records) if records else pa.table({}), path)
-    return path
+    table = pa.Table.from_pylist(records) if records else pa.table({})
+    return write_file(path, lambda partial: pq.write_table(table, partial))
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -292,14 +297,12 @@ def write_html_report(store: RunStore, out: Path, *, labels: Sequence[str] | Non
 
     report = build_report(store, labels)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    refuse_to_replace(out, force=True)  # before the tables: never over a database or a folder
+    make_folder(out.parent)
     files = export_tables(store, tables_dir, report=report) if tables_dir is not None else []
     links = [_relative(path, out.parent) for path in files]
     page = render_page(report, _template(), browser_data(report), links)
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text(page, encoding="utf-8")
-    partial.replace(out)
-    return out
+    return write_text(out, page)
 
 
 def _relative(path: Path, base: Path) -> str:

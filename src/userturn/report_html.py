@@ -93,9 +93,18 @@ def _header(report: Report) -> str:
     items = [("Run folder", f"<code>{esc(report.folder)}</code>"),
              ("Report written", esc(now()))]
     for key, name in (("started", "Run started"), ("finished", "Run finished")):
+        if key == "finished" and (report.state is None or not report.state.finished):
+            continue  # a finish stamp of an earlier run, before this one started: not this run's
         if isinstance(meta.get(key), (int, float)):
             stamp = dt.datetime.fromtimestamp(meta[key], dt.timezone.utc)
             items.append((name, esc(stamp.strftime("%Y-%m-%d %H:%M UTC"))))
+    state = report.state
+    if state is not None:
+        status = state.line() or ("finished: " + state.counts())
+        items.append(("Run status", f'<span class="{"" if state.line() is None else "warn"}">'
+                      f"{esc(status)}</span>"))
+        if state.skipped_line():
+            items.append(("Skipped rows", esc(state.skipped_line())))
     turns = len(report.turns)
     items_seen = len({(t["dataset"], t["item_id"]) for t in report.turns})
     items.append(("User turns", f"{turns} ({items_seen} items)"))

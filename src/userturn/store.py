@@ -10,8 +10,10 @@ The ``plan`` table lists the generations the current experiment is made of; repo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 import sqlite3
 import time
 from dataclasses import asdict
@@ -23,6 +25,9 @@ from .errors import StoreError
 from .records import Generation, Label, Request, Score
 
 DB_NAME = "userturn.db"
+SCHEMA_VERSION = 1  # stored in meta; a store of a newer schema is refused, not misread
+TABLES = {"meta", "items", "generations", "plan", "contexts", "scores", "labels"}
+SQLITE_HEADER = b"SQLite format 3\x00"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
@@ -64,6 +69,81 @@ def generation_key(role: str, model: str, revision: str, template_hash: str, req
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+def check_header(path: Path) -> None:
+    """An existing file is a SQLite database at all (a 0-byte or foreign file is not a run)."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        raise StoreError(f"{path.parent} is not a userturn run folder (no {DB_NAME})") from None
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror}") from None
+    if not header:
+        raise StoreError(f"{path} is empty (0 bytes), not a userturn store: a cut-short copy? "
+                         "Move it away to start a new run here")
+    if header != SQLITE_HEADER:
+        raise StoreError(f"{path} is not a userturn store (not a SQLite database); move it away "
+                         "or choose another folder")
+
+
+def _connect(path: Path, writable: bool) -> sqlite3.Connection:
+    if writable:
+        db = sqlite3.connect(path, timeout=30)
+    else:  # a read-only folder or file: read without the WAL side files
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _check_schema(db: sqlite3.Connection, path: Path) -> None:
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not {"meta", "generations", "plan", "labels"} <= names:
+        raise StoreError(f"{path} is a SQLite database but not a userturn store (no "
+                         f"{', '.join(sorted({'meta', 'generations', 'plan', 'labels'} - names))}"
+                         " table)")
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    version = json.loads(row[0]) if row else SCHEMA_VERSION  # before versions: the first schema
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise StoreError(f"{path} has store schema {version}; this userturn reads up to "
+                         f"{SCHEMA_VERSION}: upgrade userturn to read it")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def storage_problem(exc: sqlite3.Error, path: Path) -> str:
+    """A SQLite error as one line naming the database and what to do."""
+    text = str(exc)
+    if "full" in text:
+        return (f"cannot write {path}: the disk is full; free some space and run the same "
+                "command again (everything stored so far is kept)")
+    if "readonly" in text or "read-only" in text:
+        return f"cannot write {path}: the run folder is read-only; copy the run somewhere writable"
+    if "malformed" in text or "not a database" in text or "corrupt" in text:
+        return (f"{path} is damaged ({text}); `userturn doctor {path.parent}` checks it; "
+                "restore it from a copy or start a new run")
+    return f"{path}: {text}"
+
+
+def _storage_errors(method):  # type: ignore[no-untyped-def]
+    """Every store method: SQLite faults become one StoreError line; writes first check that
+    the database is still the one opened."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if method.__name__.startswith(("put_", "set_", "replace_", "keep_", "delete_")):
+            self.check_present()
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise StoreError(storage_problem(exc, self.path)) from None
+    return wrapper
+
+
 class Tally:
     """What this process asked of models: requests sent and failed per kind (generation, judge),
     and the first error; a command whose every request failed exits non-zero with it."""
@@ -94,16 +174,31 @@ def _scrubbed(text: str | None) -> str | None:
 
 
 class RunStore:
-    def __init__(self, folder: Path) -> None:
+    """One run's database. ``create`` makes or continues a run (the folder's writer holds its
+    ``RunLock``); ``open`` reads an existing one and checks first that it is a userturn store of
+    a schema this version knows. Storage faults (a full disk, a read-only folder, a damaged or
+    vanished file) are ``StoreError`` lines naming the database."""
+
+    def __init__(self, folder: Path, *, new: bool = False) -> None:
         self.folder = Path(folder)
         self.path = self.folder / DB_NAME
         self.tally = Tally()
-        self.db = sqlite3.connect(self.path, timeout=30)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
-        self._migrate()
+        if not new:
+            check_header(self.path)
+        writable = os.access(self.folder, os.W_OK) and (
+            new or os.access(self.path, os.W_OK))
+        try:
+            self.db = _connect(self.path, writable)
+            if not new:
+                _check_schema(self.db, self.path)
+            if writable:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.executescript(SCHEMA)
+                self._migrate()
+        except sqlite3.Error as exc:
+            raise StoreError(storage_problem(exc, self.path)) from None
+        self._identity = _identity(self.path)
 
     def _migrate(self) -> None:
         """Bring a store written by an earlier userturn up to this schema (columns only added)."""
@@ -116,17 +211,28 @@ class RunStore:
                 columns = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
                 if name not in columns:
                     self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                            (json.dumps(SCHEMA_VERSION),))
 
     @classmethod
     def create(cls, folder: Path) -> RunStore:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        return cls(folder)
+        from .atomic import make_folder
+
+        make_folder(Path(folder))
+        return cls(folder, new=not (Path(folder) / DB_NAME).exists())
 
     @classmethod
     def open(cls, folder: Path) -> RunStore:
-        if not (Path(folder) / DB_NAME).exists():
+        if not Path(folder).is_dir() or not (Path(folder) / DB_NAME).exists():
             raise StoreError(f"{folder} is not a userturn run folder (no {DB_NAME})")
         return cls(folder)
+
+    def check_present(self) -> None:
+        """The database this store opened is still there: a run whose database was deleted or
+        replaced under it would store into nothing and say it finished."""
+        if _identity(self.path) != self._identity:
+            raise StoreError(f"{self.path} was deleted or replaced while this command ran: what "
+                             "it made since is lost; run the same command again")
 
     def close(self) -> None:
         self.db.close()
@@ -331,3 +437,9 @@ class RunStore:
         WHERE p.role = 'assistant' ORDER BY p.model, p.dataset, p.item_id
         """
         return [dict(r) for r in self.db.execute(query)]
+
+
+for _name, _method in list(vars(RunStore).items()):
+    if callable(_method) and not _name.startswith("_") and _name not in (
+            "create", "open", "check_present", "close"):
+        setattr(RunStore, _name, _storage_errors(_method))
