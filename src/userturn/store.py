@@ -97,6 +97,8 @@ def _connect(path: Path, writable: bool) -> sqlite3.Connection:
 
 def _check_schema(db: sqlite3.Connection, path: Path) -> None:
     names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not names:
+        return  # a database with no table yet (its creation was cut short): a new store
     if not {"meta", "generations", "plan", "labels"} <= names:
         raise StoreError(f"{path} is a SQLite database but not a userturn store (no "
                          f"{', '.join(sorted({'meta', 'generations', 'plan', 'labels'} - names))}"
@@ -194,7 +196,7 @@ class RunStore:
             if writable:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
-                self.db.executescript(SCHEMA)
+                self.db.executescript(f"BEGIN; {SCHEMA} COMMIT;")  # all tables or none
                 self._migrate()
         except sqlite3.Error as exc:
             raise StoreError(storage_problem(exc, self.path)) from None
