@@ -217,7 +217,7 @@ def _main(argv: Sequence[str] | None) -> int:
     # In a terminal rich uses its width; piped to a file or CI log, it would wrap the tables at
     # 80 columns, so give it room.
     console = Console() if sys.stdout.isatty() else Console(width=160)
-    warnings.formatwarning = _one_line_warning
+    formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         return args.handler(args, console)
     except UserturnError as exc:
@@ -233,6 +233,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
         traceback.print_exc()
         return 1
+    finally:
+        warnings.formatwarning = formatwarning
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]

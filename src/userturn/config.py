@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -9,6 +10,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+
+MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise; inf/nan break every backend
+MAX_ITEMS = 1_000_000
+MAX_TOKENS = 1_000_000  # a budget; each backend also clamps it to what its context leaves
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_DATASET = "gsm_symbolic"
@@ -21,14 +26,17 @@ class Experiment(BaseModel):
 
     models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL], min_length=1)
     datasets: list[str] = Field(default_factory=lambda: [DEFAULT_DATASET], min_length=1)
-    limit: int | None = Field(default=20, ge=1, description="items per dataset; null for all")
+    limit: int | None = Field(default=20, ge=1, le=MAX_ITEMS,
+                              description="items per dataset; null for all")
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 1.0], min_length=1)
-    samples: int = Field(default=4, ge=1, description="user turns per item at each T > 0")
+    samples: int = Field(default=4, ge=1, le=10_000,
+                         description="user turns per item at each T > 0")
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(default=256, ge=1, description="assistant turn budget")
-    user_max_tokens: int = Field(default=96, ge=1, description="generated user turn budget")
+    max_tokens: int = Field(default=256, ge=1, le=MAX_TOKENS, description="assistant turn budget")
+    user_max_tokens: int = Field(default=96, ge=1, le=MAX_TOKENS,
+                                 description="generated user turn budget")
     seed: int = Field(default=0, ge=0, description="run seed; every sample's seed derives from it")
-    batch_size: int = Field(default=8, ge=1)
+    batch_size: int = Field(default=8, ge=1, le=4096)
     system_prompt: str | None = None
     answerers: list[str] = Field(
         default_factory=lambda: ["self"], min_length=1,
@@ -65,7 +73,7 @@ class Experiment(BaseModel):
     judge_scope: Literal["undecided", "all"] = Field(
         default="undecided", description="judge only what the rules leave undecided, or all")
     judge_base_url: str | None = None
-    judge_concurrency: int = Field(default=8, ge=1)
+    judge_concurrency: int = Field(default=8, ge=1, le=256)
 
     @model_validator(mode="before")
     @classmethod
@@ -84,8 +92,10 @@ class Experiment(BaseModel):
     @field_validator("temperatures")
     @classmethod
     def _temperatures(cls, values: list[float]) -> list[float]:
-        if any(t < 0 for t in values):
-            raise ValueError("temperatures must be >= 0 (0 means greedy)")
+        if not all(math.isfinite(t) and 0 <= t <= MAX_TEMPERATURE for t in values):
+            bad = next(t for t in values if not (math.isfinite(t) and 0 <= t <= MAX_TEMPERATURE))
+            raise ValueError(f"temperatures must be numbers from 0 (greedy) to "
+                             f"{MAX_TEMPERATURE:g}, got {bad}")
         return sorted(set(values))
 
     @field_validator("enable_thinking", mode="before")
