@@ -11,7 +11,7 @@ from typing import Callable, Iterator, Sequence
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from .errors import UserturnError
+from .errors import ConfigError, UserturnError
 from .models import EMBEDDED
 
 EXAMPLE_QUERY = ("A baker makes 24 muffins in the morning and 18 in the afternoon. She sells 35. "
@@ -310,6 +310,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     from .store import RunStore
 
     store = RunStore.open(args.run)
+    _check_sources(store, args.labels)
     _print_tables(store, console, args.labels)
     if args.html:
         from .report import write_html_report
@@ -387,6 +388,8 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     from .store import RunStore
 
     a, b = RunStore.open(args.run_a), RunStore.open(args.run_b)
+    _check_sources(a, args.labels)
+    _check_sources(b, args.labels)
     comparisons, accuracy = compare_runs(a, b, labels=args.labels)
     names = (str(args.run_a), str(args.run_b))
     print_comparison(comparisons, accuracy, console, names)
@@ -400,6 +403,17 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     a.close()
     b.close()
     return 0
+
+
+def _check_sources(store, labels: Sequence[str] | None) -> None:  # type: ignore[no-untyped-def]
+    """--labels names sources the run holds: a typo would show every turn undecided."""
+    if not labels:
+        return
+    stored = [r[0] for r in store.db.execute("SELECT DISTINCT source FROM labels ORDER BY 1")]
+    unknown = [name for name in labels if name not in stored]
+    if unknown:
+        raise ConfigError(f"--labels: no labels from {', '.join(unknown)} in {store.folder}; "
+                          f"it holds: {', '.join(stored) or 'none'}")
 
 
 def _print_tables(store, console: Console, labels: Sequence[str] | None = None) -> None:

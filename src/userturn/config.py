@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import urllib.parse
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -98,6 +99,14 @@ class Experiment(BaseModel):
                              f"{MAX_TEMPERATURE:g}, got {bad}")
         return sorted(set(values))
 
+    @field_validator("base_url", "judge_base_url")
+    @classmethod
+    def _urls(cls, value: str | None) -> str | None:
+        try:
+            return check_url(value, "the server address")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+
     @field_validator("enable_thinking", mode="before")
     @classmethod
     def _enable_thinking(cls, value: Any) -> Any:
@@ -123,10 +132,11 @@ class Experiment(BaseModel):
 
 
 def load_experiment(path: Path | None, overrides: Mapping[str, Any]) -> Experiment:
-    """The config file (if any) with non-None overrides on top, validated."""
+    """The config file (if any) with non-None overrides on top, validated. Relative dataset
+    paths in the file are the file's: resolved against its folder, not the current one."""
     data: dict[str, Any] = {}
     if path is not None:
-        data = _read_yaml(Path(path))
+        data = _with_file_paths(_read_yaml(Path(path)), Path(path).parent)
     for key, value in overrides.items():
         if value is not None:
             data.pop({"models": "model", "datasets": "dataset"}.get(key, ""), None)
@@ -139,11 +149,85 @@ def load_experiment(path: Path | None, overrides: Mapping[str, Any]) -> Experime
         raise ConfigError(f"invalid config ({where}): {first['msg']}") from None
 
 
+# Dataset specs whose argument after ``NAME:`` is a file (see ``userturn datasets``).
+_FILE_ARGUMENTS = ("gsm8k", "ifeval", "math500", "mtbench", "conversations", "healthbench",
+                   "coval")
+_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".csv", ".tsv")
+
+
+def _with_file_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    for name in ("dataset", "datasets"):
+        specs = data.get(name)
+        if isinstance(specs, str):
+            data[name] = _resolve_spec(specs, folder)
+        elif isinstance(specs, list):
+            data[name] = [_resolve_spec(s, folder) if isinstance(s, str) else s for s in specs]
+    return data
+
+
+def _resolve_spec(spec: str, folder: Path) -> str:
+    head, colon, argument = spec.strip().partition(":")
+    if colon and head in _FILE_ARGUMENTS and argument:
+        return f"{head}:{_resolve(argument, folder)}"
+    if not colon and spec.strip().lower().endswith(_FILE_SUFFIXES):
+        return _resolve(spec.strip(), folder)
+    return spec
+
+
+def _resolve(path: str, folder: Path) -> str:
+    given = Path(path).expanduser()
+    return str(given if given.is_absolute() else (folder / given).resolve())
+
+
+def check_url(url: str | None, what: str = "--base-url") -> str | None:
+    """An http(s) address with a host, or a one-line error (before anything is loaded)."""
+    if url is None:
+        return None
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{what} {url!r} is not an http(s) address: give one like "
+                          "http://127.0.0.1:8000/v1")
+    try:
+        parts.port  # noqa: B018 (raises for a port that is not a number)
+    except ValueError:
+        raise ConfigError(f"{what} {url!r} has an invalid port") from None
+    return url.strip()
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML whose mappings may not repeat a key: a repeated setting is a mistake, never a
+    silent "the last one wins"."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise ConfigError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1}")
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a config file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                          f"offset {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
