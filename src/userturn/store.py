@@ -110,6 +110,35 @@ def _check_schema(db: sqlite3.Connection, path: Path) -> None:
                          f"{SCHEMA_VERSION}: upgrade userturn to read it")
 
 
+def _create_database(path: Path) -> None:
+    """A new database, made whole under a temporary name and linked into place: a kill at any
+    moment leaves either no database or a complete empty store, never a 0-byte file (which
+    ``open`` refuses, as it cannot tell it from a cut-short copy)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.new")
+    try:
+        for stale in (temporary, temporary.with_name(temporary.name + "-journal")):
+            stale.unlink(missing_ok=True)
+        db = sqlite3.connect(temporary)
+        try:
+            db.executescript(f"BEGIN; {SCHEMA} COMMIT;")
+            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (json.dumps(SCHEMA_VERSION),))
+            db.commit()
+        finally:
+            db.close()
+        try:
+            os.link(temporary, path)  # never over a database another process just made
+        except FileExistsError:
+            pass
+    except sqlite3.Error as exc:
+        raise StoreError(storage_problem(exc, path)) from None
+    except OSError as exc:
+        from .atomic import describe
+
+        raise StoreError(describe(exc, path)) from None
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
 def _identity(path: Path) -> tuple[int, int] | None:
     try:
         info = os.stat(path)
@@ -181,18 +210,15 @@ class RunStore:
     a schema this version knows. Storage faults (a full disk, a read-only folder, a damaged or
     vanished file) are ``StoreError`` lines naming the database."""
 
-    def __init__(self, folder: Path, *, new: bool = False) -> None:
+    def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         self.path = self.folder / DB_NAME
         self.tally = Tally()
-        if not new:
-            check_header(self.path)
-        writable = os.access(self.folder, os.W_OK) and (
-            new or os.access(self.path, os.W_OK))
+        check_header(self.path)
+        writable = os.access(self.folder, os.W_OK) and os.access(self.path, os.W_OK)
         try:
             self.db = _connect(self.path, writable)
-            if not new:
-                _check_schema(self.db, self.path)
+            _check_schema(self.db, self.path)
             if writable:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
@@ -221,7 +247,10 @@ class RunStore:
         from .atomic import make_folder
 
         make_folder(Path(folder))
-        return cls(folder, new=not (Path(folder) / DB_NAME).exists())
+        path = Path(folder) / DB_NAME
+        if not path.exists():
+            _create_database(path)
+        return cls(folder)
 
     @classmethod
     def open(cls, folder: Path) -> RunStore:
