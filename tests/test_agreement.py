@@ -9,13 +9,14 @@ import math
 import pytest
 from rich.console import Console
 
-from userturn.agreement import (NOTHING_TO_COMPARE, Agreement, cohen_kappa, confusion_matrix,
+from userturn.labels.agreement import (NOTHING_TO_COMPARE, Agreement, cohen_kappa, confusion_matrix,
                                 kappa_interval, order_sources, pairwise_agreement, per_label,
                                 print_agreement)
 from userturn.backends.fake import ScriptedBackend
 from userturn.config import Experiment
 from userturn.pipeline import run_experiment
 from userturn.records import Label, Request
+from userturn.turns import read_turns
 
 F, G, N = "follow_up", "generic", "new_query"
 
@@ -140,28 +141,29 @@ def script(request: Request) -> str:
 def store(gsm_file, tmp_path):
     """24 user turns (6 greedy, then 18 sampled); alice, a judge and the pipeline's rules."""
     exp = Experiment(models=["fake/scripted"], datasets=[str(gsm_file)], limit=6,
-                     temperatures=[0.0, 1.0], samples=3, output=tmp_path / "run")
+                     temperatures=[0.0, 1.0], samples=3, output=tmp_path / "run",
+                     labeller="rules")  # the pairs below are of the rules, alice and a judge
     store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
-    turns = store.user_turns()
+    turns = read_turns(store)
     assert len(turns) == 24
-    truth = [G if t["temperature"] == 0 else F for t in turns]
+    truth = [G if t.temperature == 0 else F for t in turns]
     flip = {F: G, G: F}
     rows = []
     for i, (turn, label) in enumerate(zip(turns, truth)):
-        rows.append((turn["key"], "v1", Label(None if i in (6, 7) else label, ALICE)))
+        rows.append((turn.key, "v1", Label(None if i in (6, 7) else label, ALICE)))
         if i == 23:
             continue  # the judge has not seen this turn
         if i in (7, 9, 10):
-            rows.append((turn["key"], "v1", Label(None, JUDGE, error="no label in answer")))
+            rows.append((turn.key, "v1", Label(None, JUDGE, error="no label in answer")))
         else:
-            rows.append((turn["key"], "v1", Label(flip[label] if i in (0, 8) else label, JUDGE)))
+            rows.append((turn.key, "v1", Label(flip[label] if i in (0, 8) else label, JUDGE)))
     store.put_labels(rows)
     yield store
     store.close()
 
 
 def test_pairwise_agreement_on_a_store(store):
-    results = pairwise_agreement(store, resamples=300)
+    results = pairwise_agreement(read_turns(store), resamples=300)
     assert [(r.a, r.b) for r in results] == [(ALICE, JUDGE), (ALICE, "rules"), (JUDGE, "rules")]
     pair = results[0]
     # Shared: turns 0-22; alice None on 6, 7; judge None on 7, 9, 10 -> 4 excluded, 19 compared.
@@ -177,9 +179,9 @@ def test_pairwise_agreement_on_a_store(store):
 
 
 def test_sparse_and_absent_sources_never_raise(store):
-    key = store.user_turns()[0]["key"]
+    key = read_turns(store)[0].key
     store.put_labels([(key, "v1", Label(G, "human:bob"))])
-    results = pairwise_agreement(store, sources=[JUDGE, "human:bob", "human:nobody"],
+    results = pairwise_agreement(read_turns(store), sources=[JUDGE, "human:bob", "human:nobody"],
                                  resamples=50)
     assert [(r.a, r.b) for r in results] == [(JUDGE, "human:bob"), (JUDGE, "human:nobody"),
                                              ("human:bob", "human:nobody")]
@@ -190,9 +192,9 @@ def test_sparse_and_absent_sources_never_raise(store):
 
 
 def test_labels_outside_the_set_are_kept(store):
-    keys = [t["key"] for t in store.user_turns()[:3]]
+    keys = [t.key for t in read_turns(store)[:3]]
     store.put_labels([(k, "v1", Label("sarcasm", "judge:y@r")) for k in keys])  # type: ignore
-    result = next(r for r in pairwise_agreement(store, resamples=50) if r.b == "judge:y@r")
+    result = next(r for r in pairwise_agreement(read_turns(store), resamples=50) if r.b == "judge:y@r")
     assert result.labels[-1] == "sarcasm" and result.per_label["sarcasm"]["support"] == 0
 
 
@@ -203,7 +205,7 @@ def render(results: list[Agreement]) -> str:
 
 
 def test_print_agreement(store):
-    text = render(pairwise_agreement(store, resamples=100))
+    text = render(pairwise_agreement(read_turns(store), resamples=100))
     assert "Cohen's kappa" in text and ALICE in text and "0.76 [" in text
     assert "4 (a: 2, b: 3)" in text and "follow-up" in text and "precision" in text
     assert NOTHING_TO_COMPARE not in text
@@ -211,4 +213,4 @@ def test_print_agreement(store):
 
 def test_print_nothing_to_compare(store):
     assert NOTHING_TO_COMPARE in render([])
-    assert NOTHING_TO_COMPARE in render(pairwise_agreement(store, sources=["rules", "human:x"]))
+    assert NOTHING_TO_COMPARE in render(pairwise_agreement(read_turns(store), sources=["rules", "human:x"]))

@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from userturn.annotate import DEFINITIONS, AnnotationError, AnnotationServer, build_sample
+from userturn.labels.annotate import DEFINITIONS, AnnotationError, AnnotationServer, build_sample
 from userturn.backends.fake import ScriptedBackend
 from userturn.config import Experiment
 from userturn.pipeline import run_experiment
 from userturn.records import LABELS, Label, Request
 from userturn.store import RunStore
+from userturn.turns import read_turns
 
 PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 ITEMS, SAMPLES = 6, 2
@@ -45,7 +46,7 @@ def make_run(gsm_file: Path, tmp_path: Path, **backend: Any) -> Path:
 def set_strata(folder: Path, labels: list[str | None]) -> list[str]:
     """Give the user turns labels of a test source, in user_turns order; returns the keys."""
     store = RunStore.open(folder)
-    keys = [t["key"] for t in store.user_turns()]
+    keys = [t.key for t in read_turns(store)]
     store.put_labels([(k, "t", Label(lab, source="strata")) for k, lab in zip(keys, labels)])
     store.close()
     return keys
@@ -58,10 +59,10 @@ def test_sample_contains_the_rare_label_and_allocates_evenly(gsm_file, tmp_path)
     keys = set_strata(folder, labels)
     by_key = dict(zip(keys, labels))
     store = RunStore.open(folder)
-    sample = build_sample(store, size=3, seed=0, strata_source="strata")
+    sample = build_sample(read_turns(store, "strata"), size=3, seed=0)
     assert keys[-1] in sample  # the single meta turn
     assert Counter(by_key[k] for k in sample) == {"generic": 1, None: 1, "meta": 1}
-    sample = build_sample(store, size=10, seed=0, strata_source="strata")
+    sample = build_sample(read_turns(store, "strata"), size=10, seed=0)
     # meta and undecided are exhausted; their unused slots go to the large stratum
     assert Counter(by_key[k] for k in sample) == {"generic": 6, None: 3, "meta": 1}
     # strata interleave: the rare ones are not all at the end
@@ -70,26 +71,26 @@ def test_sample_contains_the_rare_label_and_allocates_evenly(gsm_file, tmp_path)
 
 def test_sample_is_deterministic_per_seed(gsm_file, tmp_path):
     store = RunStore.open(make_run(gsm_file, tmp_path))
-    first = build_sample(store, size=8, seed=3)
-    assert build_sample(store, size=8, seed=3) == first
-    assert any(build_sample(store, size=8, seed=s) != first for s in range(4, 9))
+    first = build_sample(read_turns(store, "rules"), size=8, seed=3)
+    assert build_sample(read_turns(store, "rules"), size=8, seed=3) == first
+    assert any(build_sample(read_turns(store, "rules"), size=8, seed=s) != first for s in range(4, 9))
 
 
 def test_sample_size_bounds(gsm_file, tmp_path):
     store = RunStore.open(make_run(gsm_file, tmp_path))
-    everything = build_sample(store, size=1000, seed=0)
+    everything = build_sample(read_turns(store, "rules"), size=1000, seed=0)
     assert len(everything) == len(set(everything)) == TURNS
-    assert set(everything) == {t["key"] for t in store.user_turns()}
-    assert len(build_sample(store, size=1, seed=0)) == 1
+    assert set(everything) == {t.key for t in read_turns(store)}
+    assert len(build_sample(read_turns(store, "rules"), size=1, seed=0)) == 1
     with pytest.raises(ValueError):
-        build_sample(store, size=0)
+        build_sample(read_turns(store, "rules"), size=0)
 
 
 def test_failed_generations_are_not_sampled(gsm_file, tmp_path):
     fail = lambda r: r.prompt.endswith("user\n") and r.params.temperature == 0  # noqa: E731
     store = RunStore.open(make_run(gsm_file, tmp_path, fail=fail))
-    sample = build_sample(store, size=100, seed=0)
-    failed = {t["key"] for t in store.user_turns() if t["error"] is not None}
+    sample = build_sample(read_turns(store, "rules"), size=100, seed=0)
+    failed = {t.key for t in read_turns(store) if t.error is not None}
     assert len(failed) == ITEMS and not failed & set(sample) and len(sample) == TURNS - ITEMS
 
 
@@ -128,7 +129,7 @@ def test_page_is_self_contained_and_blind(gsm_file, tmp_path):
         text = json.dumps(data)
         for secret in ("fake/scripted", "temperature", "rules", *LABELS):
             assert secret not in text
-        assert data["progress"] == {"done": 0, "total": 5}
+        assert data["progress"] == {"done": 0, "total": 5, "to_correction": 30}
 
 
 def test_label_undo_and_validation(gsm_file, tmp_path):
@@ -151,7 +152,7 @@ def test_label_undo_and_validation(gsm_file, tmp_path):
         assert data["undone"] == {"key": second["key"], "label": "generic", "note": ""}
         assert data["item"] == second and data["progress"]["done"] == 1
         assert set(human_labels(folder, "ann")) == {first["key"]}
-        assert call(server, "/api/progress")[1] == {"done": 1, "total": 4}
+        assert call(server, "/api/progress")[1] == {"done": 1, "total": 4, "to_correction": 29}
 
 
 def test_foreign_hosts_origins_and_forms_are_refused(gsm_file, tmp_path):
@@ -178,7 +179,7 @@ def test_reopening_continues_the_same_sample_until_done(gsm_file, tmp_path):
     with AnnotationServer(folder, "ann") as server:  # size and seed come from the store
         assert server.keys == keys
         data = call(server, "/api/next")[1]
-        assert data["progress"] == {"done": 1, "total": 3} and data["item"]["key"] == keys[1]
+        assert data["progress"] == {"done": 1, "total": 3, "to_correction": 29} and data["item"]["key"] == keys[1]
         for _ in range(2):
             data = call(server, "/api/label", {"key": data["item"]["key"], "label": "generic"})[1]
         assert data["done"] and data["item"] is None and data["progress"]["done"] == 3
@@ -208,6 +209,11 @@ def open_page(browser: Any, server: AnnotationServer) -> tuple[Any, list[str]]:
     return page, errors
 
 
+def progress_text(done: int, total: int) -> str:
+    """The page's progress line: labels done, and how many more until corrected rates show."""
+    return f"{done} / {total} ({30 - done} more for corrected rates)"
+
+
 def test_page_in_headless_chromium(browser, gsm_file, tmp_path):
     from playwright.sync_api import expect
 
@@ -225,15 +231,15 @@ def test_done_screen_and_ctrl_z(browser, gsm_file, tmp_path):
 
     with AnnotationServer(make_run(gsm_file, tmp_path), "bob", size=2, seed=0) as server:
         page, errors = open_page(browser, server)
-        expect(page.locator("#progress")).to_have_text("0 / 2")
+        expect(page.locator("#progress")).to_have_text("0 / 2 (30 more for corrected rates)")
         page.keyboard.press("1")
-        expect(page.locator("#progress")).to_have_text("1 / 2")
+        expect(page.locator("#progress")).to_have_text("1 / 2 (29 more for corrected rates)")
         page.keyboard.press("4")
         expect(page.locator("#done")).to_be_visible()
         expect(page.locator("#work")).to_be_hidden()
         page.keyboard.press("Control+z")
         expect(page.locator("#work")).to_be_visible()
-        expect(page.locator("#progress")).to_have_text("1 / 2")
+        expect(page.locator("#progress")).to_have_text("1 / 2 (29 more for corrected rates)")
         assert list(human_labels(server.folder, "bob").values()) == [("follow_up", "", "human")]
         page.close()
     assert errors == []
@@ -243,7 +249,7 @@ def drive_page(page: Any, expect: Any, server: AnnotationServer,
                tmp_path: Path) -> dict[str, tuple[str, str, str]]:
     """Label three items (click, digit key, note + key), undo the third, label it again."""
     total = len(server.keys)
-    expect(page.locator("#progress")).to_have_text(f"0 / {total}")
+    expect(page.locator("#progress")).to_have_text(progress_text(0, total))
     for name in LABELS:
         expect(page.get_by_text(DEFINITIONS[name], exact=True)).to_be_visible()
 
@@ -259,33 +265,33 @@ def drive_page(page: Any, expect: Any, server: AnnotationServer,
     page.screenshot(path=str(tmp_path / "annotate.png"), full_page=True)
     shutil.copy(tmp_path / "annotate.png", "/tmp/annotate.png")
     page.locator("button[data-label=follow_up]").click()
-    expect(page.locator("#progress")).to_have_text(f"1 / {total}")
+    expect(page.locator("#progress")).to_have_text(progress_text(1, total))
     expected[first["key"]] = ("follow_up", "", "human")
 
     second = shown()
     page.keyboard.press("2")
-    expect(page.locator("#progress")).to_have_text(f"2 / {total}")
+    expect(page.locator("#progress")).to_have_text(progress_text(2, total))
     expected[second["key"]] = ("generic", "", "human")
 
     third = shown()
     note = "unsure; 1234567 u <b>x</b>"  # digits and u in the note must not label or undo
     page.locator("#note").click()
     page.keyboard.type(note)
-    expect(page.locator("#progress")).to_have_text(f"2 / {total}")
+    expect(page.locator("#progress")).to_have_text(progress_text(2, total))
     page.keyboard.press("Escape")
     page.keyboard.press("6")
-    expect(page.locator("#progress")).to_have_text(f"3 / {total}")
+    expect(page.locator("#progress")).to_have_text(progress_text(3, total))
     assert human_labels(server.folder, "alice")[third["key"]] == ("meta", note, "human")
     assert page.locator("#note").input_value() == ""
 
     page.keyboard.press("u")
-    expect(page.locator("#progress")).to_have_text(f"2 / {total}")
+    expect(page.locator("#progress")).to_have_text(progress_text(2, total))
     expect(page.locator("#status")).to_contain_text("Undone: meta")
     assert third["key"] not in human_labels(server.folder, "alice")
     assert page.locator("#turn").text_content() == third["user_turn"]
     assert page.locator("#note").input_value() == note  # the note comes back with the item
     page.locator("button[data-label=new_query]").click()
-    expect(page.locator("#progress")).to_have_text(f"3 / {total}")
+    expect(page.locator("#progress")).to_have_text(progress_text(3, total))
     expected[third["key"]] = ("new_query", note, "human")
 
     assert page.evaluate("typeof window.__pwned") == "undefined"

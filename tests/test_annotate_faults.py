@@ -9,7 +9,7 @@ import socket
 import pytest
 from test_annotate import call, human_labels, make_run
 
-from userturn.annotate import AnnotationError, AnnotationServer
+from userturn.labels.annotate import AnnotationServer
 from userturn.cli import main
 from userturn.store import RunStore
 

@@ -31,6 +31,7 @@ from userturn.errors import ModelError
 from userturn.models import resolve_model
 from userturn.records import GenerationParams, Request
 from userturn.render import prompt_token_ids, render_user_turn
+from userturn.turns import read_turns
 
 KEY = "sk-test-SECRET-0123456789"
 FAIL_SEED = 99  # the request every fault-capable harness fails
@@ -490,8 +491,8 @@ def test_transformers_serve_writes_the_same_greedy_user_turn(tiny_backend, tmp_p
                              output=tmp_path / name, **extra)
             store = run_experiment(exp, backends={"tiny": tiny_backend} if name == "local"
                                    else None)
-            turns[name] = [(t["item_id"], t["text"]) for t in store.user_turns()
-                           if t["model"] != "human"]
+            turns[name] = [(t.item_id, t.user_turn) for t in read_turns(store)
+                           if t.model != "human"]
             store.close()
         assert len(turns["local"]) == 3 and turns["served"] == turns["local"]
     finally:

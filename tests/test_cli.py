@@ -157,3 +157,22 @@ def test_perturbation_and_answerer_flags(tmp_path):
     assert exp.answerers == ["self", "reference"]
     with pytest.raises(ConfigError, match="unknown perturbation"):
         load_experiment(None, {"perturbations": ["shuffle"]})
+
+
+def test_fake_backend_runs_every_reading_command_without_a_model(capsys, tmp_path, gsm_file):
+    """fake/NAME is the scripted backend: the whole command line runs with no model and no torch."""
+    out = tmp_path / "run"
+    code, printed, _ = run_cli(capsys, "run", "--model", "fake/probe", "--dataset", str(gsm_file),
+                               "--limit", "2", "--samples", "1", "--output", str(out))
+    assert code == 0
+    # Its user turn asks about a step of the answer: the rules call it a follow-up, every time.
+    table = next(line for line in printed.splitlines() if "fake/probe" in line and "greedy" in line)
+    # Two of two turns: the clustered Wilson interval of 2/2, not a zero-width 100-100.
+    assert "100% [34-100]" in table
+    code, reported, _ = run_cli(capsys, "report", str(out))
+    assert code == 0 and table in reported
+    code, _, _ = run_cli(capsys, "export", str(out), "--format", "jsonl")
+    rows = [json.loads(line) for line in (out / "user_turns.jsonl").read_text().splitlines()]
+    assert code == 0 and len(rows) == 4 and {r["status"] for r in rows} == {"follow_up"}
+    code, rendered, _ = run_cli(capsys, "render", "--model", "fake/probe")
+    assert code == 0 and rendered.rstrip().endswith("['<|im_end|>', '<|im_start|>assistant']")

@@ -10,11 +10,12 @@ from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn
 
 from userturn.backends.fake import ScriptedBackend
 from userturn.cli import main
-from userturn.compare import compare_runs
+from userturn.report.compare import compare_runs
 from userturn.errors import StoreError
 from userturn.pipeline import run_experiment
 from userturn.records import Request
 from userturn.store import RunStore
+from userturn.turns import read_turns
 
 
 def answers(request: Request) -> str:
@@ -92,7 +93,7 @@ def test_compare_page_has_the_forest_plot_and_escapes_names(gsm_file, tmp_path, 
     assert "<svg" in html and "B higher, interval excludes 0" in html
     assert "+66.7 pts" in html
     assert not re.search(r"(src|href)\s*=\s*[\"']?https?:", html)  # self-contained
-    from userturn.compare import comparison_html
+    from userturn.report.compare import comparison_html
 
     comparisons, accuracy = compare_runs(RunStore.open(tmp_path / "a" / "run"),
                                          RunStore.open(tmp_path / "b" / "run"))
@@ -108,6 +109,6 @@ def test_runs_with_a_human_baseline_pair_their_one_probed_model(tmp_path):
                  skip_invalid=True)
     b = make_run(chats, tmp_path, "b", trained, "fake/tuned", datasets=[f"conversations:{chats}"],
                  skip_invalid=True)
-    assert "human" in {t["model"] for t in a.user_turns()}
+    assert "human" in {t.model for t in read_turns(a)}
     comparisons, _ = compare_runs(a, b)
     assert {(c.model_a, c.model_b) for c in comparisons} == {("fake/base", "fake/tuned")}

@@ -8,6 +8,7 @@ from openai_fake import Answer, Fail, FakeOpenAI
 from test_judge_pipeline import script
 from test_pipeline import ITEMS, SAMPLES, experiment
 
+from userturn.turns import read_turns
 from userturn.backends.fake import ScriptedBackend
 from userturn.cli import main
 from userturn.pipeline import run_experiment
@@ -48,7 +49,7 @@ def test_failed_generations_are_retried_and_an_all_failed_run_exits_1(gsm_file, 
     working = ScriptedBackend(script)
     store = run_experiment(exp, backends={exp.models[0]: working})
     assert working.calls == ITEMS * (2 + SAMPLES)  # nothing failed was kept as done
-    assert all(t["error"] is None for t in store.user_turns())
+    assert all(t.error is None for t in read_turns(store))
     assert not store.tally.all_failed("generation")
 
 

@@ -11,7 +11,7 @@ import pytest
 from openai_fake import Answer, Drop, Fail, FakeOpenAI, Garbage, Hang, Recorded
 
 from userturn.errors import ConfigError
-from userturn.judge import (
+from userturn.labels.judge import (
     CORRECTION, RUBRIC_VERSION, Judge, OpenAIChatClient, VerdictError, _retry_after,
     case_message, judge_from_spec, parse_verdict,
 )
@@ -297,7 +297,7 @@ def test_unknown_judge_specs_are_config_errors(spec: str) -> None:
 
 
 def test_request_body_matches_what_each_api_accepts():
-    from userturn.judge import request_body
+    from userturn.labels.judge import request_body
 
     messages = [{"role": "user", "content": "x"}]
     local = request_body("qwen", messages, 300, None, official=False)
@@ -312,7 +312,7 @@ def test_request_body_matches_what_each_api_accepts():
 
 def test_openai_judge_without_a_key_is_refused_up_front(monkeypatch):
     from userturn.errors import ConfigError
-    from userturn.judge import judge_from_spec
+    from userturn.labels.judge import judge_from_spec
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)

@@ -11,7 +11,8 @@ from userturn.backends.fake import ScriptedBackend
 from userturn.cli import main
 from userturn.pipeline import run_experiment
 from userturn.records import Request
-from userturn.summary import summarize
+from userturn.turns import read_turns
+from userturn import load_run
 
 
 def script(request: Request) -> str:
@@ -32,16 +33,20 @@ def test_run_with_judge_sends_only_undecided_turns(gsm_file, tmp_path):
         exp = experiment(gsm_file, tmp_path, judge="openai/judge-a", judge_base_url=fake.url)
         store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
         assert len(fake.requests) == ITEMS * SAMPLES  # the greedy "Thanks!" turns are rules' own
-    greedy, sampled = summarize(store)
+    greedy, sampled = load_run(store).summary()
     assert greedy.labels == {"generic": ITEMS}
     assert sampled.labels == {"new_query": ITEMS * SAMPLES} and sampled.undecided == 0
-    turn = next(t for t in store.user_turns() if t["temperature"] > 0)
-    assert turn["label_source"] == "judge:openai/judge-a@rubric1"
-    assert turn["rationale"] == "Ignores the answer."
-    assert store.label_sources() == ["rules", "judge:openai/judge-a@rubric1"]
+    turn = next(t for t in read_turns(store) if t.temperature > 0)
+    assert turn.label_source == "judge:openai/judge-a@rubric1"
+    assert turn.rationale == "Ignores the answer."
+    # The judge comes between the rules' clear cases and the classifier's labels.
+    assert store.label_sources() == ["rules", "judge:openai/judge-a@rubric1", "classifier"]
     # Both labels are stored: the rules' undecided one and the judge's.
-    sources = store.labels_by_source()
-    assert set(sources) == {"rules", "judge:openai/judge-a@rubric1"}
+    sources: dict[str, dict[str, str | None]] = {}
+    for turn in read_turns(store):
+        for label in turn.labels:
+            sources.setdefault(label.source, {})[turn.key] = label.label
+    assert set(sources) == {"rules", "judge:openai/judge-a@rubric1", "classifier"}
     assert all(label is None for key, label in sources["rules"].items()
                if key in sources["judge:openai/judge-a@rubric1"])
 
@@ -72,11 +77,15 @@ def test_unreachable_judge_is_counted_invalid_and_the_run_goes_on(gsm_file, tmp_
         fake.always(Drop())
         exp = experiment(gsm_file, tmp_path, judge="openai/down", judge_base_url=fake.url)
         store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
-    greedy, sampled = summarize(store)
-    assert sampled.invalid == ITEMS * SAMPLES and sampled.undecided == 0
+    greedy, sampled = load_run(store).summary()
     assert greedy.labels == {"generic": ITEMS}
-    errors = [t["label_error"] for t in store.user_turns() if t["temperature"] > 0]
-    assert all(e.startswith("request failed") for e in errors)
+    # Without the judge's verdicts the rules' undecided turns keep the classifier's label...
+    assert sampled.invalid == 0 and sampled.undecided == 0
+    turns = [t for t in read_turns(store) if t.temperature > 0]
+    assert {t.label_source for t in turns} == {"classifier"}
+    # ...and the failures stay on record under the judge's own source.
+    judged = [t for t in read_turns(store, "judge:openai/down@rubric1") if t.temperature > 0]
+    assert all(t.label is None and t.label_error.startswith("request failed") for t in judged)
 
 
 def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys):
@@ -89,17 +98,18 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
     assert main(["agreement", str(exp.output)]) == 0
     out = capsys.readouterr().out
     assert "judge:openai/judge-c@rubric1" in out and "rules" in out
-    from userturn.agreement import pairwise_agreement
+    from userturn.labels.agreement import pairwise_agreement
     from userturn.store import RunStore
 
-    (pair,) = pairwise_agreement(RunStore.open(exp.output))
+    (pair,) = pairwise_agreement(read_turns(RunStore.open(exp.output)),
+                                 sources=["rules", "judge:openai/judge-c@rubric1"])
     # The rules labelled the greedy "Thanks!" turns generic, as did the judge; the sampled turns
     # the rules left undecided are excluded.
     assert (pair.n, pair.raw, pair.excluded) == (ITEMS, 1.0, ITEMS * SAMPLES)
 
 
 def test_a_local_transformers_model_can_judge_and_garbage_is_invalid_not_guessed(tiny_backend):
-    from userturn.judge import BackendChatClient, judge_from_spec
+    from userturn.labels.judge import BackendChatClient, judge_from_spec
     from userturn.records import Case
 
     judge = judge_from_spec("tiny")
@@ -115,3 +125,48 @@ def test_a_local_transformers_model_can_judge_and_garbage_is_invalid_not_guessed
     # The random tiny model cannot write a JSON verdict: after the re-ask it is recorded as
     # invalid, never turned into a guessed label.
     assert label.label is None and label.error.startswith("invalid")
+
+
+def test_two_judges_each_stored_their_agreement_printed_and_their_majority_decides(
+        gsm_file, tmp_path, capsys):
+    """Judge A calls every turn a follow-up; judge B only the greedy ones: they agree on the
+    greedy turns (a majority) and split on the sampled ones (no majority: undecided)."""
+    import json
+
+    from openai_fake import Answer
+
+    exp = experiment(gsm_file, tmp_path)
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+
+    def by_judge(request):
+        greedy = "I am not sure" not in json.dumps(request.body.get("messages", ""))
+        label = "follow_up" if request.body["model"] == "judge-a" or greedy else "generic"
+        return Answer(json.dumps({"label": label, "rationale": "scripted"}))
+
+    with FakeOpenAI(responder=by_judge) as fake:
+        code = main(["judge", str(exp.output), "--judge", "openai/judge-a", "--judge",
+                     "openai/judge-b", "--base-url", fake.url, "--scope", "all"])
+    assert code == 0
+    assert {r.body["model"] for r in fake.requests} == {"judge-a", "judge-b"}
+    out = capsys.readouterr().out
+    assert "judge:openai/judge-a@rubric1" in out and "judge:openai/judge-b@rubric1" in out
+    run = load_run(exp.output)
+    turns = run.turns()
+    sources = {label.source for t in turns for label in t.labels}
+    assert {"judge:openai/judge-a@rubric1", "judge:openai/judge-b@rubric1",
+            "judges:majority"} <= sources
+    greedy = [t for t in turns if t.temperature == 0]
+    sampled = [t for t in turns if t.temperature > 0]
+    assert {t.label for t in greedy} == {"follow_up"}
+    assert {t.label_source for t in greedy} == {"judges:majority"}
+    assert {t.status for t in sampled} == {"invalid"}  # no majority: split, named in the error
+    assert all("no majority" in t.label_error for t in sampled)
+
+
+def test_config_takes_one_judge_or_a_list():
+    from userturn.config import Experiment
+
+    assert Experiment(models=["fake/x"], judge="openai/a").judges == ["openai/a"]
+    assert Experiment(models=["fake/x"], judge=["openai/a", "openai/b", "openai/a"]).judges == [
+        "openai/a", "openai/b"]
+    assert Experiment(models=["fake/x"]).judges == []

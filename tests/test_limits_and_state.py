@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sqlite3
 import warnings
-from pathlib import Path
 
 import pytest
 from test_judge_pipeline import script
@@ -18,7 +17,6 @@ from userturn.errors import DatasetError
 from userturn.pipeline import run_experiment
 from userturn.records import GenerationParams, Request
 from userturn.render import prompt_token_ids
-from userturn.report import write_html_report
 from userturn.store import RunStore
 
 
@@ -127,8 +125,9 @@ def test_an_interrupted_run_is_shown_incomplete_in_every_reader(gsm_file, tmp_pa
     out = capsys.readouterr().out
     assert "incomplete run: assistant turns 6 of 6 stored, user turns" in out
     assert f"of {planned} stored" in out and "run the same command again to resume" in out
-    page = write_html_report(RunStore.open(more.output), more.output / "report.html")
-    html = page.read_text()
+    assert main(["report", str(more.output), "--html"]) == 0
+    capsys.readouterr()
+    html = (more.output / "report.html").read_text()
     assert "incomplete run" in html and "Run finished" not in html
     assert main(["doctor", str(more.output)]) == 0
     assert "incomplete run" in capsys.readouterr().out

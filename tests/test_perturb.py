@@ -8,7 +8,8 @@ from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn, run, script
 from userturn.backends.fake import ScriptedBackend
 from userturn.errors import ConfigError
 from userturn.perturb import GENERIC_QUESTION, REFUSAL, parse_perturbation, parse_perturbations
-from userturn.summary import summarize
+from userturn.turns import read_turns
+from userturn import load_run
 
 ANSWER = "He had 3 * 12 = 36 pencils. After giving away 10 he has 36 - 10 = 26.\n#### 26"
 OTHERS = {"a": "answer A", "b": ANSWER, "c": "answer C"}
@@ -62,12 +63,12 @@ def test_run_pairs_each_perturbed_context_with_the_original(gsm_file, tmp_path):
     store = run(experiment(gsm_file, tmp_path, perturbations=specs), backend)
     assistant_calls = [r for r in backend.requests if not is_user_turn(r)]
     assert len(assistant_calls) == ITEMS  # one answer per item, shared by every context
-    turns = store.user_turns()
+    turns = read_turns(store)
     by_item: dict[str, dict[str, set[str]]] = {}
     for turn in turns:
-        by_item.setdefault(turn["item_id"], {}).setdefault(turn["perturbation"], set()).add(
-            turn["answer"])
-    for item, contexts in by_item.items():
+        by_item.setdefault(turn.item_id, {}).setdefault(turn.perturbation, set()).add(
+            turn.answer)
+    for contexts in by_item.values():
         assert "none" in contexts  # every perturbed context has its original
         (original,) = contexts["none"]
         for spec in set(contexts) - {"none"}:
@@ -76,9 +77,9 @@ def test_run_pairs_each_perturbed_context_with_the_original(gsm_file, tmp_path):
         if "truncate" in contexts:
             (cut,) = contexts["truncate"]
             assert original.startswith(cut)
-    prompts = {t["perturbation"]: t["prompt"] for t in turns if t["item_id"] == turns[0]["item_id"]}
+    prompts = {t.perturbation: t.prompt for t in turns if t.item_id == turns[0].item_id}
     assert "Do you want me to walk you through" in prompts["append_question:specific"]
-    rows = summarize(store)
+    rows = load_run(store).summary()
     assert {row.perturbation for row in rows} == {"none", *specs}
     assert all(row.turns in (row.items, row.items * SAMPLES) for row in rows)
 
@@ -92,13 +93,13 @@ def test_reference_and_other_model_answerers(gsm_file, tmp_path):
     from userturn.pipeline import run_experiment
 
     store = run_experiment(exp, backends={"fake/prober": prober, "fake/other": other})
-    turns = store.user_turns()
-    answers = {(t["answerer"], t["item_id"]): t["answer"] for t in turns}
-    first = turns[0]["item_id"]
+    turns = read_turns(store)
+    answers = {(t.answerer, t.item_id): t.answer for t in turns}
+    first = turns[0].item_id
     assert answers[("fake/other", first)] == "The answer is 7."
     assert answers[("reference", first)].endswith("#### 26")  # the dataset's own solution
     assert all(not is_user_turn(r) for r in other.requests)  # the other model only answers
-    assert all(t["model"] == "fake/prober" for t in turns)
-    rows = summarize(store)
+    assert all(t.model == "fake/prober" for t in turns)
+    rows = load_run(store).summary()
     accuracy = {row.answerer: row.accuracy for row in rows}
     assert accuracy["reference"] is None and accuracy["fake/other"].n == ITEMS

@@ -14,7 +14,8 @@ from userturn.export import export_user_turns
 from userturn.pipeline import run_experiment
 from userturn.records import Request
 from userturn.store import RunStore
-from userturn.summary import summarize
+from userturn.turns import read_turns
+from userturn import load_run
 
 ITEMS = 6
 SAMPLES = 3
@@ -51,10 +52,10 @@ def run(exp: Experiment, backend: ScriptedBackend) -> RunStore:
 def test_finished_run_rerun_makes_zero_model_calls(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
     first = ScriptedBackend(script)
-    before = summarize(run(exp, first))
+    before = load_run(run(exp, first)).summary()
     assert first.calls == ITEMS * (1 + 1 + SAMPLES)
     again = ScriptedBackend(script)
-    after = summarize(run(exp, again))
+    after = load_run(run(exp, again)).summary()
     assert again.calls == 0
     assert repr(before) == repr(after)  # repr: an empty rate's interval is NaN
 
@@ -66,7 +67,7 @@ def test_every_sample_has_its_own_seed_and_key(gsm_file, tmp_path):
     greedy = [r for r in backend.requests if is_user_turn(r) and r.params.temperature == 0]
     assert len(sampled) == ITEMS * SAMPLES and len({r.seed for r in sampled}) == len(sampled)
     assert {r.seed for r in greedy} == {0}
-    keys = [t["key"] for t in store.user_turns()]
+    keys = [t.key for t in read_turns(store)]
     assert len(keys) == len(set(keys)) == ITEMS * (1 + SAMPLES)
 
 
@@ -82,19 +83,19 @@ def test_new_run_seed_resamples_but_reuses_greedy_turns(gsm_file, tmp_path):
 def test_failed_requests_are_stored_counted_and_retried(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
     flaky = ScriptedBackend(script, fail=lambda r: is_user_turn(r) and r.seed % 3 == 0)
-    rows = summarize(run(exp, flaky))
+    rows = load_run(run(exp, flaky)).summary()
     failed = sum(row.errors for row in rows)
     greedy = next(row for row in rows if row.temperature == 0)
     assert greedy.errors == ITEMS  # greedy seeds are 0: every one failed
     assert failed >= ITEMS
     healed = ScriptedBackend(script)
-    rows = summarize(run(exp, healed))
+    rows = load_run(run(exp, healed)).summary()
     assert healed.calls == failed  # only the failures are asked again
     assert sum(row.errors for row in rows) == 0
 
 
 def test_table_reports_rates_labels_and_accuracy(gsm_file, tmp_path):
-    rows = summarize(run(experiment(gsm_file, tmp_path), ScriptedBackend(script)))
+    rows = load_run(run(experiment(gsm_file, tmp_path), ScriptedBackend(script))).summary()
     greedy, sampled = rows
     assert (greedy.temperature, sampled.temperature) == (0.0, 1.0)
     assert greedy.labels == {"generic": ITEMS} and greedy.follow_up.value == 0
@@ -120,7 +121,7 @@ def test_stored_generation_keeps_prompt_template_hash_and_raw_text(gsm_file, tmp
 def test_export_has_one_row_per_user_turn(gsm_file, tmp_path, fmt):
     store = run(experiment(gsm_file, tmp_path), ScriptedBackend(script))
     out = tmp_path / f"turns.{fmt}"
-    assert export_user_turns(store, out, fmt) == ITEMS * (1 + SAMPLES)
+    assert export_user_turns(read_turns(store), out, fmt) == ITEMS * (1 + SAMPLES)
     if fmt == "jsonl":
         records = [json.loads(line) for line in out.read_text().splitlines()]
     elif fmt == "csv":
@@ -141,7 +142,7 @@ def test_export_has_one_row_per_user_turn(gsm_file, tmp_path, fmt):
 def test_engine_arguments_from_the_config_reach_the_backend(tmp_path: Path, gsm_file: Path,
                                                             monkeypatch) -> None:
     """backend_args (e.g. vLLM's tensor_parallel_size) go from the experiment to load_backend."""
-    import userturn.pipeline as pipeline
+    import userturn.backends as backends
 
     seen: dict = {}
 
@@ -149,7 +150,7 @@ def test_engine_arguments_from_the_config_reach_the_backend(tmp_path: Path, gsm_
         seen[spec] = kwargs["backend_args"]
         return ScriptedBackend(lambda r: "Why 26?<|im_end|>", spec=spec)
 
-    monkeypatch.setattr(pipeline, "load_backend", fake_load)
+    monkeypatch.setattr(backends, "load_backend", fake_load)
     exp = Experiment(models=["vllm/some-model"], datasets=[f"gsm8k:{gsm_file}"], limit=1,
                      temperatures=[0.0], backend_args={"tensor_parallel_size": 2},
                      output=tmp_path / "run")

@@ -11,16 +11,16 @@ import pytest
 from conftest import QUESTIONS
 from test_render_golden import load
 from userturn.backends.fake import ScriptedBackend
-from userturn.compare import compare_runs
+from userturn.report.compare import compare_runs
 from userturn.config import Experiment
 from userturn.errors import ConfigError
-from userturn.export import user_turn_records
-from userturn.judge import Judge
+from userturn.labels.judge import Judge
 from userturn.pipeline import run_experiment
 from userturn.records import Case, Request
-from userturn.report import browser_data, build_report
+from userturn.report.page import browser_data
 from userturn.store import RunStore
-from userturn.summary import summarize
+from userturn.turns import read_turns, read_answers
+from userturn import load_run
 
 ITEMS = 3
 BOXES, APPLES, PAGES = (q for q, _ in QUESTIONS[:ITEMS])
@@ -65,46 +65,46 @@ def experiment(gsm_file: Path, out: Path, **changes) -> Experiment:
 
 
 def turns_by_question(store: RunStore) -> dict[str, dict]:
-    return {question(t["prompt"].rsplit("<|im_start|>assistant", 1)[0]): t
-            for t in store.user_turns()}
+    return {question(t.prompt.rsplit("<|im_start|>assistant", 1)[0]): t
+            for t in read_turns(store)}
 
 
 def test_thinking_is_stored_apart_and_the_visible_text_is_scored_and_labelled(gsm_file, tmp_path):
     store = run_experiment(experiment(gsm_file, tmp_path / "run"),
                            backends={"fake/qwen3": qwen3_backend()})
-    answers = store.assistant_turns()
-    assert [a["thinking"] for a in answers] == [ANSWER_THOUGHT] * ITEMS
-    assert all(a["text"].startswith("The answer is") for a in answers)
-    assert all(a["correct"] == 1 for a in answers)  # the thinking's "#### 99" was not scored
+    answers = read_answers(store)
+    assert [a.thinking for a in answers] == [ANSWER_THOUGHT] * ITEMS
+    assert all(a.text.startswith("The answer is") for a in answers)
+    assert all(a.correct == 1 for a in answers)  # the thinking's "#### 99" was not scored
 
     turns = turns_by_question(store)
     thanked = turns[BOXES]
-    assert (thanked["text"], thanked["thinking"]) == ("Thanks!", USER_THOUGHT)
-    assert thanked["raw_text"].startswith(f"<think>\n{USER_THOUGHT}")  # raw text as generated
-    assert thanked["label"] == "generic"  # the visible "Thanks!", not the thinking (meta)
+    assert (thanked.user_turn, thanked.thinking) == ("Thanks!", USER_THOUGHT)
+    assert thanked.raw_user_turn.startswith(f"<think>\n{USER_THOUGHT}")  # raw text as generated
+    assert thanked.label == "generic"  # the visible "Thanks!", not the thinking (meta)
 
     only = turns[APPLES]
-    assert only["text"] == "" and only["finish_reason"] == "length"
-    assert only["thinking"].startswith("The user wants me to write")
-    assert only["label"] == "empty" and "thinking only" in only["rationale"]
+    assert only.user_turn == "" and only.finish_reason == "length"
+    assert only.thinking.startswith("The user wants me to write")
+    assert only.label == "empty" and "thinking only" in only.rationale
 
     plain = turns[PAGES]
-    assert plain["thinking"] is None and plain["text"] == "Why did you multiply 20 by 6?"
+    assert plain.thinking is None and plain.user_turn == "Why did you multiply 20 by 6?"
 
     # drop (the default): the prober sees the answer as the template shows it, without thinking
-    assert all(ANSWER_THOUGHT not in t["prompt"] for t in turns.values())
+    assert all(ANSWER_THOUGHT not in t.prompt for t in turns.values())
     assert store.meta()["config"]["thinking"] == "drop"
 
-    records = {r["key"]: r for r in user_turn_records(store)}
-    assert records[only["key"]]["thinking"] == only["thinking"]
-    shown = {t["key"]: t for t in browser_data(build_report(store))["turns"]}
-    assert shown[thanked["key"]]["thinking"] == USER_THOUGHT and shown[plain["key"]]["thinking"] is None
+    records = {t.key: t.record() for t in read_turns(store)}
+    assert records[only.key]["thinking"] == only.thinking
+    shown = {t["key"]: t for t in browser_data(load_run(store).report())["turns"]}
+    assert shown[thanked.key]["thinking"] == USER_THOUGHT and shown[plain.key]["thinking"] is None
 
 
 def test_keep_policy_shows_the_thinking_and_is_part_of_the_key(gsm_file, tmp_path):
     out = tmp_path / "run"
     dropped = run_experiment(experiment(gsm_file, out), backends={"fake/qwen3": qwen3_backend()})
-    drop_keys = {t["key"] for t in dropped.user_turns()}
+    drop_keys = {t.key for t in read_turns(dropped)}
     dropped.close()
 
     backend = qwen3_backend()
@@ -112,11 +112,11 @@ def test_keep_policy_shows_the_thinking_and_is_part_of_the_key(gsm_file, tmp_pat
                           backends={"fake/qwen3": backend})
     # The answers are reused; every user turn is generated again, under its own keys.
     assert backend.calls == ITEMS and all(r.prompt.endswith("user\n") for r in backend.requests)
-    turns = kept.user_turns()
-    assert {t["key"] for t in turns}.isdisjoint(drop_keys) and len(turns) == ITEMS
+    turns = read_turns(kept)
+    assert {t.key for t in turns}.isdisjoint(drop_keys) and len(turns) == ITEMS
     for turn in turns:
         assert f"<|im_start|>assistant\n<think>\n{ANSWER_THOUGHT}\n</think>\n\nThe answer is" \
-            in turn["prompt"]
+            in turn.prompt
     assert kept.meta()["config"]["thinking"] == "keep"
 
     again = qwen3_backend()
@@ -129,11 +129,11 @@ def test_enable_thinking_variants_are_models_of_their_own(gsm_file, tmp_path):
     backend = qwen3_backend()
     store = run_experiment(experiment(gsm_file, tmp_path / "a", enable_thinking=[True, False]),
                            backends={"fake/qwen3": backend})
-    answers = {(a["model"], a["item_id"]): a for a in store.assistant_turns()}
+    answers = {(a.model, a.item_id): a for a in read_answers(store)}
     assert {model for model, _ in answers} == {on, off}
-    assert all((a["thinking"] is None) is (model == off) for (model, _), a in answers.items())
+    assert all((a.thinking is None) is (model == off) for (model, _), a in answers.items())
     assert len(backend.requests) == 2 * (ITEMS + ITEMS)  # answers and user turns, per variant
-    assert {row.model for row in summarize(store)} >= {on, off}
+    assert {row.model for row in load_run(store).summary()} >= {on, off}
     variables = {m: v.get("template_variables") for m, v in store.meta()["models"].items()}
     assert variables == {on: {"enable_thinking": True}, off: {"enable_thinking": False}}
 
@@ -174,17 +174,17 @@ def test_gpt_oss_harmony_end_to_end(gsm_file, tmp_path):
     backend = ScriptedBackend(harmony_script, spec="fake/gpt-oss", template=template)
     store = run_experiment(experiment(gsm_file, tmp_path / "run", models=["fake/gpt-oss"]),
                            backends={"fake/gpt-oss": backend})
-    answers = store.assistant_turns()
-    assert {a["thinking"] for a in answers} == {HARMONY_ANALYSIS}
-    assert all(a["text"].startswith("The answer is") and a["correct"] for a in answers)
-    turns = {question(t["prompt"]): t for t in store.user_turns()}
+    answers = read_answers(store)
+    assert {a.thinking for a in answers} == {HARMONY_ANALYSIS}
+    assert all(a.text.startswith("The answer is") and a.correct for a in answers)
+    turns = {question(t.prompt): t for t in read_turns(store)}
     for turn in turns.values():  # history: the final message only, closed with <|end|>
-        assert HARMONY_ANALYSIS not in turn["prompt"]
-        assert turn["prompt"].endswith(".<|end|><|start|>user<|message|>")
-    assert turns[BOXES]["text"] == "" and turns[BOXES]["label"] == "empty"
-    assert turns[BOXES]["thinking"] == "The user would probably ask about it."
-    assert "thinking only" in turns[BOXES]["rationale"]
-    assert turns[APPLES]["text"] == "Why did you multiply?" and turns[APPLES]["thinking"] is None
+        assert HARMONY_ANALYSIS not in turn.prompt
+        assert turn.prompt.endswith(".<|end|><|start|>user<|message|>")
+    assert turns[BOXES].user_turn == "" and turns[BOXES].label == "empty"
+    assert turns[BOXES].thinking == "The user would probably ask about it."
+    assert "thinking only" in turns[BOXES].rationale
+    assert turns[APPLES].user_turn == "Why did you multiply?" and turns[APPLES].thinking is None
 
 
 def test_the_judge_is_not_asked_about_a_turn_that_is_thinking_only():
@@ -208,14 +208,14 @@ def test_tiny_model_policy_in_the_key_and_enable_thinking_refused(tiny_backend, 
         run_experiment(exp.model_copy(update={"enable_thinking": [True, False]}),
                        backends={"tiny": tiny_backend})
     dropped = run_experiment(exp, backends={"tiny": tiny_backend})
-    before = {t["key"]: t for t in dropped.user_turns()}
+    before = {t.key: t for t in read_turns(dropped)}
     dropped.close()
     kept = run_experiment(exp.model_copy(update={"thinking": "keep"}),
                           backends={"tiny": tiny_backend})
-    after = {t["key"]: t for t in kept.user_turns()}
+    after = {t.key: t for t in read_turns(kept)}
     # The random tiny model does not think, so the prompts are the same, but a resumed run with
     # another policy never reuses the other policy's generations.
-    assert sorted(t["prompt"] for t in before.values()) == sorted(t["prompt"] for t in after.values())
+    assert sorted(t.prompt for t in before.values()) == sorted(t.prompt for t in after.values())
     assert set(before).isdisjoint(after)
     for turn in after.values():  # what was not split stays exactly as the backend returned it
-        assert turn["thinking"] is None or "<think>" in turn["raw_text"]
+        assert turn.thinking is None or "<think>" in turn.raw_user_turn

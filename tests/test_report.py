@@ -19,10 +19,12 @@ from userturn.backends.fake import ScriptedBackend
 from userturn.config import Experiment
 from userturn.pipeline import run_experiment
 from userturn.records import Label, Request
-from userturn.report import build_report, export_tables, json_for_script, write_html_report
+from userturn.report import export_tables, write_html_report
+from userturn.report.markup import json_for_script
 from userturn.stats import paired_difference
 from userturn.store import RunStore
-from userturn.summary import summarize
+from userturn.turns import read_turns
+from userturn import load_run
 
 MODELS = ["fake/alpha", "fake/beta"]
 TEMPERATURES = [0.0, 0.7, 1.0]
@@ -76,7 +78,7 @@ def build_run(folder: Path, models: list[str], **changes: Any) -> RunStore:
 def add_judge_labels(store: RunStore) -> None:
     """A fake judge labels what the rules left undecided (some verdicts invalid), and a human
     labels a few turns; the run then reads rules, then the judge."""
-    undecided = [t for t in store.user_turns("rules") if t["error"] is None and t["label"] is None]
+    undecided = [t for t in read_turns(store, "rules") if t.error is None and t.label is None]
     rows = []
     for i, turn in enumerate(undecided):
         if i % 4 == 3:
@@ -84,9 +86,9 @@ def add_judge_labels(store: RunStore) -> None:
         else:
             label = Label(["restatement", "meta", "empty"][i % 3], source="judge:fake",
                           rationale=JUDGE_XSS)
-        rows.append((turn["key"], "v1", label))
-    humans = [(t["key"], "h", Label("follow_up", source="human:alice", rationale="<i>agree</i>"))
-              for t in store.user_turns()[:5]]
+        rows.append((turn.key, "v1", label))
+    humans = [(t.key, "h", Label("follow_up", source="human:alice", rationale="<i>agree</i>"))
+              for t in read_turns(store)[:5]]
     store.put_labels(rows + humans)
     store.set_meta({"label_sources": ["rules", "judge:fake"]})
 
@@ -102,17 +104,9 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def report_html(run_folder: Path) -> Path:
-    store = RunStore.open(run_folder)
-    out = write_html_report(store, run_folder.parent / "html" / "report.html",
-                            tables_dir=run_folder.parent / "html" / "tables")
-    store.close()
-    return out
-
-
-def status(turn: dict[str, Any]) -> str:
-    if turn["error"] is not None:
-        return "failed"
-    return turn["label"] or ("invalid" if turn["label_error"] else "undecided")
+    return write_html_report(load_run(run_folder).report(),
+                             run_folder.parent / "html" / "report.html",
+                             tables_dir=run_folder.parent / "html" / "tables")
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -158,7 +152,7 @@ def test_model_text_appears_only_escaped(report_html):
     assert "<" not in block and ">" not in block and "&" not in block
     assert "\\u003cscript\\u003ewindow.__pwned=1\\u003c/script\\u003e" in block
     data = json.loads(block)  # the escapes are plain JSON: the text survives exactly
-    shown = {t["text"] for t in data["turns"]}
+    shown = {t["user_turn"] for t in data["turns"]}
     assert {SCRIPT_TAG, IMG_TAG, BOLD} <= shown
     assert any(JUDGE_XSS == label[2] for t in data["turns"] for label in t["labels"])
 
@@ -181,7 +175,7 @@ def test_header_has_config_versions_sources(report_html, run_folder):
 def test_tables_are_exported_with_the_summary_numbers(report_html, run_folder):
     tables = run_folder.parent / "html" / "tables"
     store = RunStore.open(run_folder)
-    rows, turns = summarize(store), store.user_turns()
+    rows, turns = load_run(store).summary(), read_turns(store)
     summary = read_csv(tables / "summary.csv")
     assert len(summary) == len(rows) == len(MODELS) * len(TEMPERATURES) * (1 + len(PERTURBATIONS))
     for record, row in zip(summary, rows):
@@ -220,10 +214,10 @@ def test_perturbation_differences_are_paired_over_shared_items(report_html, run_
     assert len(records) == len(MODELS) * len(PERTURBATIONS) * len(TEMPERATURES)
     store = RunStore.open(run_folder)
     sides: dict[tuple, list[tuple[str, bool]]] = defaultdict(list)
-    for t in store.user_turns():
-        if t["error"] is None and (t["label"] is not None or not t["label_error"]):
-            sides[(t["model"], t["perturbation"], t["temperature"])].append(
-                (t["item_id"], t["label"] == "follow_up"))
+    for t in read_turns(store):
+        if t.error is None and (t.label is not None or not t.label_error):
+            sides[(t.model, t.perturbation, t.temperature)].append(
+                (t.item_id, t.label == "follow_up"))
     store.close()
     for record in records:
         key = (record["model"], record["perturbation"], float(record["temperature"]))
@@ -240,7 +234,7 @@ def test_perturbation_differences_are_paired_over_shared_items(report_html, run_
 
 def test_joint_table_splits_right_and_wrong_answers(run_folder):
     store = RunStore.open(run_folder)
-    report = build_report(store)
+    report = load_run(store).report()
     store.close()
     by_model = {key[0]: j for key, j in report.joints if key[3] == 0.0}
     assert by_model["fake/alpha"]["items_correct"] == 3
@@ -251,8 +245,9 @@ def test_joint_table_splits_right_and_wrong_answers(run_folder):
 def test_three_models_give_a_rank_correlation(tmp_path):
     models = ["fake/alpha", "fake/beta", "fake/gamma"]
     store = build_run(tmp_path, models, temperatures=[0.0], perturbations=[])
-    out = write_html_report(store, tmp_path / "report.html")
-    files = export_tables(store, tmp_path / "tables")
+    report = load_run(store).report()
+    out = write_html_report(report, tmp_path / "report.html")
+    files = export_tables(report, tmp_path / "tables")
     store.close()
     html = out.read_text(encoding="utf-8")
     assert "Spearman ρ = " in html or "Spearman ρ undefined" in html
@@ -269,7 +264,7 @@ def test_page_in_headless_chromium(browser, report_html, run_folder, tmp_path):
     from playwright.sync_api import expect
 
     store = RunStore.open(run_folder)
-    turns = store.user_turns()
+    turns = read_turns(store)
     store.close()
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     errors: list[str] = []
@@ -289,13 +284,13 @@ def test_page_in_headless_chromium(browser, report_html, run_folder, tmp_path):
         expect(page.locator("#match-count")).to_have_text(str(count))
         expect(page.locator("#cards > article")).to_have_count(min(count, 30))
 
-    choose("model", "fake/beta", lambda t: t["model"] == "fake/beta")
+    choose("model", "fake/beta", lambda t: t.model == "fake/beta")
     choose("perturbation", "truncate",
-           lambda t: t["model"] == "fake/beta" and t["perturbation"] == "truncate")
-    choose("status", "follow_up", lambda t: t["model"] == "fake/beta"
-           and t["perturbation"] == "truncate" and status(t) == "follow_up")
+           lambda t: t.model == "fake/beta" and t.perturbation == "truncate")
+    choose("status", "follow_up", lambda t: t.model == "fake/beta"
+           and t.perturbation == "truncate" and t.status == "follow_up")
     page.click("#reset")
-    choose("status", "invalid", lambda t: status(t) == "invalid")
+    choose("status", "invalid", lambda t: t.status == "invalid")
     page.click("#reset")
 
     # markup written by a model is shown as text
@@ -308,7 +303,7 @@ def test_page_in_headless_chromium(browser, report_html, run_folder, tmp_path):
 
     # the exact prompt, behind its toggle
     key = first.get_attribute("data-key")
-    prompt = next(t["prompt"] for t in turns if t["key"] == key)
+    prompt = next(t.prompt for t in turns if t.key == key)
     expect(first.locator("pre.prompt")).to_have_count(0)
     first.locator("button.show").click()
     expect(first.locator("pre.prompt")).to_be_visible()
@@ -321,12 +316,12 @@ def test_page_in_headless_chromium(browser, report_html, run_folder, tmp_path):
 
     page.fill("#f-search", "bold")
     expect(page.locator("#match-count")).to_have_text(str(sum(
-        1 for t in turns if t["model"] == "fake/alpha" and t["temperature"] == 0
-        and t["perturbation"] == "none" and "bold" in t["text"])))
+        1 for t in turns if t.model == "fake/alpha" and t.temperature == 0
+        and t.perturbation == "none" and "bold" in t.user_turn)))
     page.click("#reset")
     page.wait_for_timeout(50)
     assert page.evaluate("typeof window.__pwned") == "undefined"
     page.close()
     assert errors == []
     assert all(url.startswith("file://") for url in requests), requests
-    assert Counter(status(t) for t in turns)["invalid"] > 0
+    assert Counter(t.status for t in turns)["invalid"] > 0

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import pytest
 
 from userturn.records import LABELS, Case
-from userturn.rules import RulesClassifier
+from userturn.labels.rules import RulesClassifier
 
 CHATML = "<|im_start|>assistant"
 
@@ -600,7 +600,7 @@ _SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
 from test_rules import CASES, _case
-from userturn.rules import RulesClassifier
+from userturn.labels.rules import RulesClassifier
 print(json.dumps([list(RulesClassifier().classify(_case(c)).__dict__.values()) for c in CASES]))
 """
 

@@ -11,13 +11,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from test_judge_pipeline import script
 from test_pipeline import experiment
 
+from userturn.turns import read_turns
 from userturn import atomic, store as store_module
 from userturn.backends.fake import ScriptedBackend
 from userturn.cli import main
@@ -197,7 +197,7 @@ def test_a_full_disk_during_a_run_is_one_line_and_the_run_resumes(gsm_file, tmp_
         run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
     monkeypatch.setattr(store_module, "_connect", connect)
     store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
-    assert all(t["error"] is None for t in store.user_turns())
+    assert all(t.error is None for t in read_turns(store))
 
 
 def test_output_that_is_a_file_is_one_line(gsm_file, tmp_path):

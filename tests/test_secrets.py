@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from pathlib import Path
 
 import pytest
 from openai_fake import Answer, Fail, FakeOpenAI, Recorded
 
+from userturn.turns import read_turns
 from userturn import credentials
 from userturn.cli import main
 
@@ -85,7 +85,7 @@ def test_the_key_in_every_form_reaches_no_stored_or_printed_text(form, tmp_path,
     from userturn.store import RunStore
 
     store = RunStore.open(run)
-    texts = [t["text"] for t in store.user_turns()] + [
+    texts = [t.user_turn for t in read_turns(store)] + [
         r["error"] or r["rationale"] for r in store.db.execute("SELECT * FROM labels WHERE "
                                                              "source LIKE 'judge:%'")]
     store.close()

@@ -11,7 +11,7 @@ from userturn.backends.fake import ScriptedBackend
 from userturn.cli import main
 from userturn.config import load_experiment
 from userturn.errors import ConfigError
-from userturn.judge import Judge, OpenAIChatClient, judge_from_spec
+from userturn.labels.judge import Judge, OpenAIChatClient, judge_from_spec
 from userturn.pipeline import judge_turns, run_experiment
 from userturn.store import RunStore
 

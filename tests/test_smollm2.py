@@ -9,7 +9,8 @@ import pytest
 from userturn.config import Experiment
 from userturn.models import resolve_model
 from userturn.pipeline import run_experiment
-from userturn.summary import summarize
+from userturn.turns import read_turns
+from userturn import load_run
 
 pytestmark = pytest.mark.slow
 
@@ -28,17 +29,17 @@ def test_probe_on_smollm2_end_to_end(tmp_path):
                      temperatures=[0.0, 1.0], samples=2, max_tokens=64, user_max_tokens=32,
                      output=tmp_path / "run")
     store = run_experiment(exp)
-    turns = store.user_turns()
+    turns = read_turns(store)
     assert len(turns) == 2 * (1 + 2)
-    assert all(t["error"] is None for t in turns)
-    assert all(t["prompt"].endswith("<|im_end|>\n<|im_start|>user\n") for t in turns)
+    assert all(t.error is None for t in turns)
+    assert all(t.prompt.endswith("<|im_end|>\n<|im_start|>user\n") for t in turns)
     # The answer the user turn follows is the model's own, scored for accuracy.
-    assert all(t["answer"] and t["answer"] in t["prompt"] for t in turns)
-    assert all(t["correct"] in (0, 1) for t in turns)
+    assert all(t.answer and t.answer in t.prompt for t in turns)
+    assert all(t.answer_correct in (0, 1) for t in turns)
     for turn in turns:  # a stopped turn ends at the template's user end-of-turn marker
-        if turn["finish_reason"] == "stop":
-            assert turn["raw_text"].endswith("<|im_end|>")
-            assert "<|im_end|>" not in turn["text"]
-    rows = summarize(store)
+        if turn.finish_reason == "stop":
+            assert turn.raw_user_turn.endswith("<|im_end|>")
+            assert "<|im_end|>" not in turn.user_turn
+    rows = load_run(store).summary()
     assert [row.temperature for row in rows] == [0.0, 1.0]
     assert sum(sum(row.labels.values()) + row.undecided for row in rows) == len(turns)

@@ -1,5 +1,5 @@
-"""The clustered bootstrap and the paired statistics: hand-computed cases, properties, and
-coverage on simulated data."""
+"""Clustered rates and the paired statistics: hand-computed cases and properties (coverage on
+simulated designs is tests/test_coverage.py)."""
 
 from __future__ import annotations
 
@@ -21,44 +21,68 @@ from userturn.stats import (
 )
 
 
+def _wilson(p, n, z=1.959963984540054):
+    """The plain Wilson score interval, written out from its formula."""
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
 def test_pooled_rate_over_clusters_by_hand():
+    # Items of 3, 1 and 2 turns with 2, 0 and 1 hits: p = 3/6. Residuals h - p m = 0.5, -0.5, 0;
+    # variance 3/2 * 0.5 / 36 = 1/48, n_eff = p(1-p) / var = 12, kept at the 6 turns there are.
     pairs = [("a", True), ("a", True), ("a", False), ("b", False), ("c", True), ("c", False)]
     rate = clustered_rate(pairs)
     assert (rate.hits, rate.n) == (3, 6) and rate.value == 0.5
-    # Cluster rates are 2/3, 0, 1/2: no resample can go below 0 or above 2/3... pooled max is
-    # all-"a" = 2/3 and min is all-"b" = 0.
-    assert 0.0 <= rate.low <= 0.5 <= rate.high <= 2 / 3
+    assert (rate.low, rate.high) == pytest.approx(_wilson(0.5, 6))
+
+
+def test_clustered_items_shrink_the_effective_n_by_hand():
+    # 10 items of 4 turns: 2 items all hits, 8 none. p = 0.2, residuals 3.2 (x2) and -0.8 (x8):
+    # sum of squares 25.6, variance 10/9 * 25.6 / 1600 = 0.01778, n_eff = 0.16 / 0.01778 = 9,
+    # below the 10 items, so n_eff = 10: the 40 turns count as the 10 items they are (2 effective
+    # hits, so the lower limit is the Poisson one: 0.35536 / 10).
+    pairs = [(i, i < 2) for i in range(10) for _ in range(4)]
+    rate = clustered_rate(pairs)
+    assert rate.value == 0.2
+    assert (rate.low, rate.high) == pytest.approx((0.035536, _wilson(0.2, 10)[1]), rel=1e-4)
+
+
+def test_no_hit_is_never_a_zero_width_interval():
+    # Greedy, 20 items, no follow-up: the upper limit is Wilson's z^2 / (n + z^2), not 0.
+    rate = clustered_rate([(i, False) for i in range(20)])
+    z2 = 1.959963984540054 ** 2
+    assert rate.low == 0.0 and rate.high == pytest.approx(z2 / (20 + z2))
+    # With several samples an item's turns may be alike: the effective n falls back to the items.
+    sampled = clustered_rate([(i, False) for i in range(20) for _ in range(4)])
+    assert sampled.high == pytest.approx(z2 / (20 + z2))
+    everything = clustered_rate([(i, True) for i in range(10)])
+    assert everything.high == 1.0 and everything.low == pytest.approx(10 / (10 + z2))
+
+
+def test_one_or_two_hits_get_the_poisson_lower_limit():
+    # 2 hits in 50 turns: Wilson's lower limit (0.0110) would exclude a true 1%; the Poisson
+    # limit (gamma quantile of shape 2 at 5%, 0.3554 / 50 = 0.0071) keeps it.
+    rate = clustered_rate([(i, i < 2) for i in range(50)])
+    assert rate.low == pytest.approx(0.35536 / 50, rel=1e-4)
+    assert rate.high == pytest.approx(_wilson(0.04, 50)[1])
 
 
 def test_degenerate_cases():
     empty = clustered_rate([])
     assert empty.n == 0 and np.isnan(empty.value)
     single = clustered_rate([("x", True), ("x", False)])
-    assert (single.low, single.high) == (0.5, 0.5)
-    all_hits = clustered_rate([(i, True) for i in range(10)])
-    assert (all_hits.low, all_hits.high) == (1.0, 1.0)
+    assert single.low < 0.5 < single.high
+    with pytest.raises(ValueError):
+        clustered_rate([("x", True)], level=1.0)
 
 
 def test_interval_is_wider_when_samples_are_clustered():
     # Same 40 observations: as 40 independent items, or as 4 items x 10 identical samples.
-    independent = clustered_rate([(i, i % 2 == 0) for i in range(40)], seed=1)
-    clustered = clustered_rate([(i // 10, (i // 10) % 2 == 0) for i in range(40)], seed=1)
+    independent = clustered_rate([(i, i % 2 == 0) for i in range(40)])
+    clustered = clustered_rate([(i // 10, (i // 10) % 2 == 0) for i in range(40)])
     assert independent.value == clustered.value == 0.5
     assert clustered.high - clustered.low > 2 * (independent.high - independent.low)
-
-
-def test_coverage_on_simulated_clustered_data():
-    """Items have their own follow-up propensity (beta-distributed); 4 samples per item. The 95%
-    interval must cover the true pooled rate in roughly 95% of simulated experiments."""
-    rng = np.random.default_rng(2026)
-    true_mean, runs, covered = 0.2, 300, 0
-    for run in range(runs):
-        propensities = rng.beta(1.0, 4.0, size=60)  # mean 0.2, strongly item-dependent
-        pairs = [(item, bool(rng.random() < p)) for item, p in enumerate(propensities)
-                 for _ in range(4)]
-        rate = clustered_rate(pairs, resamples=800, seed=run)
-        covered += rate.low <= true_mean <= rate.high
-    assert 0.89 <= covered / runs <= 0.99
 
 
 # ------------------------------------------------------------------------------------------------
@@ -75,21 +99,34 @@ def test_paired_difference_one_extra_hit_by_hand():
     assert (diff.a.hits, diff.a.n, diff.b.hits, diff.b.n) == (4, 12, 5, 12)
     assert diff.delta == pytest.approx(1 / 12)
     assert (diff.items, diff.dropped_a, diff.dropped_b) == (12, 0, 0)
-    # Every resample's difference is (times item 1 was drawn) / 12 >= 0.
-    assert 0.0 == diff.low <= diff.delta <= diff.high
-    # Swapping the sides negates the difference.
-    assert paired_difference(b, a).delta == pytest.approx(-1 / 12)
+    # Newcombe's hybrid score interval: Wilson limits of each side and the phi correlation of the
+    # two sides (here the item residuals' correlation), by hand.
+    la, ua = _wilson(4 / 12, 12)
+    lb, ub = _wilson(5 / 12, 12)
+    ra = [(1 if i % 3 == 0 else 0) - 4 / 12 for i in range(12)]
+    rb = [(1 if i % 3 == 0 or i == 1 else 0) - 5 / 12 for i in range(12)]
+    phi = sum(x * y for x, y in zip(ra, rb)) / math.sqrt(sum(x * x for x in ra)
+                                                         * sum(y * y for y in rb))
+    low = 1 / 12 - math.sqrt((5 / 12 - lb) ** 2 + (ua - 4 / 12) ** 2
+                             - 2 * phi * (5 / 12 - lb) * (ua - 4 / 12))
+    high = 1 / 12 + math.sqrt((ub - 5 / 12) ** 2 + (4 / 12 - la) ** 2
+                              - 2 * phi * (ub - 5 / 12) * (4 / 12 - la))
+    assert (diff.low, diff.high) == pytest.approx((low, high))
+    assert diff.low < 0 < diff.high  # one changed item of twelve is no evidence
+    # Swapping the sides negates the difference and mirrors the interval.
+    swapped = paired_difference(b, a)
+    assert swapped.delta == pytest.approx(-1 / 12)
+    assert (swapped.low, swapped.high) == pytest.approx((-diff.high, -diff.low))
 
 
 def test_paired_difference_pools_unequal_samples_per_side():
     # a: 2 samples per item, b: 3 samples per item; pooled rates are hits over samples.
     a = [("x", True), ("x", False), ("y", False), ("y", False)]
     b = [("x", True), ("x", True), ("x", False), ("y", True), ("y", False), ("y", False)]
-    diff = paired_difference(a, b, seed=3)
+    diff = paired_difference(a, b)
     assert diff.a.value == 1 / 4 and diff.b.value == 3 / 6
     assert diff.delta == pytest.approx(0.25)
-    # Only two items: resample differences are all-x (2/3 - 1/2), mixed (1/2 - 1/4), all-y (1/3).
-    assert 1 / 6 - 1e-12 <= diff.low <= diff.delta <= diff.high <= 1 / 3 + 1e-12
+    assert diff.low < diff.delta < diff.high
 
 
 def test_paired_difference_drops_and_counts_one_sided_items():
@@ -107,8 +144,9 @@ def test_paired_difference_degenerate_cases():
     none = paired_difference([("a", True)], [("b", True)])
     assert none.items == 0 and (none.dropped_a, none.dropped_b) == (1, 1)
     assert all(math.isnan(v) for v in (none.delta, none.low, none.high, none.a.value))
-    one = paired_difference([("x", True), ("x", False)], [("x", True)])
-    assert one.items == 1 and one.delta == one.low == one.high == 0.5
+    # No hit on either side (greedy, a rate near zero): a finite sample, so not [0, 0].
+    flat = paired_difference([(i, False) for i in range(20)], [(i, False) for i in range(20)])
+    assert flat.delta == 0 and flat.low < 0 < flat.high
     with pytest.raises(ValueError):
         paired_difference([("x", True)], [("x", True)], level=1.5)
 
@@ -117,28 +155,9 @@ def test_paired_marginals_match_clustered_rate_on_shared_items():
     rng = np.random.default_rng(7)
     a = [(i, bool(rng.random() < 0.3)) for i in range(30) for _ in range(3)]
     b = [(i, bool(rng.random() < 0.4)) for i in range(30) for _ in range(2)]
-    diff = paired_difference(a + [(99, True)], b, seed=5, resamples=500)
-    assert diff.a == clustered_rate(a, seed=5, resamples=500)
-    assert diff.b == clustered_rate(b, seed=5, resamples=500)
-
-
-def _unpaired_interval(a, b, *, resamples=2000, seed=0, level=0.95):
-    """Independent clustered bootstraps of the two sides (what pairing avoids)."""
-    def per_item(pairs):
-        out: dict = {}
-        for item, hit in pairs:
-            out.setdefault(item, [0, 0])
-            out[item][0] += int(hit)
-            out[item][1] += 1
-        return np.array(list(out.values()), dtype=float).T
-
-    rng = np.random.default_rng(seed)
-    rates = []
-    for hits, sizes in (per_item(a), per_item(b)):
-        draws = rng.integers(0, len(hits), size=(resamples, len(hits)))
-        rates.append(hits[draws].sum(axis=1) / sizes[draws].sum(axis=1))
-    tail = (1 - level) / 2
-    return np.quantile(rates[1] - rates[0], [tail, 1 - tail])
+    diff = paired_difference(a + [(99, True)], b)
+    assert diff.a == clustered_rate(a)
+    assert diff.b == clustered_rate(b)
 
 
 def test_paired_interval_is_narrower_when_sides_are_correlated_per_item():
@@ -151,25 +170,13 @@ def test_paired_interval_is_narrower_when_sides_are_correlated_per_item():
         for u in rng.random(6):
             a.append((item, bool(u < p)))
             b.append((item, bool(u < min(p + 0.08, 1.0))))
-    paired = paired_difference(a, b, seed=2)
-    low, high = _unpaired_interval(a, b, seed=2)
+    paired = paired_difference(a, b)
+    ra, rb = clustered_rate(a), clustered_rate(b)
+    # Two independent intervals combined in quadrature: what pairing avoids.
+    unpaired = math.hypot(ra.high - ra.value, rb.value - rb.low) + math.hypot(
+        ra.value - ra.low, rb.high - rb.value)
     assert paired.low <= paired.delta <= paired.high
-    assert paired.high - paired.low < 0.5 * (high - low)
-
-
-def test_paired_difference_coverage_on_simulated_data():
-    """Item propensities shared by both sides plus a true per-item shift (mean 0.15); a has 4 and
-    b 3 samples per item. The 95% interval covers the true difference ~95% of the time."""
-    rng = np.random.default_rng(2027)
-    true_delta, runs, covered = 0.15, 250, 0
-    for run in range(runs):
-        base = 0.7 * rng.beta(1.0, 3.0, size=60)  # in [0, 0.7], strongly item-dependent
-        shifted = base + rng.uniform(0.0, 0.3, size=60)  # in [0, 1], mean shift 0.15
-        a = [(item, bool(rng.random() < p)) for item, p in enumerate(base) for _ in range(4)]
-        b = [(item, bool(rng.random() < p)) for item, p in enumerate(shifted) for _ in range(3)]
-        diff = paired_difference(a, b, resamples=800, seed=run)
-        covered += diff.low <= true_delta <= diff.high
-    assert 0.89 <= covered / runs <= 0.99
+    assert paired.high - paired.low < 0.5 * unpaired
 
 
 def _mcnemar_from_counts(b00, b01, b10, b11):
@@ -288,8 +295,7 @@ def test_joint_table_by_hand():
     assert (table["items_correct"], table["items_wrong"], table["items_mixed"]) == (2, 2, 0)
     assert table["counts"] == {"correct_hit": 1, "correct_miss": 3, "wrong_hit": 2,
                                "wrong_miss": 1}
-    # Clustered by item: the interval of "correct" stays within the item rates 0 and 1/2.
-    assert 0.0 <= table["correct"].low <= 0.25 <= table["correct"].high <= 0.5
+    assert table["correct"].low < 0.25 < table["correct"].high
     assert table["correct"] == clustered_rate([(i, h) for i, c, h in triples if c])
 
 

@@ -206,11 +206,11 @@ def test_sft_two_steps_on_the_tiny_model_then_before_after(tmp_path: Path, gsm_f
     # The before/after probed both models on the held-out items, paired.
     result = outcome.before_after
     assert result is not None
-    comparisons, accuracy = result.by_labeller["rules"]
+    comparisons, accuracy = result.by_labeller["cascade"]
     assert {c.temperature for c in comparisons} == {0.0, 1.0}
     assert all(c.follow_up.items == 2 for c in comparisons) and accuracy[0].accuracy.items == 2
     # The held-out rule set, which played no part in training, measured the same turns.
-    assert list(result.by_labeller) == ["rules", "heldout-rules (played no part in training)"]
+    assert list(result.by_labeller) == ["cascade", "heldout-rules (played no part in training)"]
     held = result.by_labeller["heldout-rules (played no part in training)"][0]
     assert [c.follow_up.items for c in held] == [c.follow_up.items for c in comparisons]
     page = (out / "before_after.html").read_text()
@@ -222,7 +222,7 @@ def test_sft_two_steps_on_the_tiny_model_then_before_after(tmp_path: Path, gsm_f
     with pytest.raises(TrainingError, match="train eval"):
         run_sft(settings, log=lambda _: None)
     again = evaluate_checkpoint(out)
-    assert again.by_labeller["rules"][0][0].follow_up == comparisons[0].follow_up
+    assert again.by_labeller["cascade"][0][0].follow_up == comparisons[0].follow_up
 
 
 def test_train_eval_refuses_when_the_held_out_items_changed(tmp_path: Path, gsm_file: Path,

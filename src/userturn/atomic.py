@@ -22,7 +22,7 @@ RUN_FILES = ("userturn.db", "userturn.db-wal", "userturn.db-shm", "userturn.lock
 _fsync = os.fsync  # a seam: tests inject a full disk here
 
 
-def write_file(path: Path, write: Callable[[Path], None], *, force: bool = True) -> Path:
+def write_file(path: Path, write: Callable[[Path], object], *, force: bool = True) -> Path:
     """``write(temporary path)``, then rename it to ``path``. ``force`` False: an existing file is
     refused (one line saying to give --force)."""
     path = Path(path)

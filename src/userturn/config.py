@@ -53,8 +53,26 @@ class Experiment(BaseModel):
     context_turns: int | None = Field(default=None, ge=1, description="conversation datasets: "
                                       "the probe context is the first k user turns (default 1)")
     output: Path = Path("runs/demo")
-    base_url: str | None = Field(default=None, description="openai/MODEL models: the "
-                                 "OpenAI-compatible server (its /v1/completions endpoint)")
+    base_url: str | list[str] | None = Field(
+        default=None, description="openai/MODEL models: the OpenAI-compatible server (its "
+        "/v1/completions endpoint), or a list of servers of the same model")
+    endpoint_concurrency: int = Field(default=8, ge=1, description="openai/MODEL models: "
+                                      "requests in flight at most, per server")
+    executor: Literal["local", "ray"] = Field(
+        default="local", description="where generations run: in this process (local) or on Ray "
+        "actors, each holding one backend (pip install 'userturn[ray]')")
+    ray_address: str | None = Field(default=None, description="executor ray: the cluster "
+                                    "(auto, or HOST:PORT); default: a local cluster")
+    replicas: int = Field(default=1, ge=1, description="executor ray: actors per model")
+    gpus_per_replica: float = Field(default=0.0, ge=0.0, description="executor ray: GPUs of "
+                                    "each actor (vLLM: its tensor_parallel_size)")
+    unit_size: int = Field(default=256, ge=1, description="executor ray: requests per work unit")
+    unit_timeout: float = Field(default=1800.0, gt=0.0, description="executor ray: seconds a "
+                                "unit may run before it is cancelled and requeued")
+    unit_retries: int = Field(default=2, ge=0, description="executor ray: requeues of a failed "
+                              "unit before its requests are stored as errors")
+    max_restarts: int = Field(default=3, ge=0, description="executor ray: restarts of a dead "
+                              "actor (Ray's max_restarts)")
     tokenizer: str | None = Field(default=None, description="openai/MODEL models: where the "
                                   "tokenizer and chat template come from (default: MODEL)")
     prompt_as: Literal["tokens", "text"] = Field(
@@ -69,12 +87,31 @@ class Experiment(BaseModel):
     enable_thinking: list[bool] | None = Field(
         default=None, description="Qwen3-style templates: probe each model with thinking on "
         "and/or off, each a model of its own, e.g. MODEL[thinking=on]; unset: template default")
-    judge: str | None = Field(default=None, description="e.g. openai/gpt-5.4-mini; key from "
-                              "OPENAI_API_KEY, never from this file")
-    judge_scope: Literal["undecided", "all"] = Field(
-        default="undecided", description="judge only what the rules leave undecided, or all")
+    judge: str | list[str] | None = Field(
+        default=None, description="e.g. openai/gpt-5.4-mini, or a list of judges (each stored "
+        "under its own source, their majority deciding); key from OPENAI_API_KEY, never from "
+        "this file")
+    labeller: Literal["cascade", "classifier", "rules"] = Field(
+        default="cascade", description="who labels the user turns offline: cascade (the rules "
+        "decide the clear cases, the learned classifier labels every other turn), the "
+        "classifier alone, or the rules alone (undecided turns stay undecided)")
+    classifier: Path | None = Field(default=None, description="the classifier's parameters "
+                                    "(from userturn train-classifier); default: the shipped one")
+    judge_scope: Literal["undecided", "uncertain", "all"] = Field(
+        default="undecided", description="judge what the rules leave undecided, only the turns "
+        "the classifier is unsure of (probability below judge_threshold), or all")
+    judge_threshold: float = Field(default=0.7, gt=0.0, le=1.0, description="judge_scope "
+                                   "uncertain: the classifier probability below which the judge "
+                                   "is asked")
     judge_base_url: str | None = None
     judge_concurrency: int = Field(default=8, ge=1, le=256)
+
+    @property
+    def judges(self) -> list[str]:
+        """The judge specs, one or several (``judge: [A, B]``), without repeats."""
+        if self.judge is None:
+            return []
+        return list(dict.fromkeys([self.judge] if isinstance(self.judge, str) else self.judge))
 
     @model_validator(mode="before")
     @classmethod
@@ -89,6 +126,15 @@ class Experiment(BaseModel):
                     value = data.pop(single)
                     data[plural] = value if isinstance(value, list) else [value]
         return data
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_urls(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list):
+            if not value or not all(value):
+                raise ValueError("base_url takes one address or a list of addresses")
+            return value[0] if len(value) == 1 else value  # one in a list: as given alone
+        return value
 
     @field_validator("temperatures")
     @classmethod
@@ -136,7 +182,7 @@ def load_experiment(path: Path | None, overrides: Mapping[str, Any]) -> Experime
     paths in the file are the file's: resolved against its folder, not the current one."""
     data: dict[str, Any] = {}
     if path is not None:
-        data = _with_file_paths(_read_yaml(Path(path)), Path(path).parent)
+        data = _with_file_paths(read_yaml(Path(path)), Path(path).parent)
     for key, value in overrides.items():
         if value is not None:
             data.pop({"models": "model", "datasets": "dataset"}.get(key, ""), None)
@@ -212,7 +258,7 @@ def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[An
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
     if path.is_dir():

@@ -1,42 +1,26 @@
-"""Export a run's user turns (with query, answer, labels, task score) for pandas or DuckDB users."""
+"""Export a run's user turns (with query, answer, labels, task score) for pandas or DuckDB users:
+one row per :class:`~userturn.turns.Turn`, the columns of :data:`~userturn.turns.COLUMNS`."""
 
 from __future__ import annotations
 
 import csv
 import json
 from pathlib import Path
-from typing import Any
+from typing import Sequence
 
 from .atomic import refuse_to_replace, write_file
 from .errors import UserturnError
-from .store import RunStore
-
-COLUMNS = ("model", "dataset", "item_id", "context", "temperature", "sample_index", "query",
-           "answer", "answer_correct", "user_turn", "raw_user_turn", "thinking", "finish_reason",
-           "error", "label", "label_source", "rationale", "prompt", "key")
+from .turns import COLUMNS, Turn
 
 
-def user_turn_records(store: RunStore) -> list[dict[str, Any]]:
-    records = []
-    for turn in store.user_turns():
-        records.append({
-            **{k: turn[k] for k in ("model", "dataset", "item_id", "context", "temperature",
-                                    "sample_index", "answer", "finish_reason", "error", "label",
-                                    "rationale", "label_source", "prompt", "key", "query",
-                                    "thinking")},
-            "answer_correct": None if turn["correct"] is None else bool(turn["correct"]),
-            "user_turn": turn["text"], "raw_user_turn": turn["raw_text"],
-        })
-    return [{column: record[column] for column in COLUMNS} for record in records]
-
-
-def export_user_turns(store: RunStore, out: Path, fmt: str, *, force: bool = False) -> int:
-    """Write the records to ``out`` atomically (a temporary file renamed into place); an
-    existing ``out`` is replaced only with ``force``, a run's database never."""
+def export_user_turns(turns: Sequence[Turn], out: Path, fmt: str, *, force: bool = False) -> int:
+    """Write one row per turn, with the columns of :data:`~userturn.turns.COLUMNS`, to ``out``
+    atomically (a temporary file renamed into place); an existing ``out`` is replaced only with
+    ``force``, a run's database never. Returns the number of rows."""
     if fmt not in ("jsonl", "csv", "parquet"):
         raise UserturnError(f"unknown export format {fmt!r}")
     refuse_to_replace(Path(out), force)
-    records = user_turn_records(store)
+    records = [turn.record() for turn in turns]
 
     def write(path: Path) -> None:
         if fmt == "jsonl":

@@ -16,23 +16,29 @@ import platform
 import time
 import warnings
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from . import __version__
-from .backends import Backend, load_backend
+from .backends import Backend, BackendSpec
 from .config import Experiment
 from .data import Dataset, load_dataset
-from .errors import TemplateError
-from .judge import Judge, judge_from_spec
+from .errors import TemplateError, UserturnError
+from .executor import Executor, LocalExecutor, WorkUnit, cut_units
+from .labels.classifier import LearnedClassifier
+from .labels.judge import Judge, judge_from_spec
+from .labels.majority import store_majority
 from .lock import RunLock
 from .perturb import Perturbation, parse_perturbations
-from .records import HUMAN, Case, Generation, GenerationParams, Item, Message, Request
+from .records import HUMAN, Generation, GenerationParams, Item, Message, Request
 from .render import Prompt, render_assistant_turn, render_user_turn
-from .rules import RulesClassifier
+from .labels.rules import RulesClassifier
 from .store import RunStore, generation_key
 from .thinking import prompt_opens_thinking, split_thinking, thinking_format
-from .variants import thinking_variants
+from .turns import StoredLabel, Turn, read_turns
+from .thinking_variants import ThinkingVariant, thinking_variants
 
+CLASSIFIER = LearnedClassifier.name
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 
 
@@ -54,25 +60,47 @@ class Job:
 
 def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = None,
                    progress: Progress | None = None,
-                   datasets: Sequence[Dataset] | None = None) -> RunStore:
+                   datasets: Sequence[Dataset] | None = None,
+                   executor: Executor | None = None) -> RunStore:
     """Run (or resume) an experiment into ``exp.output`` and return its open store.
 
-    ``datasets`` replaces loading ``exp.datasets`` (training draws its items from a split)."""
+    ``datasets`` replaces loading ``exp.datasets`` (training draws its items from a split).
+    ``executor`` with ``backends`` (its handles) replaces the executor ``exp`` names."""
     progress = progress or _silent
     if datasets is None:
         datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed, fields=exp.fields,
                                  skip_invalid=exp.skip_invalid, context_turns=exp.context_turns)
                     for spec in exp.datasets]
-    perturbations = parse_perturbations(exp.perturbations)
+    if executor is not None:
+        return _run(exp, dict(backends or {}), executor, progress, datasets)
+    if backends is None and exp.executor == "ray":
+        from .ray_executor import RayExecutor
+
+        with RayExecutor.start(backend_specs(exp), exp) as ray_executor:
+            return _run(exp, ray_executor.backends, ray_executor, progress, datasets)
     if backends is None:
-        backends = {spec: load_backend(spec, batch_size=exp.batch_size, base_url=exp.base_url,
-                                       tokenizer=exp.tokenizer, prompt_as=exp.prompt_as,
-                                       backend_args=exp.backend_args or None)
-                    for spec in dict.fromkeys([*exp.models, *_answer_models(exp, exp.models)])}
+        backends = {spec.spec: spec.build() for spec in backend_specs(exp)}
+    return _run(exp, backends, LocalExecutor(backends), progress, datasets)
+
+
+def backend_specs(exp: Experiment) -> list[BackendSpec]:
+    """What every model of the experiment is built from (each once: a prober and an answerer
+    share one)."""
+    urls = exp.base_url if isinstance(exp.base_url, (str, type(None))) else tuple(exp.base_url)
+    return [BackendSpec(spec, batch_size=exp.batch_size, base_url=urls, tokenizer=exp.tokenizer,
+                        prompt_as=exp.prompt_as, backend_args=dict(exp.backend_args),
+                        endpoint_concurrency=exp.endpoint_concurrency)
+            for spec in dict.fromkeys([*exp.models, *_answer_models(exp, exp.models)])]
+
+
+def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
+         progress: Progress, datasets: Sequence[Dataset]) -> RunStore:
+    perturbations = parse_perturbations(exp.perturbations)
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)
     backends, probers = thinking_variants(backends, _conversation(datasets[0].items[0], exp), exp)
-    judge = _judge(exp)
+    answer_models = _answer_models(exp, probers)
+    judges = _judges(exp)
     for dataset in datasets:
         for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
             warnings.warn(note, stacklevel=2)
@@ -82,7 +110,8 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
                         "started": time.time(), "finished": None, "models": _model_meta(backends),
                         "skipped": {d.name: d.skipped for d in datasets if d.skipped},
                         "dataset_notes": {d.name: list(d.notes) for d in datasets if d.notes}})
-        _run_stages(store, exp, datasets, backends, probers, perturbations, judge, progress)
+        _run_stages(store, exp, datasets, backends, probers, answer_models, perturbations,
+                    judges, executor, progress)
         store.check_present()
         store.set_meta({"finished": time.time()})
     return store
@@ -90,16 +119,16 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
 
 def _run_stages(store: RunStore, exp: Experiment, datasets: Sequence[Dataset],
                 backends: Mapping[str, Backend], probers: Sequence[str],
-                perturbations: Sequence[Perturbation], judge: Judge | None,
-                progress: Progress) -> None:
-    answer_models = _answer_models(exp, probers)
+                answer_models: Sequence[str], perturbations: Sequence[Perturbation],
+                judges: Sequence[Judge], executor: Executor, progress: Progress) -> None:
     store.keep_plan([*backends, HUMAN], [dataset.name for dataset in datasets])
     for dataset in datasets:
         store.put_items(dataset.name, [_item_record(item) for item in dataset.items])
     for dataset in datasets:
         # Each answer is generated once per answering model and shared by every prober,
         # temperature and perturbation that uses it.
-        answers = {spec: _assistant_stage(store, backends[spec], dataset, exp, progress)
+        answers = {spec: _assistant_stage(store, backends[spec], dataset, exp, executor,
+                                          progress)
                    for spec in answer_models}
         references = _reference_answers(dataset)
         for spec in probers:
@@ -107,11 +136,13 @@ def _run_stages(store: RunStore, exp: Experiment, datasets: Sequence[Dataset],
                     references if answerer == "reference" else
                     _data_answers(dataset) if answerer == "data" else answers[answerer]
                     for answerer in exp.answerers}
-            _user_stage(store, backends[spec], dataset, sets, perturbations, exp, progress)
+            _user_stage(store, backends[spec], dataset, sets, perturbations, exp, executor,
+                        progress)
         _human_stage(store, dataset, answers.get(probers[0], {}))
-    _classify_stage(store, backends)
-    if judge is not None:
-        judge_turns(store, judge, exp.judge_scope, progress)
+    label_turns(store, exp.labeller, backends, classifier_path=exp.classifier,
+                progress=progress)
+    if judges:
+        judge_with_all(store, judges, exp.judge_scope, progress, threshold=exp.judge_threshold)
 
 
 def _human_stage(store: RunStore, dataset: Dataset,
@@ -158,35 +189,51 @@ def _reference_answers(dataset: Dataset) -> dict[str, tuple[str | None, str]]:
             for item in dataset.items}
 
 
-def _judge(exp: Experiment) -> Judge | None:
-    if exp.judge is None:
-        return None
-    judge = judge_from_spec(exp.judge, base_url=exp.judge_base_url)
-    judge.concurrency = exp.judge_concurrency
-    return judge
+def _judges(exp: Experiment) -> list[Judge]:
+    judges = [judge_from_spec(spec, base_url=exp.judge_base_url) for spec in exp.judges]
+    for judge in judges:
+        judge.concurrency = exp.judge_concurrency
+    return judges
+
+
+def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: str,
+                   progress: Progress | None = None, threshold: float = 0.7) -> int:
+    """Label with each judge (each under its own source); with two or more, their majority
+    becomes a source of its own that decides after the rules (:mod:`.labels.majority`).
+    Returns the turns sent, over all judges."""
+    sent = sum(judge_turns(store, judge, scope, progress, threshold=threshold)
+               for judge in judges)
+    if len(judges) > 1:
+        store_majority(store, [judge.name for judge in judges], scope)
+    return sent
 
 
 def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | None = None,
-                chunk: int = 32) -> int:
-    """Label the run's user turns with an LLM judge: those the rules left undecided, or all.
+                chunk: int = 32, threshold: float = 0.7) -> int:
+    """Label the run's user turns with an LLM judge: those the rules left undecided, those the
+    cascade labelled with a classifier probability below ``threshold`` (``uncertain``), or all.
 
     Cached by judge name (which carries the rubric version) and generation key: turns this judge
     already labelled successfully are not sent again; a failed verdict (an error label) is
     retried by the next call. Verdicts are committed as they arrive, ``chunk`` at a time and
     whatever was received when interrupted. Returns the number of turns sent; the outcome
-    (sent, failed, first error) is counted in ``store.tally``. The run's label sources become
-    rules-then-judge (or the judge alone).
+    (sent, failed, first error) is counted in ``store.tally``. The judge's labels take priority
+    over the classifier's and yield to the rules' (``all``: the judge alone decides).
     """
-    rules = store.labels_by_source().get("rules", {})
     done = store.labelled_keys(judge.name, judge.version)
-    turns = [t for t in store.user_turns(judge.name) if t["error"] is None
-             and t["key"] not in done and (scope == "all" or rules.get(t["key"]) is None)]
+    candidates = [t for t in read_turns(store, judge.name) if t.error is None
+                  and t.key not in done]
+    turns = [t for t in candidates if _judge_wanted(t, scope, threshold)]
+    if scope == "uncertain" and candidates and not any(
+            _stored(t, CLASSIFIER) for t in candidates):
+        raise UserturnError("judge scope 'uncertain' needs the classifier's labels: run "
+                            "`userturn label RUN` first (or use --scope undecided)")
     advance = (progress or _silent)(f"judge {judge.name}", len(turns))
     received: list[tuple[str, str, Any]] = []
-    verdicts = judge.classify_as_done([_case(turn, "") for turn in turns])
+    verdicts = judge.classify_as_done([turn.case() for turn in turns])
     try:
         for index, label in verdicts:
-            received.append((turns[index]["key"], judge.version, label))
+            received.append((turns[index].key, judge.version, label))
             store.tally.count("judge", label.error)
             if len(received) >= chunk:
                 store.put_labels(received)
@@ -195,18 +242,31 @@ def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | 
     finally:
         verdicts.close()  # cancels what was not sent (Ctrl-C)
         store.put_labels(received)  # every verdict received is kept
-    sources = ["rules", judge.name] if scope == "undecided" else [judge.name]
+    offline = [s for s in store.label_sources() if s in ("rules", CLASSIFIER)] or ["rules"]
+    if scope == "all":
+        sources = [judge.name]
+    else:  # the rules' clear cases stand; the judge comes before the classifier's guesses
+        sources = [*[s for s in offline if s == "rules"], judge.name,
+                   *[s for s in offline if s == CLASSIFIER]]
     store.set_meta({"label_sources": sources})
     return len(turns)
 
 
-def _case(turn: Mapping[str, Any], assistant_header: str) -> Case:
-    # Classifiers see the visible text only: where thinking was split off, the raw text (which
-    # still holds it) is replaced by the visible text.
-    thinking = turn.get("thinking")
-    raw = turn["raw_text"] if thinking is None else turn["text"]
-    return Case(turn["query"], turn["answer"] or "", turn["text"], raw, assistant_header,
-                thinking or "")
+def _stored(turn: Turn, source: str) -> StoredLabel | None:
+    return next((lab for lab in turn.labels if lab.source == source), None)
+
+
+def _judge_wanted(turn: Turn, scope: str, threshold: float) -> bool:
+    """Whether the judge is asked about this turn, by scope."""
+    if scope == "all":
+        return True
+    rules = _stored(turn, RulesClassifier.name)
+    if rules is not None and rules.label is not None:
+        return False  # the rules' clear cases stand
+    if scope == "undecided":
+        return True
+    learned = _stored(turn, CLASSIFIER)
+    return learned is not None and (learned.probability or 0.0) < threshold
 
 
 def _silent(description: str, total: int) -> Callable[[int], None]:
@@ -225,7 +285,7 @@ def _check_renders(backend: Backend, item: Item, exp: Experiment) -> None:
 
 
 def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, exp: Experiment,
-                     progress: Progress) -> dict[str, tuple[str, str]]:
+                     executor: Executor, progress: Progress) -> dict[str, tuple[str, str]]:
     """Greedy assistant answers; returns item id -> (generation key, answer text)."""
     params = GenerationParams(temperature=0.0, max_tokens=exp.max_tokens)
     jobs = []
@@ -235,7 +295,7 @@ def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, exp: E
         key = _key("assistant", backend, prompt, request, 0)
         jobs.append(Job(key, request, 0, dataset.name, item.id, context=""))
     _replan(store, "assistant", backend.spec, dataset.name, jobs)
-    rows = _generate(store, backend, "assistant", jobs, progress,
+    rows = _generate(store, backend, "assistant", jobs, executor, progress,
                      f"{backend.spec} · {dataset.name} · assistant turns")
     _score(store, dataset, rows)
     return {job.item_id: (job.key, rows[job.key]["text"]) for job in jobs
@@ -254,7 +314,7 @@ def _score(store: RunStore, dataset: Dataset, rows: Mapping[str, Any]) -> None:
 
 def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
                 answer_sets: Mapping[str, Mapping[str, tuple[str | None, str]]],
-                perturbations: Sequence[Perturbation], exp: Experiment,
+                perturbations: Sequence[Perturbation], exp: Experiment, executor: Executor,
                 progress: Progress) -> None:
     """Plan and generate the user turns of one prober on one dataset: for every answerer, the
     original context and each perturbed one, at every temperature and sample."""
@@ -281,7 +341,7 @@ def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
                                        answerer, spec, exp))
     store.put_contexts(contexts)
     _replan(store, "user", backend.spec, dataset.name, jobs)
-    _generate(store, backend, "user", jobs, progress,
+    _generate(store, backend, "user", jobs, executor, progress,
               f"{backend.spec} · {dataset.name} · user turns")
 
 
@@ -343,28 +403,42 @@ def _replan(store: RunStore, role: str, model: str, dataset: str, jobs: Sequence
 
 
 def _generate(store: RunStore, backend: Backend, role: str, jobs: Sequence[Job],
-              progress: Progress, description: str) -> dict[str, Any]:
-    """Generate what the store lacks, chunk by chunk, committing each chunk; return all rows."""
+              executor: Executor, progress: Progress, description: str) -> dict[str, Any]:
+    """Generate what the store lacks, unit by unit, committing each unit; return all rows."""
     keys = [job.key for job in jobs]
     finished = store.finished_keys(keys)
     missing = [job for job in jobs if job.key not in finished]
-    # Similar lengths batch with less padding; the order does not change any result.
-    missing.sort(key=lambda job: len(job.request.prompt), reverse=True)
     advance = progress(description, len(jobs))
     advance(len(jobs) - len(missing))
-    for start in range(0, len(missing), backend.chunk_size):
-        chunk = missing[start:start + backend.chunk_size]
-        fmt = thinking_format(backend.template.source)
-        generations = [_split(generation, job.request, fmt) for job, generation in
-                       zip(chunk, backend.complete([job.request for job in chunk]))]
-        for generation in generations:
-            store.tally.count("generation", generation.error)
-        store.put_generations([
-            (job.key, role, backend.spec, backend.revision, backend.template.hash, job.request,
-             job.sample_index, generation) for job, generation in zip(chunk, generations)])
-        advance(len(chunk))
+    units = cut_units(_engine(backend).spec,
+                      [(job.key, job.request, f"{job.dataset}|{job.item_id}") for job in missing],
+                      executor.unit_size or backend.chunk_size, executor.lanes)
+    fmt, by_key = thinking_format(backend.template.source), {job.key: job for job in missing}
+    for result in executor.run(units):
+        advance(_store_unit(store, backend, role, result.unit, result.generations, fmt, by_key))
     rows = store.generations(keys)
     return {job.key: {**dict(rows[job.key]), "item_id": job.item_id} for job in jobs}
+
+
+def _store_unit(store: RunStore, backend: Backend, role: str, unit: WorkUnit,
+                generations: Sequence[Generation], fmt: str, jobs: Mapping[str, Job]) -> int:
+    """One unit in one transaction, leaving out keys the store already holds finished (a unit
+    that ran twice lands once); returns how many of the unit's requests it accounts for."""
+    have = store.finished_keys(list(unit.keys))
+    rows = {}
+    for key, generation in zip(unit.keys, generations):
+        if key not in have and key not in rows:
+            job = jobs[key]
+            rows[key] = (key, role, backend.spec, backend.revision, backend.template.hash,
+                         job.request, job.sample_index, _split(generation, job.request, fmt))
+            store.tally.count("generation", generation.error)
+    store.put_generations(list(rows.values()))
+    return len(unit.keys)
+
+
+def _engine(backend: Backend) -> Backend:
+    """The backend that generates for ``backend``: a thinking variant's base model."""
+    return backend.base if isinstance(backend, ThinkingVariant) else backend
 
 
 def _split(generation: Generation, request: Request, fmt: str) -> Generation:
@@ -384,18 +458,44 @@ def _split(generation: Generation, request: Request, fmt: str) -> Generation:
     return replace(generation, text=visible, thinking=thinking)
 
 
-def _classify_stage(store: RunStore, backends: Mapping[str, Backend]) -> None:
-    """Rules label every user turn they have not labelled at this version."""
-    rules = RulesClassifier()
-    done = store.labelled_keys(rules.name, rules.version)
-    headers = {spec: _assistant_header(b) for spec, b in backends.items()}
-    labels: list[tuple[str, str, Any]] = []
-    for turn in store.user_turns(rules.name):
-        if turn["key"] in done or turn["error"] is not None:
-            continue
-        case = _case(turn, headers.get(turn["model"], ""))
-        labels.append((turn["key"], rules.version, rules.classify(case)))
-    store.put_labels(labels)
+LABEL_SOURCES = {"cascade": ["rules", CLASSIFIER], "classifier": [CLASSIFIER],
+                 "rules": ["rules"]}
+
+
+def label_turns(store: RunStore, labeller: str = "cascade",
+                backends: Mapping[str, Backend] | None = None, *,
+                classifier_path: Path | None = None, progress: Progress | None = None) -> int:
+    """The offline labels: the rules, and (cascade, classifier) the learned classifier on every
+    user turn, each for the turns it has not labelled at its version. The cascade resolves a
+    turn to the rules' label where they decide and to the classifier's elsewhere. Never
+    generates: re-labelling an old run changes its labels only. Returns the labels added."""
+    if labeller not in LABEL_SOURCES:
+        raise UserturnError(f"unknown labeller {labeller!r}: cascade, classifier or rules")
+    headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
+    labellers: list[Any] = [RulesClassifier()]
+    if labeller != "rules":
+        labellers.append(LearnedClassifier(path=classifier_path) if classifier_path
+                         else LearnedClassifier())
+    turns = [t for t in read_turns(store, "rules") if t.error is None]
+    count = 0
+    for source in labellers:
+        done = store.labelled_keys(source.name, source.version)
+        todo = [t for t in turns if t.key not in done]
+        advance = (progress or _silent)(f"label · {source.name}", len(todo))
+        for start in range(0, len(todo), 256):
+            batch = todo[start:start + 256]
+            store.put_labels([(t.key, source.version,
+                               source.classify(t.case(headers.get(t.model, ""))))
+                              for t in batch])
+            advance(len(batch))
+        count += len(todo)
+    # A judged run keeps its judges, between the rules' clear cases and the classifier's guesses.
+    judges = [s for s in store.label_sources() if s not in ("rules", CLASSIFIER)]
+    offline = LABEL_SOURCES[labeller]
+    sources = [*[s for s in offline if s == "rules"], *judges,
+               *[s for s in offline if s == CLASSIFIER]]
+    store.set_meta({"label_sources": sources, "labeller": labeller})
+    return count
 
 
 def _assistant_header(backend: Backend) -> str:

@@ -59,6 +59,9 @@ class Request:
     params: GenerationParams
     stop: tuple[str, ...] = ()
     seed: int = 0
+    # A JSON schema (as JSON text) the completion must follow, for engines with constrained
+    # decoding (vLLM, llama.cpp: backends/constraints.py); None for the probe's own turns.
+    constraint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,9 @@ class Label:
     source: str
     rationale: str = ""
     error: str | None = None
+    # How sure the source is of ``label`` (a learned classifier's calibrated probability);
+    # None where the source gives none (rules, judges, people).
+    probability: float | None = None
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Rates with intervals that respect the design.
 
-Several user turns sampled from the same item are not independent, so the interval of a rate comes
-from a bootstrap over items (clustered): each resample draws items with replacement and keeps all
-of an item's turns, and the rate is pooled (sum of hits over sum of turns).
+Several user turns sampled from the same item are not independent, so the interval of a rate is
+clustered by item: the rate is pooled (sum of hits over sum of turns) and its interval is a
+Wilson score interval on the effective sample size the items' spread leaves (:mod:`.intervals`).
 
 Comparisons on the same items (perturbed vs original, trained vs base, model A vs B) are paired:
 an item that is easy for one side is usually easy for the other, so resampling the two sides
@@ -10,15 +10,17 @@ independently would charge the comparison with the between-item variance twice a
 that are far too wide. The paired statistics below resample (or test) the items jointly:
 
 - :func:`paired_difference`: difference of pooled rates on the shared items, paired clustered
-  bootstrap (several samples per item on each side).
+  score interval (several samples per item on each side).
 - :func:`mcnemar_exact`: exact McNemar test for one binary outcome per item on each side (e.g.
   greedy follow-up yes/no before vs after).
 - :func:`rank_correlation`: Spearman's rho with a bootstrap interval over paired points (e.g. task
   accuracy vs follow-up rate across models).
 - :func:`joint_table`: follow-up rate when the item's answer was right vs wrong.
 
-Everything here is numpy and the standard library; all intervals are percentile bootstrap intervals
-with a fixed ``seed``, so results are reproducible.
+Rates and paired differences get score intervals on the design-effect-adjusted effective sample
+size (:mod:`.intervals`; their coverage is checked by simulation in tests/test_coverage.py and
+tabulated in docs/statistics.md); the rank correlation keeps a percentile bootstrap with a fixed
+``seed``, so results are reproducible.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
+
+from .intervals import clustered_interval, paired_interval
 
 
 @dataclass(frozen=True)
@@ -42,27 +46,17 @@ class Rate:
         return self.hits / self.n if self.n else float("nan")
 
 
-def clustered_rate(pairs: Iterable[tuple[Hashable, bool]], *, resamples: int = 2000,
-                   seed: int = 0, level: float = 0.95) -> Rate:
-    """Pooled rate of ``(cluster, hit)`` observations, with a percentile bootstrap interval
-    over clusters. A single cluster, or none, gives the degenerate interval of its own rate."""
-    per_cluster: dict[Hashable, list[int]] = {}
-    for cluster, hit in pairs:
-        counts = per_cluster.setdefault(cluster, [0, 0])
-        counts[0] += int(hit)
-        counts[1] += 1
+def clustered_rate(pairs: Iterable[tuple[Hashable, bool]], *, level: float = 0.95) -> Rate:
+    """Pooled rate of ``(cluster, hit)`` observations (hits over turns), with the clustered
+    Wilson interval of :mod:`.intervals` (effective n between the cluster count and the turn
+    count). No observation gives NaN; otherwise the interval has positive width."""
+    check_level(level)
+    per_cluster = _per_item(pairs)
     if not per_cluster:
         return Rate(0, 0, float("nan"), float("nan"))
     hits, sizes = np.array(list(per_cluster.values()), dtype=float).T
-    total_hits, total = int(hits.sum()), int(sizes.sum())
-    if len(hits) == 1:
-        return Rate(total_hits, total, total_hits / total, total_hits / total)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(hits), size=(resamples, len(hits)))
-    rates = hits[draws].sum(axis=1) / sizes[draws].sum(axis=1)
-    tail = (1 - level) / 2
-    low, high = np.quantile(rates, [tail, 1 - tail])
-    return Rate(total_hits, total, float(low), float(high))
+    low, high = clustered_interval(hits, sizes, level)
+    return Rate(int(hits.sum()), int(sizes.sum()), float(low), float(high))
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,11 +66,15 @@ def clustered_rate(pairs: Iterable[tuple[Hashable, bool]], *, resamples: int = 2
 _NAN = float("nan")
 
 
-def _check_bootstrap(resamples: int, level: float) -> None:
-    if resamples < 1:
-        raise ValueError(f"resamples must be at least 1, got {resamples}")
+def check_level(level: float) -> None:
     if not 0 < level < 1:
         raise ValueError(f"level must be strictly between 0 and 1, got {level}")
+
+
+def check_bootstrap(resamples: int, level: float) -> None:
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
+    check_level(level)
 
 
 def _per_item(pairs: Iterable[tuple[Hashable, Any]]) -> dict[Hashable, list[int]]:
@@ -89,7 +87,7 @@ def _per_item(pairs: Iterable[tuple[Hashable, Any]]) -> dict[Hashable, list[int]
     return per_item
 
 
-def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
+def percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
     tail = (1 - level) / 2
     low, high = np.quantile(values, [tail, 1 - tail])
     return float(low), float(high)
@@ -97,11 +95,10 @@ def _percentiles(values: np.ndarray, level: float) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class Difference:
-    """``delta = b.value - a.value`` on the shared items, with a paired bootstrap interval.
+    """``delta = b.value - a.value`` on the shared items, with a paired interval.
 
-    ``a`` and ``b`` are the pooled rates of each side over the shared items only (their intervals
-    are the marginal ones from the same resamples, i.e. what :func:`clustered_rate` gives on the
-    shared items of that side when the items come in the same order). ``items`` is the number of
+    ``a`` and ``b`` are the pooled rates of each side over the shared items only (with the
+    intervals :func:`clustered_rate` gives on those items). ``items`` is the number of
     shared items; ``dropped_a`` / ``dropped_b`` count the distinct items present on that side only
     (left out of everything)."""
 
@@ -116,7 +113,7 @@ class Difference:
 
 
 def paired_difference(a: Iterable[tuple[Hashable, bool]], b: Iterable[tuple[Hashable, bool]], *,
-                      resamples: int = 2000, seed: int = 0, level: float = 0.95) -> Difference:
+                      level: float = 0.95) -> Difference:
     """Difference of pooled rates, ``b`` minus ``a``, on the items both sides share.
 
     Each side is an iterable of ``(item, hit)`` observations; an item may have several samples,
@@ -125,14 +122,15 @@ def paired_difference(a: Iterable[tuple[Hashable, bool]], b: Iterable[tuple[Hash
 
     Assumes items are the independent units and samples within an item are not (clustered), and
     that the two sides are measured on the same items, so item difficulty is shared (paired). The
-    interval is a percentile bootstrap in which every resample draws shared items with replacement
-    and uses the *same* drawn items for both sides, each keeping all of its samples on each side;
-    the between-item variation then cancels in the difference instead of being counted twice, as
-    it would be by two independent clustered intervals.
+    interval is :func:`~userturn.intervals.paired_interval`: each side's clustered Wilson limits
+    combined through the correlation of the two sides' item residuals, so the between-item
+    variation cancels in the difference instead of being counted twice, as it would be by two
+    independent clustered intervals. With one greedy turn per item it is Newcombe's interval
+    for the McNemar design, the interval beside :func:`mcnemar_exact`'s p-value.
 
-    With no shared item everything is NaN; with one, the interval is the degenerate ``delta``.
+    With no shared item everything is NaN; otherwise the interval has positive width.
     """
-    _check_bootstrap(resamples, level)
+    check_level(level)
     per_a, per_b = _per_item(a), _per_item(b)
     shared = [item for item in per_a if item in per_b]
     dropped_a = len(per_a) - len(shared)
@@ -143,20 +141,13 @@ def paired_difference(a: Iterable[tuple[Hashable, bool]], b: Iterable[tuple[Hash
     hits_a, sizes_a = np.array([per_a[item] for item in shared], dtype=float).T
     hits_b, sizes_b = np.array([per_b[item] for item in shared], dtype=float).T
     total_a, total_b = int(sizes_a.sum()), int(sizes_b.sum())
-    value_a, value_b = hits_a.sum() / total_a, hits_b.sum() / total_b
-    delta = float(value_b - value_a)
-    if len(shared) == 1:
-        return Difference(Rate(int(hits_a.sum()), total_a, float(value_a), float(value_a)),
-                          Rate(int(hits_b.sum()), total_b, float(value_b), float(value_b)),
-                          delta, delta, delta, 1, dropped_a, dropped_b)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(shared), size=(resamples, len(shared)))
-    rates_a = hits_a[draws].sum(axis=1) / sizes_a[draws].sum(axis=1)
-    rates_b = hits_b[draws].sum(axis=1) / sizes_b[draws].sum(axis=1)
-    low, high = _percentiles(rates_b - rates_a, level)
-    return Difference(Rate(int(hits_a.sum()), total_a, *_percentiles(rates_a, level)),
-                      Rate(int(hits_b.sum()), total_b, *_percentiles(rates_b, level)),
-                      delta, low, high, len(shared), dropped_a, dropped_b)
+    delta = float(hits_b.sum() / total_b - hits_a.sum() / total_a)
+    low, high = paired_interval(hits_a, sizes_a, hits_b, sizes_b, level)
+    low_a, high_a = clustered_interval(hits_a, sizes_a, level)
+    low_b, high_b = clustered_interval(hits_b, sizes_b, level)
+    return Difference(Rate(int(hits_a.sum()), total_a, float(low_a), float(high_a)),
+                      Rate(int(hits_b.sum()), total_b, float(low_b), float(high_b)),
+                      delta, float(low), float(high), len(shared), dropped_a, dropped_b)
 
 
 @dataclass(frozen=True)
@@ -278,7 +269,7 @@ def rank_correlation(x: Sequence[float], y: Sequence[float], *, resamples: int =
     out and counted in ``dropped``. With fewer than 3 remaining points, or a constant side, rho and
     the interval are NaN; this never raises. ``x`` and ``y`` of different lengths is an error.
     """
-    _check_bootstrap(resamples, level)
+    check_bootstrap(resamples, level)
     xs, ys = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
     if xs.shape != ys.shape:
         raise ValueError(f"x and y must have the same length, got {xs.size} and {ys.size}")
@@ -300,12 +291,12 @@ def rank_correlation(x: Sequence[float], y: Sequence[float], *, resamples: int =
     rhos = rhos[~np.isnan(rhos)]
     if rhos.size == 0:
         return Correlation(rho, _NAN, _NAN, n, dropped)
-    low, high = _percentiles(rhos, level)
+    low, high = percentiles(rhos, level)
     return Correlation(rho, low, high, n, dropped)
 
 
-def joint_table(pairs: Iterable[tuple[Hashable, bool, bool]], *, resamples: int = 2000,
-                seed: int = 0, level: float = 0.95) -> dict[str, Any]:
+def joint_table(pairs: Iterable[tuple[Hashable, bool, bool]], *,
+                level: float = 0.95) -> dict[str, Any]:
     """Follow-up rate when the item's answer was right vs wrong: ``(item, correct, hit)`` triples,
     one per sampled user turn (``correct`` is the task score of the assistant answer the turn
     reacts to, so it normally repeats across an item's samples).
@@ -313,7 +304,7 @@ def joint_table(pairs: Iterable[tuple[Hashable, bool, bool]], *, resamples: int 
     Returns a dict:
 
     - ``"correct"`` / ``"wrong"``: :class:`Rate` of follow-ups among the turns after a right /
-      wrong answer, clustered by item (bootstrap over items, as in :func:`clustered_rate`);
+      wrong answer, clustered by item (as in :func:`clustered_rate`);
     - ``"items_correct"`` / ``"items_wrong"``: distinct items with turns in that stratum;
       ``"items_mixed"``: items in both (possible only when the assistant answer varies across an
       item's samples; such an item is a cluster in each stratum);
@@ -322,7 +313,7 @@ def joint_table(pairs: Iterable[tuple[Hashable, bool, bool]], *, resamples: int 
     The two rates come from different items, so they are not paired: compare them with their own
     intervals, not with :func:`paired_difference`.
     """
-    _check_bootstrap(resamples, level)
+    check_level(level)
     strata: dict[bool, list[tuple[Hashable, bool]]] = {True: [], False: []}
     counts = {"correct_hit": 0, "correct_miss": 0, "wrong_hit": 0, "wrong_miss": 0}
     for item, correct, hit in pairs:
@@ -332,8 +323,8 @@ def joint_table(pairs: Iterable[tuple[Hashable, bool, bool]], *, resamples: int 
     items_right = {item for item, _ in strata[True]}
     items_wrong = {item for item, _ in strata[False]}
     return {
-        "correct": clustered_rate(strata[True], resamples=resamples, seed=seed, level=level),
-        "wrong": clustered_rate(strata[False], resamples=resamples, seed=seed, level=level),
+        "correct": clustered_rate(strata[True], level=level),
+        "wrong": clustered_rate(strata[False], level=level),
         "items_correct": len(items_right),
         "items_wrong": len(items_wrong),
         "items_mixed": len(items_right & items_wrong),

@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS scores (
   reference TEXT, details TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (key, scorer));
 CREATE TABLE IF NOT EXISTS labels (
   key TEXT NOT NULL, source TEXT NOT NULL, version TEXT NOT NULL, label TEXT, rationale TEXT,
-  error TEXT, created REAL NOT NULL, PRIMARY KEY (key, source));
+  error TEXT, created REAL NOT NULL, probability REAL, PRIMARY KEY (key, source));
 """
 
 
@@ -233,7 +233,8 @@ class RunStore:
         added = (("plan", "answerer", "TEXT NOT NULL DEFAULT 'self'"),
                  ("plan", "perturbation", "TEXT NOT NULL DEFAULT 'none'"),
                  ("scores", "details", "TEXT NOT NULL DEFAULT '{}'"),
-                 ("generations", "thinking", "TEXT"))  # NULL: generated before the split
+                 ("generations", "thinking", "TEXT"),  # NULL: generated before the split
+                 ("labels", "probability", "REAL"))  # NULL: the source gives none
         with self.db:
             for table, name, declaration in added:
                 columns = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
@@ -286,14 +287,6 @@ class RunStore:
     def items(self, dataset: str) -> dict[str, dict[str, Any]]:
         rows = self.db.execute("SELECT item_id, data FROM items WHERE dataset = ?", (dataset,))
         return {r["item_id"]: json.loads(r["data"]) for r in rows}
-
-    def queries(self, dataset: str) -> dict[str, str]:
-        """item id -> the query (the last user message of the item's conversation)."""
-        out = {}
-        for item_id, record in self.items(dataset).items():
-            users = [m["content"] for m in record["messages"] if m["role"] == "user"]
-            out[item_id] = users[-1] if users else ""
-        return out
 
     # -- the plan -----------------------------------------------------------------------------
     def replace_plan(self, rows: Sequence[Mapping[str, Any]], *, role: str, model: str,
@@ -365,24 +358,26 @@ class RunStore:
         now = time.time()
         with self.db:
             self.db.executemany(
-                "INSERT OR REPLACE INTO labels VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO labels (key, source, version, label, rationale, error, "
+                "created, probability) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [(key, lab.source, version, lab.label, _scrubbed(lab.rationale),
-                  _scrubbed(lab.error), now)
-                 for key, version, lab in rows])
+                  _scrubbed(lab.error), now, lab.probability) for key, version, lab in rows])
 
     def delete_label(self, key: str, source: str) -> None:
         with self.db:
             self.db.execute("DELETE FROM labels WHERE key = ? AND source = ?", (key, source))
 
-    def labels_by_source(self) -> dict[str, dict[str, str | None]]:
-        """source -> {generation key -> label (None: undecided or invalid)}, planned turns only."""
-        rows = self.db.execute(
-            "SELECT l.source, l.key, l.label FROM labels l JOIN plan p ON p.key = l.key "
-            "WHERE p.role = 'user'")
-        out: dict[str, dict[str, str | None]] = {}
-        for row in rows:
-            out.setdefault(row["source"], {})[row["key"]] = row["label"]
-        return out
+    def label_rows(self) -> list[sqlite3.Row]:
+        """Every stored label (key, source, version, label, rationale, error), by source."""
+        return list(self.db.execute("SELECT key, source, version, label, rationale, error, "
+                                    "probability FROM labels ORDER BY source"))
+
+    def keys_labelled_by(self, source: str) -> list[tuple[str, str | None, str | None]]:
+        """(key, label, rationale) of one source's labels, newest first (rowid breaks ties of
+        equal times)."""
+        rows = self.db.execute("SELECT key, label, rationale FROM labels WHERE source = ? "
+                               "ORDER BY created DESC, rowid DESC", (source,))
+        return [(r["key"], r["label"], r["rationale"]) for r in rows]
 
     def labelled_keys(self, source: str, version: str) -> set[str]:
         """Keys ``source`` labelled at ``version`` without error: only successes are cached, a
@@ -400,47 +395,25 @@ class RunStore:
         """Which labellers decide a turn's label, first non-empty wins (set by run and judge)."""
         return self.meta().get("label_sources", ["rules"])
 
-    def user_turns(self, labels: str | Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """Every planned user turn joined with its generation, its query, the answer it follows,
-        that answer's task score, and its label: the one table statistics and reports read.
-
-        ``labels`` names the label sources in priority order (default: the run's own); a turn
-        takes the first non-empty label, and ``label_error`` keeps the first error (e.g. a
-        judge's invalid verdict) when none of them labelled it.
-        """
-        sources = self.label_sources() if labels is None else (
-            [labels] if isinstance(labels, str) else list(labels))
+    def user_turn_rows(self) -> list[dict[str, Any]]:
+        """Every planned user turn joined with its generation, the answer it follows (the
+        context's answer, perturbed or not) and that answer's task score, in report order.
+        ``userturn.turns.read_turns`` makes them :class:`~userturn.turns.Turn` values."""
         query = """
         SELECT p.model, p.dataset, p.item_id, p.context, p.temperature, p.sample_index,
                p.answerer, p.perturbation, p.key, g.text, g.raw_text, g.thinking,
-               g.finish_reason, g.error, g.prompt, a.text AS original_answer, s.correct
+               g.finish_reason, g.error, g.prompt, COALESCE(c.answer, a.text) AS answer,
+               s.correct
         FROM plan p
         JOIN generations g ON g.key = p.key
         LEFT JOIN generations a ON a.key = p.assistant_key
         LEFT JOIN scores s ON s.key = p.assistant_key
+        LEFT JOIN contexts c ON c.context = p.context
         WHERE p.role = 'user'
         ORDER BY p.model, p.answerer, p.dataset, p.perturbation, p.temperature, p.item_id,
                  p.sample_index
         """
-        turns = [dict(r) for r in self.db.execute(query)]
-        contexts = self._context_answers()
-        found = self._labels(sources)
-        queries = {dataset: self.queries(dataset) for dataset in {t["dataset"] for t in turns}}
-        for turn in turns:
-            # The answer the user turn followed: the context's (perturbed or not) answer.
-            turn["answer"] = contexts.get(turn["context"], turn["original_answer"])
-            turn["query"] = queries[turn["dataset"]].get(turn["item_id"], "")
-            turn.update(label=None, rationale=None, label_error=None, label_source=None)
-            for source in sources:
-                label = found.get((turn["key"], source))
-                if label is None:
-                    continue
-                if label["label"] is not None:
-                    turn.update(label=label["label"], rationale=label["rationale"],
-                                label_source=source, label_error=None)
-                    break
-                turn["label_error"] = turn["label_error"] or label["error"]
-        return turns
+        return [dict(r) for r in self.db.execute(query)]
 
     def put_contexts(self, rows: Sequence[tuple[str, str, str]]) -> None:
         """Store (context id, perturbation spec, the answer shown in that context)."""
@@ -448,26 +421,19 @@ class RunStore:
             self.db.executemany("INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",
                                 [(c, spec, scrub(answer)) for c, spec, answer in rows])
 
-    def _context_answers(self) -> dict[str, str]:
-        return {r["context"]: r["answer"]
-                for r in self.db.execute("SELECT context, answer FROM contexts")}
-
-    def _labels(self, sources: Sequence[str]) -> dict[tuple[str, str], sqlite3.Row]:
-        if not sources:
-            return {}
-        marks = ",".join("?" * len(sources))
-        rows = self.db.execute(f"SELECT * FROM labels WHERE source IN ({marks})", list(sources))
-        return {(r["key"], r["source"]): r for r in rows}
-
-    def assistant_turns(self) -> list[dict[str, Any]]:
+    def answer_rows(self) -> list[dict[str, Any]]:
+        """Every planned assistant answer joined with its task score (``details`` decoded)."""
         query = """
         SELECT p.model, p.dataset, p.item_id, p.key, g.text, g.thinking, g.error,
-               g.finish_reason, s.correct, s.extracted, s.reference
+               g.finish_reason, s.correct, s.extracted, s.reference, s.scorer, s.details
         FROM plan p JOIN generations g ON g.key = p.key
         LEFT JOIN scores s ON s.key = p.key
         WHERE p.role = 'assistant' ORDER BY p.model, p.dataset, p.item_id
         """
-        return [dict(r) for r in self.db.execute(query)]
+        rows = [dict(r) for r in self.db.execute(query)]
+        for row in rows:
+            row["details"] = json.loads(row["details"]) if row["details"] else {}
+        return rows
 
 
 for _name, _method in list(vars(RunStore).items()):

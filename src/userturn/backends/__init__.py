@@ -6,8 +6,10 @@ model's own template). Heavy libraries are imported only inside their backend mo
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
 from ..errors import ModelError
@@ -27,14 +29,42 @@ class Backend(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class BackendSpec:
+    """How to build one backend, as plain values: what a Ray actor is sent to build its own.
+
+    ``factory`` (``"module:function"``, called with this spec) builds a backend of your own
+    instead of :func:`load_backend`; the module must be importable where the backend is built."""
+
+    spec: str
+    batch_size: int = 8
+    base_url: str | tuple[str, ...] | None = None
+    tokenizer: str | None = None
+    prompt_as: str = "tokens"
+    backend_args: Mapping[str, Any] = field(default_factory=dict)
+    endpoint_concurrency: int = 8
+    factory: str | None = None
+
+    def build(self) -> Backend:
+        if self.factory is not None:
+            module, _, name = self.factory.partition(":")
+            return getattr(importlib.import_module(module), name)(self)  # type: ignore[no-any-return]
+        return load_backend(self.spec, batch_size=self.batch_size, base_url=self.base_url,
+                            tokenizer=self.tokenizer, prompt_as=self.prompt_as,
+                            backend_args=dict(self.backend_args) or None,
+                            endpoint_concurrency=self.endpoint_concurrency)
+
+
 def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
-                 base_url: str | None = None, tokenizer: str | None = None,
+                 base_url: str | Sequence[str] | None = None, tokenizer: str | None = None,
                  prompt_as: str = "tokens",
-                 backend_args: Mapping[str, Any] | None = None) -> Backend:
-    """A backend by spec: ``openai/MODEL`` is a server's /v1/completions (``base_url``, with the
-    tokenizer and template loaded locally from ``tokenizer``, default MODEL); ``vllm/MODEL`` runs
-    vLLM in process; ``llamacpp/FILE.gguf`` runs llama.cpp; anything else runs in process through
-    transformers.
+                 backend_args: Mapping[str, Any] | None = None,
+                 endpoint_concurrency: int = 8) -> Backend:
+    """A backend by spec: ``openai/MODEL`` is a server's /v1/completions (``base_url``, or a list
+    of several servers of the same model, each sent at most ``endpoint_concurrency`` requests at
+    once; the tokenizer and template loaded locally from ``tokenizer``, default MODEL); ``vllm/MODEL`` runs
+    vLLM in process; ``llamacpp/FILE.gguf`` runs llama.cpp; ``fake/NAME`` is the scripted test
+    backend (no model); anything else runs in process through transformers.
 
     ``backend_args`` go to the engine as they are: vLLM's engine arguments (``LLM(...)``, e.g.
     ``{"tensor_parallel_size": 2}``) or llama.cpp's ``Llama(...)`` arguments (e.g.
@@ -48,10 +78,13 @@ def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
         from .openai import OpenAICompletionsBackend
 
         return OpenAICompletionsBackend(spec.split("/", 1)[1], base_url=base_url,
-                                        tokenizer=tokenizer, prompt_as=prompt_as)
+                                        tokenizer=tokenizer, prompt_as=prompt_as,  # type: ignore[arg-type]
+                                        concurrency=endpoint_concurrency)
     ref = resolve_model(spec)
     if ref.backend == "fake":
-        raise ModelError("fake/ models are scripted in tests: construct ScriptedBackend directly")
+        from .fake import ScriptedBackend, probe_script
+
+        return ScriptedBackend(probe_script, spec=spec, chunk_size=batch_size)
     if ref.backend == "vllm":
         from .vllm import VLLMBackend
 
@@ -87,15 +120,17 @@ def load_template(spec: str, tokenizer: str | None = None) -> ChatTemplate:
     """The chat template of a model, without loading its weights. ``openai/MODEL`` takes it from
     ``tokenizer`` (a local folder, embedded name or hub id; default MODEL), as its backend does."""
     if spec.startswith("openai/"):
-        from .openai import _load_tokenizer
+        from .openai import load_tokenizer
 
-        loaded, _ = _load_tokenizer(tokenizer or spec.split("/", 1)[1])
+        loaded, _ = load_tokenizer(tokenizer or spec.split("/", 1)[1])
         return ChatTemplate.from_tokenizer(loaded, spec)
     if tokenizer is not None:
         raise ModelError("--tokenizer is for openai/MODEL models: other models bring their own")
     ref = resolve_model(spec)
     if ref.backend == "fake":
-        raise ModelError("fake/ models have no template to load")
+        from .fake import fake_template
+
+        return fake_template(spec)
     if ref.backend == "llamacpp":
         from .llamacpp import read_gguf_template
 

@@ -1,4 +1,7 @@
-"""A scripted backend for tests: deterministic text per request, counted calls, injected faults."""
+"""A scripted backend for tests: deterministic text per request, counted calls, injected faults.
+
+The model spec ``fake/NAME`` loads it with :func:`probe_script` (a fixed answer and a fixed
+follow-up), so the command line can be tested without torch or a model."""
 
 from __future__ import annotations
 
@@ -10,6 +13,20 @@ from ..render import ChatTemplate
 from ..tiny import CHATML_TEMPLATE
 
 Script = Callable[[Request], str]
+
+USER_HEADER = "<|im_start|>user\n"  # the fake template is ChatML: a probe prompt ends with it
+SCRIPTED_ANSWER = "Adding the two amounts gives the total.\n#### 42"
+SCRIPTED_FOLLOW_UP = "Why did you add the two amounts instead of multiplying them?"
+
+
+def probe_script(request: Request) -> str:
+    """The script of ``fake/NAME`` specs: a fixed answer to every query and a fixed follow-up
+    question in every user turn, so a command runs end to end without a model."""
+    return SCRIPTED_FOLLOW_UP if request.prompt.endswith(USER_HEADER) else SCRIPTED_ANSWER
+
+
+def fake_template(spec: str) -> ChatTemplate:
+    return ChatTemplate(CHATML_TEMPLATE, spec, None, "<|im_end|>")
 
 
 class ScriptedBackend:
@@ -25,7 +42,7 @@ class ScriptedBackend:
                  template: ChatTemplate | None = None, chunk_size: int = 8,
                  fail: Callable[[Request], bool] | None = None) -> None:
         self.spec, self.revision, self.chunk_size = spec, revision, chunk_size
-        self.template = template or ChatTemplate(CHATML_TEMPLATE, spec, None, "<|im_end|>")
+        self.template = template or fake_template(spec)
         self.script, self.fail = script, fail
         self.calls = 0
         self.requests: list[Request] = []

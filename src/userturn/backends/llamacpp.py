@@ -23,12 +23,22 @@ from ..errors import ModelError
 from ..models import ModelRef
 from ..records import Generation, Request
 from ..render import ChatTemplate
+from .constraints import llama_grammar
 from .turns import finish_turn, specials_longest_first, split_stops
 
 DEFAULTS: dict[str, Any] = {"n_ctx": 4096, "verbose": False}
 
 
 class LlamaCppBackend:
+    constrained_decoding = True  # a judge's verdict schema becomes a grammar (constraints.py)
+
+    def _grammar(self, constraint: str | None) -> dict[str, Any]:
+        if constraint is None:
+            return {}
+        import llama_cpp
+
+        return llama_grammar(constraint, llama_cpp)
+
     def __init__(self, ref: ModelRef, *, options: Mapping[str, Any] | None = None,
                  chunk_size: int = 8) -> None:
         try:
@@ -94,7 +104,8 @@ class LlamaCppBackend:
         try:
             for token in self.llama.generate(
                     ids, temp=max(params.temperature, 0.0), top_p=params.top_p, top_k=0,
-                    min_p=0.0, typical_p=1.0, repeat_penalty=1.0, reset=True):
+                    min_p=0.0, typical_p=1.0, repeat_penalty=1.0, reset=True,
+                    **self._grammar(request.constraint)):
                 tokens.append(token)
                 if token in stop_set or len(tokens) >= budget:
                     break

@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -63,9 +64,15 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_m
 class OpenAICompletionsBackend:
     """A Backend on ``POST {base_url}/completions``: one HTTP request per Request, at most
     ``concurrency`` in flight, retried on 429/5xx/timeouts/dropped connections; every failure is
-    a Generation with ``error`` (the API key never appears in it)."""
+    a Generation with ``error`` (the API key never appears in it).
 
-    def __init__(self, model: str, *, base_url: str, tokenizer: str | None = None,
+    ``base_url`` may be a list of servers of the same model (several ``vllm serve``): each request
+    goes to the endpoint with the fewest in flight, at most ``concurrency`` per endpoint. Their
+    generations are keyed by the model and tokenizer, not by an address (``openai:pool:MODEL``),
+    so adding or removing a server keeps the keys: every endpoint must serve the same weights."""
+
+    def __init__(self, model: str, *, base_url: str | Sequence[str],
+                 tokenizer: str | None = None,
                  api_key: str | None = None, concurrency: int = 8, timeout: float = 300.0,
                  max_attempts: int = 5, backoff: float = 1.0, max_backoff: float = 60.0,
                  prompt_as: PromptAs = "tokens", chunk_size: int = 64,
@@ -73,25 +80,33 @@ class OpenAICompletionsBackend:
                  sleep: Callable[[float], None] = time.sleep, probe: bool = True) -> None:
         if prompt_as not in ("tokens", "text"):
             raise ModelError(f"prompt_as must be 'tokens' or 'text', not {prompt_as!r}")
-        if not base_url:
+        urls = [base_url] if isinstance(base_url, str) else list(dict.fromkeys(base_url))
+        if not urls or not all(urls):
             raise ModelError(f"openai/{model} needs the server's address (base_url), "
                              "for example http://127.0.0.1:8000/v1")
         self.model, self.prompt_as = model, prompt_as
         self.spec = f"openai/{model}"
-        self.concurrency, self.chunk_size = max(1, concurrency), chunk_size
+        self.concurrency, self.chunk_size = max(1, concurrency), chunk_size * len(urls)
         self.extra_body = dict(extra_body or {})
-        self._http = OpenAIHTTP(base_url, api_key=api_key, timeout=timeout,
-                                max_attempts=max_attempts, backoff=backoff,
-                                max_backoff=max_backoff, sleep=sleep)
+        self._endpoints = [OpenAIHTTP(url, api_key=api_key, timeout=timeout,
+                                      max_attempts=max_attempts, backoff=backoff,
+                                      max_backoff=max_backoff, sleep=sleep) for url in urls]
+        self._in_flight = [0] * len(urls)
+        self._lock = threading.Lock()
+        self._http = self._endpoints[0]
         self.base_url = self._http.base_url
-        self.tokenizer, fingerprint = _load_tokenizer(tokenizer or model)
+        self.tokenizer, fingerprint = load_tokenizer(tokenizer or model)
         self.template = ChatTemplate.from_tokenizer(self.tokenizer, self.spec)
-        self.revision = f"openai:{_without_userinfo(self.base_url)}:{model}" + (
+        where = _without_userinfo(self.base_url) if len(urls) == 1 else "pool"
+        self.revision = f"openai:{where}:{model}" + (
             f":tokenizer={fingerprint}" if fingerprint else "")
         self._special = sorted(self.tokenizer.all_special_tokens, key=len, reverse=True)
         self._bos_added = _adds_bos(self.tokenizer)
         if probe:
-            self._probe()
+            for http in self._endpoints:
+                self._http = http
+                self._probe()
+            self._http = self._endpoints[0]
 
     def __repr__(self) -> str:
         return f"OpenAICompletionsBackend(model={self.model!r}, base_url={self.base_url!r})"
@@ -109,7 +124,7 @@ class OpenAICompletionsBackend:
             raise ModelError(self._http.redact(self._refusal(exc))) from None
 
     def _refusal(self, exc: APIError) -> str:
-        where, detail = f"{self.base_url}/completions", exc.detail.lower()
+        where, detail = f"{self._http.base_url}/completions", exc.detail.lower()
         names_model = self.model.lower() in detail
         says_chat = bool(_CHAT_ONLY.search(detail.replace(self.model.lower(), "")))
         client_error = exc.status in (400, 404, 405, 422)
@@ -137,7 +152,7 @@ class OpenAICompletionsBackend:
             if request.prompt not in encoded:
                 encoded[request.prompt] = prompt_token_ids(self.tokenizer, request.prompt)
         bodies = [self._body(r, encoded[r.prompt]) for r in requests]
-        workers = min(self.concurrency, len(requests))
+        workers = min(self.concurrency * len(self._endpoints), len(requests))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             answers = list(pool.map(self._send, bodies))
         return [self._finish(r, len(encoded[r.prompt]), answer)
@@ -167,12 +182,21 @@ class OpenAICompletionsBackend:
 
     def _send(self, body: dict[str, Any]) -> dict[str, Any] | str:
         """The parsed response, or the error message (a failure is data, never raised)."""
+        # The least busy endpoint: with at most concurrency x endpoints workers, it always has
+        # a free slot, so no endpoint is sent more than its bound.
+        with self._lock:
+            index = min(range(len(self._endpoints)), key=self._in_flight.__getitem__)
+            self._in_flight[index] += 1
+        http = self._endpoints[index]
         try:
-            return self._http.post("/completions", body, _parse_completion)
+            return http.post("/completions", body, _parse_completion)
         except APIError as exc:
-            return self._http.redact(str(exc))
+            return http.redact(str(exc))
         except Exception as exc:  # a broken transport must not break the whole batch
-            return self._http.redact(f"{type(exc).__name__}: {exc}")
+            return http.redact(f"{type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                self._in_flight[index] -= 1
 
     def _finish(self, request: Request, prompt_tokens: int,
                 answer: dict[str, Any] | str) -> Generation:
@@ -249,7 +273,7 @@ def _adds_bos(tokenizer: Any) -> bool:
     return tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos_id]
 
 
-def _load_tokenizer(name: str) -> tuple[Any, str | None]:
+def load_tokenizer(name: str) -> tuple[Any, str | None]:
     """The tokenizer (with its chat template) from an embedded name, a local folder or a hub id,
     and a fingerprint of it where one is known."""
     from transformers import AutoTokenizer

@@ -35,10 +35,13 @@ from ..errors import ModelError
 from ..models import ModelRef
 from ..records import Generation, Request
 from ..render import ChatTemplate, prompt_token_ids
+from .constraints import vllm_structured
 from .turns import as_list, finish_turn, specials_longest_first, split_stops
 
 
 class VLLMBackend:
+    constrained_decoding = True  # a judge's verdict schema becomes structured outputs
+
     def __init__(self, ref: ModelRef, *, options: Mapping[str, Any] | None = None,
                  chunk_size: int = 64) -> None:
         try:
@@ -72,6 +75,7 @@ class VLLMBackend:
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         from vllm import SamplingParams
+        from vllm import sampling_params as sampling_module
         from vllm.inputs import TokensPrompt
 
         results: list[Generation | None] = [None] * len(requests)
@@ -93,7 +97,8 @@ class VLLMBackend:
                 stop=stop_strings or None, stop_token_ids=stop_ids,
                 repetition_penalty=self._generation.get("repetition_penalty") or 1.0,
                 allowed_token_ids=self._allowed, skip_special_tokens=False,
-                spaces_between_special_tokens=False, include_stop_str_in_output=True))
+                spaces_between_special_tokens=False, include_stop_str_in_output=True,
+                **vllm_structured(request.constraint, sampling_module)))
             plans.append((len(ids), request.stop, set(stop_ids)))
             where.append(index)
         if prompts:

@@ -77,7 +77,7 @@ _ROLES = {
     "bing": "assistant", "model": "assistant",
     "system": "system",
 }
-_CONVERSATION_KEYS = ("conversations", "messages", "conversation")
+CONVERSATION_KEYS = ("conversations", "messages", "conversation")
 _ID_KEYS = ("id", "conversation_id", "conversation_hash")
 
 
@@ -185,10 +185,10 @@ def conversation_items(
 
 def _conversation_item(row: Row, k: int, stem: str, require_id: bool) -> Item:
     data = _object(row.data)
-    key = next((key for key in _CONVERSATION_KEYS if key in data), None)
+    key = next((key for key in CONVERSATION_KEYS if key in data), None)
     if key is None:
         raise RowError("messages" if require_id else "conversations",
-                       f"missing (a row holds one of {', '.join(_CONVERSATION_KEYS)})")
+                       f"missing (a row holds one of {', '.join(CONVERSATION_KEYS)})")
     raw = data[key]
     if not isinstance(raw, list):
         raise RowError(key, f"expected a list of messages, got {type(raw).__name__}")
@@ -233,12 +233,12 @@ def _select(
     expected = "user"
     position = 0
     # Leading system messages, then user/assistant strictly alternating, starting with the user.
-    while position < len(raw) and _role_at(raw, position, key) == "system":
-        context.append({"role": "system", "content": _content_at(raw, position, key)})
+    while position < len(raw) and role_at(raw, position, key) == "system":
+        context.append({"role": "system", "content": content_at(raw, position, key)})
         position += 1
     answer = next_turn = None
     while position < len(raw):
-        role = _role_at(raw, position, key)
+        role = role_at(raw, position, key)
         if role != expected:
             where = f"{key}[{position}]"
             if role == "system":
@@ -247,7 +247,7 @@ def _select(
                 raise UnusableRow("assistant_first", f"{where}: the conversation opens with "
                                                      f"the assistant, not the user")
             raise RowError(where, f"two {role} messages in a row (roles must alternate)")
-        content = _content_at(raw, position, key)
+        content = content_at(raw, position, key)
         if seen_user < k:
             context.append({"role": role, "content": content})
             seen_user += role == "user"
@@ -275,7 +275,7 @@ def _role(message: Mapping[str, Any], key: str, position: int | None) -> str | N
     return role
 
 
-def _role_at(raw: Sequence[Any], position: int, key: str) -> str:
+def role_at(raw: Sequence[Any], position: int, key: str) -> str:
     message = raw[position]
     if not isinstance(message, Mapping):
         raise RowError(f"{key}[{position}]",
@@ -285,7 +285,7 @@ def _role_at(raw: Sequence[Any], position: int, key: str) -> str:
     return role
 
 
-def _content_at(raw: Sequence[Any], position: int, key: str) -> str:
+def content_at(raw: Sequence[Any], position: int, key: str) -> str:
     message = raw[position]
     field = "value" if "value" in message or "from" in message else "content"
     value = message.get(field)
@@ -337,9 +337,9 @@ def _healthbench_item(row: Row) -> Item:
     if not isinstance(prompt, list) or not prompt:
         raise RowError("prompt", "missing" if prompt is None else "expected a list of messages")
     messages: list[Message] = []
-    for position, message in enumerate(prompt):
-        role = _role_at(prompt, position, "prompt")
-        messages.append({"role": role, "content": _content_at(prompt, position, "prompt")})
+    for position in range(len(prompt)):
+        role = role_at(prompt, position, "prompt")
+        messages.append({"role": role, "content": content_at(prompt, position, "prompt")})
     if messages[-1]["role"] != "user":
         raise RowError(f"prompt[{len(prompt) - 1}].role", "the prompt must end in a user message")
     rubrics = data.get("rubrics")

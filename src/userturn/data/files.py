@@ -272,7 +272,7 @@ def _json_rows(path: Path, allow_truncated: bool) -> tuple[Iterator[Row], int | 
             raise DatasetError(
                 f"{path}: truncated JSON list with no complete row "
                 f"(cut at character {recovery.stopped_at})"
-            )
+            ) from None
         return _indexed_rows(data), len(data)
     return _indexed_rows(row_list(path, data)), None
 

@@ -16,11 +16,12 @@ from .settings import RLSettings, SFTSettings
 
 SFT_HELP = ("Supervised fine-tuning toward collaboration (TRL SFTTrainer, LoRA by default). "
             "Default data: self-generated collaboration conversations (the model answers "
-            "training items, samples user turns, keeps those the rules label follow_up, adds its "
-            "next answer, mixes in its own correct answers). Then the probe runs on base and "
+            "training items, samples user turns, keeps those the offline cascade (rules, then "
+            "the classifier) labels follow_up, adds its next answer, mixes in its own correct "
+            "answers). Then the probe runs on base and "
             "checkpoint over the held-out items and the paired before/after is printed.")
 RL_HELP = ("Reinforcement learning with TRL's GRPO (or RLOO) and a userturn reward: probe (the "
-           "rules' verdict on the model's own user turn, with restatement, drift and length "
+           "cascade's verdict on the model's own user turn, with restatement, drift and length "
            "penalties) or collab (task correctness + follow-up rate of user turns a frozen base "
            "samples after the answer - answer tokens). LoRA, a KL anchor on by default. Then the "
            "paired before/after.")
@@ -69,10 +70,10 @@ def _floats(text: str) -> list[float]:
 
 
 def settings_from(args: argparse.Namespace) -> BaseModel:
-    from ..config import _read_yaml
+    from ..config import read_yaml
 
     model: type[BaseModel] = args.settings_model
-    data: dict[str, Any] = _read_yaml(args.config) if args.config else {}
+    data: dict[str, Any] = read_yaml(args.config) if args.config else {}
     data.update({name: getattr(args, name) for name in model.model_fields
                  if getattr(args, name) is not None})
     try:
@@ -84,7 +85,7 @@ def settings_from(args: argparse.Namespace) -> BaseModel:
 
 
 def train_command(args: argparse.Namespace, console: Console, progress: Any) -> int:
-    from ..compare import print_comparison
+    from ..report.compare import print_comparison
     from .trainers import evaluate_checkpoint, run_rl, run_sft
 
     log = lambda text: console.print(text)  # noqa: E731

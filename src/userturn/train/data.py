@@ -7,7 +7,8 @@ them (minus any whose query repeats an evaluation query). Both id lists go into 
 
 Self-generated collaboration data is a probe run on the training items (resumable, stored like
 any run): the model answers each item greedily, writes user turns under the user header at a
-sampling temperature, and the rules label them. Rejection sampling keeps the turns labelled
+sampling temperature, and the offline cascade (the rules, then the learned classifier) labels
+them. Rejection sampling keeps the turns labelled
 ``follow_up``; each becomes ``[query, answer, follow-up]``, optionally with the model's own next
 answer, and the model's correct single-turn answers are mixed in to protect task accuracy. An
 answer that was scored wrong stays in a conversation as context only (it carries no loss).
@@ -24,13 +25,13 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..backends import Backend
 from ..config import Experiment
 from ..data import Dataset, load_dataset
-from ..data.conversations import CONVERSATION_SUFFIXES, _CONVERSATION_KEYS, _content_at, _role_at
+from ..data.conversations import CONVERSATION_KEYS, CONVERSATION_SUFFIXES, content_at, role_at
 from ..data.files import RowError, check_file, read_rows
 from ..errors import DatasetError
 from ..pipeline import Progress, run_experiment
 from ..records import GenerationParams, Request
 from ..render import render_assistant_turn
-from ..rules import RulesClassifier
+from ..turns import read_answers, read_turns
 from .masks import check_roles
 
 Conversation = list[dict[str, Any]]  # messages; a message may carry "loss": False
@@ -96,34 +97,32 @@ def self_generated(backend: Backend, train: Dataset, *, output: Path, samples: i
     store = run_experiment(exp, backends={backend.spec: backend}, progress=progress,
                            datasets=[train])
     items = {item.id: item for item in train.items}
-    rules = RulesClassifier.name
     stats = SelfGenStats(items=len(items))
-    answers = [a for a in store.assistant_turns() if a["error"] is None]
-    stats.answers_scored = sum(a["correct"] is not None for a in answers)
-    stats.answers_correct = sum(bool(a["correct"]) for a in answers)
+    answers = [a for a in read_answers(store) if a.error is None]
+    stats.answers_scored = sum(a.correct is not None for a in answers)
+    stats.answers_correct = sum(bool(a.correct) for a in answers)
     conversations: list[Conversation] = []
-    for turn in store.user_turns(rules):
-        if turn["error"] is not None or turn["model"] != backend.spec:
+    for turn in read_turns(store):  # the run's own labels: rules, then the classifier
+        if turn.error is not None or turn.model != backend.spec:
             continue
         stats.user_turns += 1
-        name = turn["label"] or "undecided"
-        stats.labels[name] = stats.labels.get(name, 0) + 1
-        if turn["label"] != "follow_up":
+        stats.labels[turn.status] = stats.labels.get(turn.status, 0) + 1
+        if not turn.follow_up:
             continue
-        item = items[turn["item_id"]]
-        answer: dict[str, Any] = {"role": "assistant", "content": turn["answer"]}
-        if turn["correct"] is False or turn["correct"] == 0:
+        item = items[turn.item_id]
+        answer: dict[str, Any] = {"role": "assistant", "content": turn.answer}
+        if turn.answer_correct is False:
             answer["loss"] = False
         conversations.append([*_plain(item.messages), answer,
-                              {"role": "user", "content": turn["text"]}])
+                              {"role": "user", "content": turn.user_turn}])
     stats.kept_follow_ups = len(conversations)
     if next_answer and conversations:
         _add_next_answers(backend, conversations, max_tokens)
     if mix_correct:
         for a in answers:
-            if a["correct"]:
-                conversations.append([*_plain(items[a["item_id"]].messages),
-                                      {"role": "assistant", "content": a["text"]}])
+            if a.correct:
+                conversations.append([*_plain(items[a.item_id].messages),
+                                      {"role": "assistant", "content": a.text}])
                 stats.single_turn += 1
     store.close()
     return conversations, stats
@@ -180,12 +179,12 @@ def conversations_file(path: str | Path, *, limit: int | None = None) -> list[Co
 
 
 def _row_messages(data: Mapping[str, Any]) -> Conversation:
-    key = next((k for k in _CONVERSATION_KEYS if k in data), None)
+    key = next((k for k in CONVERSATION_KEYS if k in data), None)
     if key is not None:
         raw = data[key]
         if not isinstance(raw, list):
             raise DatasetError(f"{key}: expected a list of messages")
-        return [{"role": _role_at(raw, i, key), "content": _content_at(raw, i, key)}
+        return [{"role": role_at(raw, i, key), "content": content_at(raw, i, key)}
                 for i in range(len(raw))]
     if "prompt" in data and "chosen" in data:
         prompt, chosen = data["prompt"], data["chosen"]
@@ -195,9 +194,9 @@ def _row_messages(data: Mapping[str, Any]) -> Conversation:
         elif isinstance(chosen, Mapping):
             chosen = [chosen]
         raw = [*prompt, *chosen]
-        return [{"role": _role_at(raw, i, "prompt"), "content": _content_at(raw, i, "prompt")}
+        return [{"role": role_at(raw, i, "prompt"), "content": content_at(raw, i, "prompt")}
                 for i in range(len(raw))]
-    raise DatasetError(f"a row holds one of {', '.join(_CONVERSATION_KEYS)}, or prompt and "
+    raise DatasetError(f"a row holds one of {', '.join(CONVERSATION_KEYS)}, or prompt and "
                        "chosen")
 
 

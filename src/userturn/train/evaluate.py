@@ -14,17 +14,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..compare import AccuracyComparison, Comparison, compare_runs, comparison_html
+from ..report.compare import AccuracyComparison, Comparison, compare_runs, comparison_html
 from ..config import Experiment
 from ..data import Dataset
 from ..pipeline import Progress, run_experiment
 from ..records import Case
+from ..turns import read_turns
 from ..store import RunStore
 from .heldout import HeldOutRules
 from .settings import TrainSettings
 
-GAMING_NOTE = ("The training signal came from the rules classifier ({how}). Follow-up rates "
-               "measured by the same rules can rise because the model learned what the rules "
+GAMING_NOTE = ("The training signal came from the offline cascade, the rules then the learned "
+               "classifier ({how}). Follow-up rates measured by the same cascade can rise "
+               "because the model learned what the cascade "
                "reward rather than to follow up; read them beside the labellers that played no "
                "part in training{other}.")
 
@@ -54,17 +56,17 @@ def before_after(settings: TrainSettings, held_out: Dataset, checkpoint: Path, *
     heldout = HeldOutRules()
     for store, model in ((base, settings.model), (tuned, str(checkpoint))):
         label_turns(store, heldout, _assistant_header(model))
-    labellers: dict[str, list[str]] = {"rules": ["rules"],
+    labellers: dict[str, list[str]] = {"cascade": ["rules", "classifier"],
                                        f"{heldout.name} (played no part in training)":
                                        [heldout.name]}
-    judged = [s for s in tuned.label_sources() if s not in ("rules", heldout.name)]
+    judged = [s for s in tuned.label_sources() if s not in ("rules", "classifier", heldout.name)]
     if judged:
         labellers[f"{judged[0]} (played no part in training)"] = judged[:1]
     other = (f": the held-out rule set and {judged[0]}" if judged else
              ": here the held-out rule set, a coarse one; add a judge with `--judge`, or later "
              "with `userturn judge` on both runs and `userturn compare --labels JUDGE`")
     note = (GAMING_NOTE.format(how=how, other=other) if how else
-            "The rules classifier played no part in training (the data came from a file).")
+            "The offline cascade played no part in training (the data came from a file).")
     by_labeller = {name: compare_runs(base, tuned, labels=sources)
                    for name, sources in labellers.items()}
     names = (f"{settings.model} (base)", f"{checkpoint} (trained)")
@@ -87,10 +89,10 @@ def _assistant_header(model: str) -> str:
 def label_turns(store: RunStore, classifier: HeldOutRules, assistant_header: str) -> None:
     """Label every user turn of a run that this labeller has not labelled yet."""
     done = store.labelled_keys(classifier.name, classifier.version)
-    rows = [(t["key"], classifier.version,
-             classifier.classify(Case(t["query"], t["answer"] or "", t["text"], t["raw_text"],
+    rows = [(t.key, classifier.version,
+             classifier.classify(Case(t.query, t.answer, t.user_turn, t.raw_user_turn,
                                       assistant_header)))
-            for t in store.user_turns("rules") if t["error"] is None and t["key"] not in done]
+            for t in read_turns(store, "rules") if t.error is None and t.key not in done]
     store.put_labels(rows)
 
 
@@ -104,7 +106,7 @@ def summary_rows(result: BeforeAfter) -> list[dict[str, Any]]:
                          "temperature": c.temperature, "perturbation": c.perturbation,
                          "items": d.items, "base": d.a.value, "trained": d.b.value,
                          "difference": d.delta, "low": d.low, "high": d.high})
-        for c in accuracy if labeller == "rules" else []:
+        for c in accuracy if labeller == "cascade" else []:
             d = c.accuracy
             rows.append({"labeller": "-", "measure": "accuracy", "temperature": 0.0,
                          "perturbation": "none", "items": d.items, "base": d.a.value,

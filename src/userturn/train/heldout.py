@@ -1,6 +1,6 @@
 """A held-out rule set: a second, deliberately different labeller of follow-ups.
 
-Training takes its signal from the rules classifier (``userturn.rules``), so the before/after
+Training takes its signal from the rules classifier (``userturn.labels.rules``), so the before/after
 measured by those same rules can be gamed. This labeller played no part in training and shares
 no code with it: it looks only at surface evidence of a grounded follow-up, in the spirit of
 labels.md, and says ``follow_up`` only when all of these hold:

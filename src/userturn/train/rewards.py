@@ -1,9 +1,10 @@
 """Rewards for ``userturn train rl``: TRL reward functions (one float per completion).
 
 ``probe`` is the user-side reward. The completion IS a user turn, written after an open user
-header; the classifier's verdict on it is the reward: +1 for ``follow_up``, minus a penalty for
+header; the offline cascade's verdict on it (the rules where they decide, the learned
+classifier elsewhere) is the reward: +1 for ``follow_up``, minus a penalty for
 ``restatement`` and for ``assistant_drift`` (the two degenerate modes a user turn can be pushed
-into by a reward that only likes questions), 0 otherwise (undecided included), minus a length
+into by a reward that only likes questions), 0 otherwise, minus a length
 penalty past a free budget so that the reward cannot be farmed with rambling.
 
 ``collab`` is the assistant-side reward in the spirit of CollabLLM's multiturn-aware reward. The
@@ -22,7 +23,7 @@ from ..backends.turns import finish_turn, specials_longest_first, split_stops
 from ..data import Scorer
 from ..records import Case, GenerationParams, Item, Request
 from ..render import render_user_turn
-from ..rules import RulesClassifier
+from ..labels.classifier import Cascade
 
 
 class ProbeReward:
@@ -40,7 +41,7 @@ class ProbeReward:
         self._stop_ids, _ = split_stops(
             self.stops, lambda m: tokenizer(m, add_special_tokens=False)["input_ids"],
             [tokenizer.eos_token_id], self._specials)
-        self.classifier = classifier or RulesClassifier()
+        self.classifier = classifier or Cascade()
         self.restatement_penalty, self.drift_penalty = restatement_penalty, drift_penalty
         self.length_penalty, self.free_tokens = length_penalty, free_tokens
 
@@ -75,7 +76,7 @@ class CollabReward:
                  token_weight: float = 0.001, samples: int = 2, temperature: float = 1.0,
                  user_max_tokens: int = 64, seed: int = 0) -> None:
         self.items, self.scorer, self.user_model = items, scorer, user_model
-        self.classifier = classifier or RulesClassifier()
+        self.classifier = classifier or Cascade()
         self.follow_weight, self.token_weight = follow_weight, token_weight
         self.samples, self.seed = samples, seed
         self.params = GenerationParams(temperature, 1.0, user_max_tokens)

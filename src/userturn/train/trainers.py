@@ -27,6 +27,7 @@ from ..config import Experiment
 from ..render import ChatTemplate, derive_markers, render_assistant_turn, render_user_turn
 from .data import Split, conversations_file, self_generated, split_dataset, write_conversations
 from .evaluate import BeforeAfter, before_after, summary_rows
+from ..turns import read_answers
 from .masks import build_example
 from .settings import RLSettings, SFTSettings, TrainSettings
 
@@ -124,7 +125,7 @@ def run_rl(settings: RLSettings, progress: Progress | None = None,
                          batch_size=settings.generation_batch_size, output=out / "answers")
         store = run_experiment(exp, backends={backend.spec: backend}, progress=progress,
                                datasets=[split.train])
-        answers = {a["item_id"]: a["text"] for a in store.assistant_turns() if a["error"] is None}
+        answers = {a.item_id: a.text for a in read_answers(store) if a.error is None}
         store.close()
         prompts = [{"prompt": render_user_turn(backend.template, [
             *item.messages, {"role": "assistant", "content": answers[item.id]}]).text,

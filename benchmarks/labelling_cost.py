@@ -1,0 +1,55 @@
+"""What labelling costs beside the generation it labels, measured side by side in one process.
+
+SmolLM2 (the demo's model, transformers, batch 8) writes user turns after the reference solutions
+of GSM-Symbolic items at T = 1.0, as the demo does; then the offline cascade labels the same
+turns. Prints both rates and the ratio of labelling time to generation time (target: at most
+0.25, and at least 2 turns/s).
+
+    .venv/bin/python benchmarks/labelling_cost.py [--turns 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from userturn.backends import load_backend
+from userturn.data import load_dataset
+from userturn.labels.classifier import Cascade
+from userturn.records import Case, GenerationParams, Request
+from userturn.render import render_user_turn
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=16)
+    args = parser.parse_args()
+    backend = load_backend("smollm2", batch_size=8)
+    items = load_dataset("gsm_symbolic", limit=args.turns).items
+    cases, requests = [], []
+    for index, item in enumerate(items):
+        answer = str(item.metadata.get("solution") or item.reference)
+        prompt = render_user_turn(backend.template,
+                                  [*item.messages, {"role": "assistant", "content": answer}])
+        requests.append(Request(prompt.text, GenerationParams(1.0, 1.0, 96), prompt.stop,
+                                seed=1000 + index))
+        cases.append((item.query, answer, prompt.assistant_header))
+    start = time.perf_counter()
+    generations = backend.complete(requests)
+    generating = time.perf_counter() - start
+    cascade = Cascade()
+    start = time.perf_counter()
+    labels = [cascade.classify(Case(q, a, g.text, g.raw_text, header))
+              for (q, a, header), g in zip(cases, generations)]
+    labelling = time.perf_counter() - start
+    n = len(labels)
+    by = {}
+    for label in labels:
+        by[label.source] = by.get(label.source, 0) + 1
+    print(f"generation  {n / generating:7.2f} turns/s  ({generating:.1f} s for {n} user turns)")
+    print(f"labelling   {n / labelling:7.2f} turns/s  ({labelling:.2f} s; by {by})")
+    print(f"labelling / generation time: {labelling / generating:.4f}")
+
+
+if __name__ == "__main__":
+    main()

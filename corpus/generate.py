@@ -1,0 +1,98 @@
+"""Generate the model-written user turns of the labelled corpus (docs/corpus.md).
+
+Three probe runs of the embedded SmolLM2-135M-Instruct over five offline datasets:
+  runs/corpus/plain      gsm_symbolic, MATH-style, IFBench: greedy and T = 0.7, 1.0, 1.3
+  runs/corpus/chats      MT-Bench (24 questions): greedy and T = 1.0, with the real second turns
+                         as the human baseline
+  runs/corpus/perturbed  gsm_symbolic and MATH-style (8 items each) at T = 1.0: truncated
+                         answer, an appended question, a wrong final number
+The perturbed run starts from a copy of the plain run's store, so the answers (and the
+unperturbed turns it shares) are not generated twice. Resumable: re-run the same command after a kill.
+
+    .venv/bin/python corpus/generate.py [--limit 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+from userturn.config import Experiment
+from userturn.data.conversations import mtbench_question_file
+from userturn.pipeline import run_experiment
+
+HERE = Path(__file__).resolve().parent
+MATH_TASKS = ("simple_equations", "fraction_simplification", "prime_factorization", "gcd", "lcm",
+              "simple_geometry", "complex_arithmetic", "basic_arithmetic", "decimal_arithmetic",
+              "polynomial_equations")
+
+
+def math_style_file(path: Path, per_task: int = 6, seed: int = 500) -> Path:
+    """MATH-500-style short problems with exact answers, from reasoning-gym's generators (the
+    MATH-500 set itself needs the hub)."""
+    import reasoning_gym
+
+    rows = []
+    for task in MATH_TASKS:
+        data = reasoning_gym.create_dataset(task, size=per_task, seed=seed)
+        for index in range(per_task):
+            entry = data[index]
+            rows.append({"id": f"mathstyle-{task}-{index}", "problem": entry["question"],
+                         "answer": str(entry["answer"]), "subject": task})
+    # Interleave the tasks so that any prefix (--limit) mixes them.
+    rows.sort(key=lambda row: (int(row["id"].rsplit("-", 1)[1]), row["id"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def conversations_file() -> Path:
+    """FastChat's sample conversations (Apache-2.0), shipped beside MT-Bench's questions."""
+    root = mtbench_question_file().parents[4]
+    return root / "data" / "dummy_conversation.json"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=30, help="items per dataset")
+    parser.add_argument("--output", type=Path, default=Path("runs/corpus"))
+    args = parser.parse_args()
+    math_file = math_style_file(args.output / "math_style.jsonl")
+    tasks = ["gsm_symbolic", f"math500:{math_file}", "ifbench"]
+    chats = ["mtbench"]  # FastChat's sample conversations join as human turns (collect.py)
+    common = dict(models=["smollm2"], samples=1, max_tokens=256, user_max_tokens=96, seed=7,
+                  batch_size=16)
+    # Tasks at four temperatures; MT-Bench (long answers) greedy and at T = 1.0 only, and the
+    # perturbations on fewer items: two busy CPU cores generate about five user turns a minute.
+    run_experiment(Experiment(**common, datasets=tasks, limit=args.limit,
+                              temperatures=[0.0, 0.7, 1.0, 1.3], output=args.output / "plain"),
+                   progress=_progress)
+    run_experiment(Experiment(**common, datasets=chats, limit=24,
+                              temperatures=[0.0, 1.0], output=args.output / "chats"),
+                   progress=_progress)
+    perturbed_db = args.output / "perturbed" / "userturn.db"
+    if not perturbed_db.exists():  # the answers are shared: start from the plain run's store
+        perturbed_db.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(args.output / "plain" / "userturn.db", perturbed_db)
+    run_experiment(Experiment(**common, datasets=tasks[:2], limit=8, temperatures=[1.0],
+                              perturbations=["truncate:0.5", "append_question:specific",
+                                             "wrong_answer"],
+                              output=args.output / "perturbed"),
+                   progress=_progress)
+
+
+def _progress(description: str, total: int):
+    state = {"done": 0}
+    print(f"{description}: {total}", flush=True)
+
+    def advance(n: int) -> None:
+        state["done"] += n
+        if state["done"] % 40 < n or state["done"] == total:
+            print(f"  {description}: {state['done']}/{total}", flush=True)
+    return advance
+
+
+if __name__ == "__main__":
+    main()

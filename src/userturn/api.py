@@ -1,0 +1,178 @@
+"""The Python API: run the probe, load a run, read its turns and tables in a notebook.
+
+Everything here is re-exported by ``userturn`` itself (``import userturn``); docs/api.md shows it
+in use. Heavy libraries (torch, pandas, polars) are imported only by the calls that need them.
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from .errors import ConfigError, UserturnError
+from .records import Case, Label, Message
+from .store import RunStore
+from .turns import COLUMNS, Answer, Turn, label_sources, read_answers, read_turns
+
+if TYPE_CHECKING:
+    from .config import Experiment
+    from .render import Prompt
+    from .report.compute import Report
+    from .report.summary import SummaryRow
+
+Labels = str | Sequence[str] | None
+
+
+class Run:
+    """A run folder (what ``userturn run`` writes). Every call reads the stored run afresh, so a
+    ``Run`` sees labels added later by ``userturn judge`` or ``userturn annotate``.
+
+    ``labels`` (where a method takes it) names the label sources in priority order, as
+    ``userturn report --labels`` does; None means the run's own."""
+
+    def __init__(self, folder: str | Path | RunStore) -> None:
+        self.folder = Path(folder.folder if isinstance(folder, RunStore) else folder)
+        RunStore.open(self.folder).close()  # a folder that is no run fails here, in one line
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.folder)!r})"
+
+    def _open(self) -> closing[RunStore]:
+        return closing(RunStore.open(self.folder))
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The run's stored metadata: its experiment config, models, versions, label sources."""
+        with self._open() as store:
+            return store.meta()
+
+    def label_sources(self, labels: Labels = None) -> list[str]:
+        with self._open() as store:
+            return label_sources(store, labels)
+
+    def turns(self, labels: Labels = None) -> list[Turn]:
+        """Every generated user turn, with its context, its labels and its resolved label."""
+        with self._open() as store:
+            return read_turns(store, labels)
+
+    def answers(self) -> list[Answer]:
+        """Every assistant answer the user turns follow, with its task score."""
+        with self._open() as store:
+            return read_answers(store)
+
+    def summary(self, labels: Labels = None) -> list[SummaryRow]:
+        """The rows of ``userturn report``'s table: the follow-up rate with its interval, label
+        counts, undecided / invalid / failed turns and task accuracy per condition."""
+        from .report.summary import summarize
+
+        from .labels.calibration import inclusion_probabilities
+
+        with self._open() as store:
+            turns = read_turns(store, labels)
+            return summarize(turns, read_answers(store), inclusion_probabilities(store, turns))
+
+    def report(self, labels: Labels = None) -> Report:
+        """Every number of the HTML report (perturbation effects, accuracy panels, ...)."""
+        from .report.compute import build_report
+
+        from .labels.calibration import inclusion_probabilities
+        from .runstate import run_state
+
+        with self._open() as store:
+            sources = label_sources(store, labels)
+            turns = read_turns(store, sources)
+            return build_report(turns, read_answers(store), folder=self.folder, meta=store.meta(),
+                                sources=sources, inclusion=inclusion_probabilities(store, turns),
+                                state=run_state(store))
+
+    def records(self, labels: Labels = None) -> list[dict[str, Any]]:
+        """One flat dict per user turn, with the columns of ``userturn export``."""
+        return [turn.record() for turn in self.turns(labels)]
+
+    def to_pandas(self, labels: Labels = None) -> Any:
+        """The user turns as a pandas DataFrame (the export's columns, one row per turn)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise UserturnError("to_pandas needs pandas: pip install pandas") from None
+        return pd.DataFrame(self.records(labels), columns=list(COLUMNS))
+
+    def to_polars(self, labels: Labels = None) -> Any:
+        """The user turns as a polars DataFrame (the export's columns, one row per turn)."""
+        try:
+            import polars as pl
+        except ImportError:
+            raise UserturnError("to_polars needs polars: pip install polars") from None
+        records = self.records(labels)
+        if not records:
+            return pl.DataFrame(schema=list(COLUMNS))
+        return pl.DataFrame(records, infer_schema_length=None)
+
+
+def load_run(folder: str | Path) -> Run:
+    """The run stored in ``folder``; raises ``StoreError`` when it holds no run."""
+    return Run(folder)
+
+
+def run(experiment: Experiment | Mapping[str, Any] | str | Path | None = None,
+        **overrides: Any) -> Run:
+    """Run (or resume) an experiment and return the run.
+
+    ``experiment`` is an ``Experiment``, a dict of its settings, or the path of an experiment
+    YAML file; keyword arguments override single settings, e.g.
+    ``run(models=["tiny"], limit=3, output="runs/try")``. A finished run re-run makes no model
+    calls."""
+    from .config import Experiment, load_experiment
+    from .pipeline import run_experiment
+
+    if isinstance(experiment, Experiment):
+        exp = load_experiment(None, {**experiment.model_dump(), **overrides})
+    elif isinstance(experiment, Mapping):
+        exp = load_experiment(None, {**experiment, **overrides})
+    else:
+        exp = load_experiment(Path(experiment) if experiment else None, overrides)
+    run_experiment(exp).close()
+    return Run(exp.output)
+
+
+def render_user_turn(model: str, messages: Sequence[Message], *,
+                     tokenizer: str | None = None) -> Prompt:
+    """The exact probe prompt of ``model`` after ``messages`` (``[system?, user, assistant]``):
+    the model's own chat template with an open user turn. ``Prompt.text`` is the prompt,
+    ``Prompt.stop`` the markers that end the user turn, as ``userturn render`` prints them."""
+    from .backends import load_template
+    from .render import render_user_turn as render
+
+    return render(load_template(model, tokenizer), messages)
+
+
+CaseLike = Case | Turn | Mapping[str, Any]
+
+
+def classify(cases: Iterable[CaseLike], labeller: str = "rules") -> list[Label]:
+    """Label user turns. ``cases`` are ``Case`` values, ``Turn``s of a run, or dicts with the
+    fields ``query``, ``answer`` and ``user_turn`` (as ``userturn export`` writes them).
+
+    ``labeller="rules"`` is the offline rule classifier: it decides the clear cases and leaves
+    the rest undecided (``Label.label`` None)."""
+    if labeller != "rules":
+        raise ConfigError(f"unknown labeller {labeller!r}: the labellers are: rules")
+    from .labels.rules import RulesClassifier
+
+    rules = RulesClassifier()
+    return [rules.classify(_case(case)) for case in cases]
+
+
+def _case(value: CaseLike) -> Case:
+    if isinstance(value, Case):
+        return value
+    if isinstance(value, Turn):
+        return value.case()
+    missing = [name for name in ("query", "answer", "user_turn") if name not in value]
+    if missing:
+        raise ConfigError(f"a case needs the fields query, answer and user_turn; missing: "
+                          f"{', '.join(missing)}")
+    return Case(str(value["query"]), str(value["answer"] or ""), str(value["user_turn"] or ""),
+                str(value.get("raw_user_turn") or value["user_turn"] or ""),
+                thinking=str(value.get("thinking") or ""))

@@ -1,0 +1,182 @@
+"""The learned user-turn classifier: offline, CPU, numpy only at inference.
+
+A multinomial logistic model over two kinds of features of a ``Case``:
+- the rules' own signals (which verdict they reach, and the measurements behind it: how much of
+  the turn comes from the answer beyond the query, how much repeats the query, question form,
+  assistant-style openings, meta narration, repetition), see ``signals``;
+- hashed word uni/bigrams of the user turn and character 3-grams of its opening, so that the
+  model also learns the words people (and models) use in each kind of turn.
+
+The parameters ship inside the package (``labels/classifier_model.npz``, trained by
+``userturn train-classifier`` on the labelled corpus, corpus/ and docs/corpus.md); probabilities
+are temperature-scaled on the dev split, so ``probability`` means what it says. Training needs
+scikit-learn (``pip install 'userturn[classifier]'``); labelling needs numpy alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..records import LABELS, Case, Label
+from .rules import RulesClassifier, signals_of
+
+MODEL_FILE = Path(__file__).with_name("classifier_model.npz")
+HASH_BITS = 14
+_TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*|[?!]|<\|?[\w|]+\|?>")
+_RULE_LABELS = (*LABELS, "undecided")
+
+
+def _hash(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8")) & ((1 << HASH_BITS) - 1)
+
+
+def text_tokens(case: Case) -> list[int]:
+    """Hashed features of the turn's words: unigrams, bigrams, its first two words, and the
+    character 3-grams of its first 120 characters (robust to odd spacing and gibberish)."""
+    turn = case.user_turn if case.user_turn.strip() else case.raw_user_turn
+    words = [w.lower() for w in _TOKEN.findall(turn[:4000])]
+    out = [_hash("w:" + w) for w in words]
+    out += [_hash("b:" + a + " " + b) for a, b in zip(words, words[1:])]
+    out += [_hash("o:" + " ".join(words[:2]))] if words else [_hash("o:<none>")]
+    opening = " ".join(turn.lower().split())[:120]
+    out += [_hash("c:" + opening[i:i + 3]) for i in range(max(0, len(opening) - 2))]
+    return out
+
+
+def rule_features(case: Case, verdict: Label | None = None) -> list[float]:
+    """The rules' verdict (one-hot over the labels and undecided) and their measurements."""
+    label = (verdict or RulesClassifier().classify(case)).label or "undecided"
+    return [float(label == name) for name in _RULE_LABELS] + list(signals_of(case))
+
+
+N_DENSE = len(_RULE_LABELS) + len(signals_of(Case("q", "a", "u")))
+
+
+def design_row(case: Case) -> tuple[np.ndarray, list[int]]:
+    """One case as (dense features, hashed token ids) – the classifier's input. The rule that
+    decided (or gave up) is a token too: its rationale without the numbers in it."""
+    verdict = RulesClassifier().classify(case)
+    rule = re.sub(r"[\d.,%]+|\(.*?\)", "", verdict.rationale)[:60]
+    return (np.asarray(rule_features(case, verdict), dtype=np.float32),
+            [*text_tokens(case), _hash("r:" + rule)])
+
+
+def design_matrix(cases: Sequence[Case]):
+    """A scipy CSR matrix of the cases (training only: scipy comes with scikit-learn)."""
+    from scipy import sparse
+
+    rows, cols, vals = [], [], []
+    for index, case in enumerate(cases):
+        dense, tokens = design_row(case)
+        for col, value in enumerate(dense):
+            if value:
+                rows.append(index)
+                cols.append(col)
+                vals.append(float(value))
+        counts: dict[int, int] = {}
+        for token in tokens:
+            counts[token] = counts.get(token, 0) + 1
+        for token, count in counts.items():
+            rows.append(index)
+            cols.append(N_DENSE + token)
+            vals.append(math.log1p(count))
+    return sparse.csr_matrix((vals, (rows, cols)), shape=(len(cases), N_DENSE + (1 << HASH_BITS)),
+                             dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class LinearModel:
+    """What training writes and inference reads: weights, bias, feature scaling, temperature."""
+
+    weights: np.ndarray  # (labels, features)
+    bias: np.ndarray  # (labels,)
+    scale: np.ndarray  # (N_DENSE,) dense features are divided by it (unit variance)
+    temperature: float
+    labels: tuple[str, ...]
+    meta: dict
+
+    def save(self, path: Path) -> None:
+        path = Path(path)
+        tmp = path.with_name(path.name + ".partial.npz")
+        np.savez_compressed(tmp, weights=self.weights.astype(np.float32),
+                            bias=self.bias.astype(np.float32), scale=self.scale.astype(np.float32),
+                            temperature=np.float32(self.temperature),
+                            labels=np.array(self.labels), meta=np.array(json.dumps(self.meta)))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> LinearModel:
+        with np.load(Path(path), allow_pickle=False) as data:
+            return cls(data["weights"], data["bias"], data["scale"], float(data["temperature"]),
+                       tuple(str(x) for x in data["labels"]), json.loads(str(data["meta"])))
+
+    def logits(self, case: Case) -> np.ndarray:
+        dense, tokens = design_row(case)
+        score = self.bias + self.weights[:, :N_DENSE] @ (dense / self.scale)
+        counts: dict[int, int] = {}
+        for token in tokens:
+            counts[token] = counts.get(token, 0) + 1
+        if counts:
+            ids = np.fromiter((N_DENSE + t for t in counts), dtype=np.int64)
+            values = np.log1p(np.fromiter(counts.values(), dtype=np.float32))
+            score = score + self.weights[:, ids] @ values
+        return score
+
+    def probabilities(self, case: Case) -> np.ndarray:
+        z = self.logits(case) / self.temperature
+        z = np.exp(z - z.max())
+        return z / z.sum()
+
+
+class LearnedClassifier:
+    """Labels every turn with the most probable label and that label's probability."""
+
+    name = "classifier"
+
+    def __init__(self, model: LinearModel | None = None, path: Path = MODEL_FILE) -> None:
+        if model is None:
+            if not Path(path).exists():
+                from ..errors import UserturnError
+
+                raise UserturnError(f"no classifier parameters at {path}: train them with "
+                                    f"`userturn train-classifier corpus/corpus.jsonl.gz`")
+            model = LinearModel.load(path)
+        self.model = model
+        self.version = str(model.meta.get("version", "1"))
+
+    def classify(self, case: Case) -> Label:
+        if case.thinking.strip() and not case.user_turn.strip():
+            return Label("empty", self.name, "thinking only: no visible text", probability=1.0)
+        try:
+            probs = self.model.probabilities(case)
+        except Exception as exc:  # a labeller must never break the pipeline
+            return Label(None, self.name, "the classifier failed",
+                         error=f"{type(exc).__name__}: {exc}")
+        best = int(np.argmax(probs))
+        label = self.model.labels[best]
+        return Label(label, self.name, f"p={probs[best]:.2f}",  # type: ignore[arg-type]
+                     probability=float(probs[best]))
+
+
+class Cascade:
+    """The offline labeller of a run: the rules' label where they decide, the classifier's
+    (with its probability) everywhere else. Every label says which of the two gave it."""
+
+    name = "cascade"
+
+    def __init__(self, classifier: LearnedClassifier | None = None) -> None:
+        self.rules = RulesClassifier()
+        self.classifier = classifier or LearnedClassifier()
+        self.version = f"{self.rules.version}+{self.classifier.version}"
+
+    def classify(self, case: Case) -> Label:
+        decided = self.rules.classify(case)
+        return decided if decided.label is not None else self.classifier.classify(case)

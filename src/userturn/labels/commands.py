@@ -1,0 +1,175 @@
+"""``userturn classify``, ``userturn label`` and ``userturn train-classifier``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import UserturnError
+from ..records import LABELS, Case, Label
+
+LABELLERS = ("cascade", "classifier", "rules")
+
+
+def add_classifier_parsers(sub: Any, handler: Callable[..., int]) -> None:
+    classify = sub.add_parser(
+        "classify", help="label a JSONL file of user turns (query, answer, user_turn)",
+        description="Label every row of FILE (JSON Lines with the text fields query, answer and "
+        "user_turn) offline and write it back with label, probability and source. Without -o "
+        "the rows go to standard output; the label counts go to standard error.")
+    classify.add_argument("file", type=Path)
+    classify.add_argument("-o", "--out", type=Path, help="file to write (refused if it exists, "
+                          "unless --force)")
+    classify.add_argument("--force", action="store_true", help="overwrite --out")
+    _labeller_options(classify)
+    classify.set_defaults(handler=handler, action=classify_command)
+
+    label = sub.add_parser(
+        "label", help="(re)label a run's user turns offline, generating nothing",
+        description="Run the offline labellers over a stored run: the rules and the learned "
+        "classifier, each on the turns it has not labelled yet. Only labels change.")
+    label.add_argument("run", type=Path)
+    _labeller_options(label)
+    label.set_defaults(handler=handler, action=label_command)
+
+    train = sub.add_parser(
+        "train-classifier", help="fit the user-turn classifier to your own labels",
+        description="Fit the classifier to LABELLED (JSON Lines: query, answer, user_turn, label "
+        "from docs/labels.md; optional split train/dev/test). Without splits, a dev split is "
+        "drawn by query. Dev agreement is printed before anything is written; test rows are "
+        "never used.")
+    train.add_argument("labelled", type=Path)
+    train.add_argument("--output", "-o", type=Path, default=Path("classifier.npz"),
+                       help="where the parameters go (default ./classifier.npz); use them with "
+                       "--classifier or `classifier:` in an experiment file")
+    train.add_argument("--with-corpus", action="store_true", help="adapt: train on the shipped "
+                       "corpus's train split plus your rows")
+    train.add_argument("--c", type=float, default=0.25, help="inverse regularisation strength "
+                       "(default 0.25: the best of the grid on the corpus dev split)")
+    train.add_argument("--force", action="store_true", help="overwrite --output")
+    train.set_defaults(handler=handler, action=train_command)
+
+
+def _labeller_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--labeller", choices=LABELLERS, default="cascade",
+                        help="cascade (rules, then the classifier; default), classifier, rules")
+    parser.add_argument("--classifier", type=Path, help="classifier parameters from "
+                        "train-classifier (default: the shipped ones)")
+
+
+def offline_labeller(labeller: str, classifier: Path | None = None) -> Callable[[Case], Label]:
+    """One function that labels a case the way a run's offline labeller would."""
+    from .classifier import Cascade, LearnedClassifier
+    from .rules import RulesClassifier
+
+    if labeller == "rules":
+        return RulesClassifier().classify
+    learned = LearnedClassifier(path=classifier) if classifier else LearnedClassifier()
+    return learned.classify if labeller == "classifier" else Cascade(learned).classify
+
+
+def classify_command(args: argparse.Namespace, console: Console) -> int:
+    from .training import case_of, read_rows
+
+    if args.out is not None:
+        _check_target(args.out, args.force)
+    rows = read_rows(args.file)
+    cases = [case_of(row, args.file, number) for number, row in rows]  # every row checked first
+    labeller = offline_labeller(args.labeller, args.classifier)
+    out_rows: list[dict[str, Any]] = []
+    counts: Counter[str] = Counter()
+    for (_, row), case in zip(rows, cases):
+        label = labeller(case)
+        counts[label.label or "undecided"] += 1
+        out_rows.append({**row, "label": label.label, "probability": label.probability,
+                         "source": label.source})
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in out_rows)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        _write_atomic(args.out, text)
+    err = Console(stderr=True, width=160)
+    summary = ", ".join(f"{name} {counts[name]}" for name in (*LABELS, "undecided")
+                        if counts[name])
+    err.print(f"{len(out_rows)} turn(s) labelled ({args.labeller}): {summary}"
+              + (f"; written to {args.out}" if args.out else ""))
+    return 0
+
+
+def label_command(args: argparse.Namespace, console: Console) -> int:
+    from ..pipeline import label_turns
+    from ..store import RunStore
+
+    store = RunStore.open(args.run)
+    try:
+        count = label_turns(store, args.labeller, classifier_path=args.classifier)
+        console.print(f"{count} label(s) added ({args.labeller}); nothing generated")
+        from ..cli import print_tables
+
+        print_tables(store, console)
+    finally:
+        store.close()
+    return 0
+
+
+def train_command(args: argparse.Namespace, console: Console) -> int:
+    from .classifier import LearnedClassifier
+    from .training import assign_splits, calibrate, evaluate, fit, predict, read_examples
+
+    _check_target(args.output, args.force)
+    examples = assign_splits(read_examples(args.labelled))
+    if args.with_corpus:
+        from .corpus import corpus_examples
+
+        examples = [*corpus_examples("train"), *examples]
+    train = [ex for ex in examples if ex.split == "train"]
+    dev = [ex for ex in examples if ex.split == "dev"]
+    if not train or not dev:
+        raise UserturnError(f"{args.labelled}: needs turns of several queries for a train and a "
+                            f"dev split (got {len(train)} train, {len(dev)} dev)")
+    console.print(f"training on {len(train)} turn(s), dev {len(dev)} "
+                  f"({sum(ex.split == 'test' for ex in examples)} test rows left untouched)")
+    model = calibrate(fit(train, c=args.c), dev)
+    labels, probs = predict(LearnedClassifier(model).classify, dev)
+    result = evaluate(labels, [ex.label for ex in dev], probs)
+    console.print(f"dev agreement (classifier vs your labels): {result.line()}  "
+                  f"calibration error {result.ece:.3f}")
+    print_per_label(result, console)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    model.save(args.output)
+    console.print(f"wrote {args.output} (use it with --classifier {args.output})")
+    return 0
+
+
+def print_per_label(result: Any, console: Console) -> None:
+    table = Table("label", "precision", "recall", "support")
+    for name, row in result.per_label.items():
+        table.add_row(name, f"{row['precision']:.2f}", f"{row['recall']:.2f}",
+                      str(row["support"]))
+    console.print(table)
+
+
+def _check_target(path: Path, force: bool) -> None:
+    if path.is_dir():
+        raise UserturnError(f"{path} is a directory: give a file name")
+    if path.exists() and not force:
+        raise UserturnError(f"{path} exists: pass --force to overwrite it")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    partial = path.with_name(path.name + ".partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise UserturnError(f"cannot write {path}: {exc.strerror or exc}") from None

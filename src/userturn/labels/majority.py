@@ -1,0 +1,45 @@
+"""Several judges on one run: their majority as a label source (``judges:majority``).
+
+Each judge's labels stay under its own source (``judge:MODEL@rubric``), so ``userturn
+agreement`` compares them with each other and with people. The majority label of a turn is the
+label more than half of the judges gave; a turn without one (two judges that disagree, invalid
+verdicts) gets no majority label, with the split as its error, and so stays undecided rather than
+being decided by whichever judge happens to be listed first.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+from ..records import Label
+from ..store import RunStore
+from ..turns import read_turns
+
+MAJORITY = "judges:majority"
+
+
+def majority_label(verdicts: dict[str, str | None], judges: Sequence[str]) -> Label:
+    counts = Counter(label for label in verdicts.values() if label is not None)
+    top = counts.most_common(1)
+    if top and top[0][1] * 2 > len(judges):
+        return Label(top[0][0], source=MAJORITY,  # type: ignore[arg-type]
+                     rationale=f"{top[0][1]} of {len(judges)} judges")
+    split = ", ".join(f"{name}: {verdicts.get(name)}" for name in judges)
+    return Label(None, source=MAJORITY, error=f"no majority ({split})")
+
+
+def store_majority(store: RunStore, judges: Sequence[str], scope: str) -> int:
+    """Store the majority of ``judges`` for every turn at least one of them labelled, and make
+    it the run's deciding source after the rules (or alone, with scope ``all``)."""
+    version = "+".join(judges)
+    rows = []
+    for turn in read_turns(store, list(judges)):
+        verdicts = {lab.source: lab.label for lab in turn.labels if lab.source in judges}
+        if verdicts:
+            rows.append((turn.key, version, majority_label(verdicts, judges)))
+    store.put_labels(rows)
+    offline = [s for s in store.label_sources() if s == "classifier"]  # its guesses come last
+    store.set_meta({"label_sources": [MAJORITY] if scope == "all" else
+                    ["rules", MAJORITY, *offline]})
+    return len(rows)

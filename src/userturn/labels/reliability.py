@@ -1,0 +1,164 @@
+"""Agreement statistics beside Cohen's kappa, for judging a labeller like an instrument.
+
+Follow-ups are rare under greedy decoding, and at low prevalence kappa is misleading: two raters
+that agree on 98% of turns can have a kappa near 0, because chance agreement is already high.
+So ``userturn agreement`` also gives:
+
+- :func:`gwet_ac1`: Gwet's AC1, ``(p_o - p_e) / (1 - p_e)`` with chance agreement
+  ``p_e = 1/(q-1) * sum_k pi_k (1 - pi_k)``, ``pi_k`` the mean of the two raters' shares of
+  label ``k`` and ``q`` the number of labels in the scale; stable at low prevalence.
+- :func:`pabak`: prevalence- and bias-adjusted kappa, ``(q p_o - 1) / (q - 1)``: kappa with
+  uniform chance agreement ``1/q``.
+- :func:`alpha`: Krippendorff's alpha (nominal), for any number of raters and missing labels,
+  from the ``krippendorff`` package; here over the people alone and over everyone.
+- :func:`f1_per_label`: precision, recall and F1 per label, the reference rater in rows.
+- :func:`constant_baseline`: what a labeller that always says the reference's most common label
+  scores (its observed agreement; its kappa is 0 by construction), the floor a labeller must beat.
+
+``q`` is the scale's size (the seven labels), so a rarely used label still counts as a possible
+answer. All functions take ``(label_a, label_b)`` pairs as :mod:`.agreement` does and return NaN
+on empty input.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Mapping, Sequence
+
+from ..records import LABELS
+
+Pair = tuple[str, str]
+_NAN = float("nan")
+
+
+def _observed(pairs: Sequence[Pair]) -> float:
+    return sum(a == b for a, b in pairs) / len(pairs)
+
+
+def gwet_ac1(pairs: Sequence[Pair], labels: Sequence[str] = LABELS) -> float:
+    if not pairs or len(labels) < 2:
+        return _NAN
+    n = len(pairs)
+    counts = Counter(a for a, _ in pairs) + Counter(b for _, b in pairs)
+    shares = [counts[label] / (2 * n) for label in labels]
+    chance = sum(p * (1 - p) for p in shares) / (len(labels) - 1)
+    return (_observed(pairs) - chance) / (1 - chance) if chance < 1 else _NAN
+
+
+def pabak(pairs: Sequence[Pair], labels: Sequence[str] = LABELS) -> float:
+    if not pairs or len(labels) < 2:
+        return _NAN
+    q = len(labels)
+    return (q * _observed(pairs) - 1) / (q - 1)
+
+
+def alpha(ratings: Mapping[str, Mapping[str, str | None]],
+          labels: Sequence[str] = LABELS) -> float:
+    """Krippendorff's alpha (nominal) of ``rater -> {turn key -> label}``: every rater a row,
+    every turn a column, a missing or None label missing. NaN with fewer than 2 raters or no
+    turn rated twice (the package needs pairable values)."""
+    import krippendorff  # optional: the 'stats' extra
+
+    raters = [r for r in ratings.values() if any(v is not None for v in r.values())]
+    keys = sorted({k for r in raters for k, v in r.items() if v is not None})
+    index = {label: i for i, label in enumerate(labels)}
+    data = [[float(index[str(r[k])]) if r.get(k) is not None else float("nan") for k in keys]
+            for r in raters]
+    pairable = sum(1 for j in range(len(keys))
+                   if sum(1 for row in data if row[j] == row[j]) >= 2)
+    if len(raters) < 2 or not pairable:
+        return _NAN
+    values = {v for row in data for v in row if v == v}
+    if len(values) < 2:
+        return _NAN  # one value everywhere: no disagreement is possible to measure
+    return float(krippendorff.alpha(reliability_data=data, level_of_measurement="nominal",
+                                    value_domain=list(range(len(labels)))))
+
+
+def f1_per_label(pairs: Sequence[Pair], labels: Sequence[str] = LABELS
+                 ) -> dict[str, dict[str, Any]]:
+    """Per label used by either rater: precision, recall, F1 and support (rater a = reference)."""
+    out: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        support = sum(1 for a, _ in pairs if a == label)
+        predicted = sum(1 for _, b in pairs if b == label)
+        if not support and not predicted:
+            continue
+        hit = sum(1 for a, b in pairs if a == b == label)
+        precision = hit / predicted if predicted else _NAN
+        recall = hit / support if support else _NAN
+        f1 = (2 * precision * recall / (precision + recall)
+              if predicted and support and precision + recall else (0.0 if predicted and support
+                                                                    else _NAN))
+        out[label] = {"precision": precision, "recall": recall, "f1": f1, "support": support}
+    return out
+
+
+def constant_baseline(pairs: Sequence[Pair]) -> tuple[str | None, float]:
+    """The reference's most common label and the agreement of always answering it."""
+    if not pairs:
+        return None, _NAN
+    label, count = Counter(a for a, _ in pairs).most_common(1)[0]
+    return label, count / len(pairs)
+
+
+def ratings_of(turns: Sequence[Any]) -> dict[str, dict[str, str | None]]:
+    """``source -> {turn key -> label}`` of every stored label of ``turns``."""
+    out: dict[str, dict[str, str | None]] = {}
+    for turn in turns:
+        for label in turn.labels:
+            out.setdefault(label.source, {})[turn.key] = label.label
+    return out
+
+
+def against_people(results: Sequence[Any]) -> list[dict[str, Any]]:
+    """Each labeller (any non-human source) against each person, beside the people's agreement
+    with each other: a labeller is as good as a person when its kappa falls in their range."""
+    human = [r for r in results if r.n >= 2 and r.a.startswith("human:")
+             and r.b.startswith("human:")]
+    spread = [r.kappa for r in human if r.kappa == r.kappa]
+    rows = []
+    for r in results:
+        people = [s for s in (r.a, r.b) if s.startswith("human:")]
+        if r.n < 2 or len(people) != 1:
+            continue
+        labeller = r.b if people[0] == r.a else r.a
+        rows.append({"labeller": labeller, "human": people[0], "n": r.n, "kappa": r.kappa,
+                     "ac1": r.ac1, "human_low": min(spread) if spread else _NAN,
+                     "human_high": max(spread) if spread else _NAN,
+                     "in_range": (min(spread) <= r.kappa if spread else None)})
+    return rows
+
+
+def print_against_people(results: Sequence[Any], ratings: Mapping[str, Mapping[str, str | None]],
+                         console: Any) -> None:
+    from rich.table import Table
+
+    from ..report.numbers import decimal
+
+    rows = against_people(results)
+    people = {s: r for s, r in ratings.items() if s.startswith("human:")}
+    if rows:
+        table = Table(title="Labellers against people (kappa; the people's range beside it)")
+        for name in ("labeller", "human", "n", "kappa", "AC1", "human vs human kappa",
+                     "at least as good as a person"):
+            table.add_column(name, justify="left" if name in ("labeller", "human") else "right")
+        for row in rows:
+            human_range = ("-" if row["human_low"] != row["human_low"] else
+                           f"{decimal(row['human_low'])} to {decimal(row['human_high'])}")
+            verdict = "-" if row["in_range"] is None else ("yes" if row["in_range"] else "no")
+            table.add_row(row["labeller"], row["human"], str(row["n"]), decimal(row["kappa"]),
+                          decimal(row["ac1"]), human_range, verdict)
+        console.print(table)
+    lines = []
+    try:
+        if len(people) >= 2:
+            lines.append(f"Krippendorff's alpha (nominal), people only: {decimal(alpha(people))}")
+        if len(ratings) >= 2:
+            lines.append("Krippendorff's alpha (nominal), every source: "
+                         f"{decimal(alpha(ratings))}")
+    except ImportError:
+        lines.append("Krippendorff's alpha needs the krippendorff package (pip install "
+                     "'userturn[stats]')")
+    for line in lines:
+        console.print(line)

@@ -1,0 +1,210 @@
+"""Training the learned classifier: labelled turns in, ``LinearModel`` parameters out.
+
+Splits are drawn by query (every turn of one query stays in one split), so a dev figure never
+rewards memorising a conversation. Probabilities are temperature-scaled on the dev split. Needs
+scikit-learn (``pip install 'userturn[classifier]'``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ..errors import UserturnError
+from ..records import LABELS, Case
+from .agreement import cohen_kappa, confusion_matrix, per_label
+from .classifier import N_DENSE, LinearModel, design_matrix
+
+REQUIRED = ("query", "answer", "user_turn")
+
+
+@dataclass(frozen=True)
+class Example:
+    """One labelled turn: the case, its label, its split and where it came from."""
+
+    case: Case
+    label: str
+    split: str  # "train" | "dev" | "test" | "" (not given: drawn by query)
+    group: str  # turns of one query share a group
+    source: str = ""
+
+
+def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) of a .jsonl or .jsonl.gz file; a bad line is named."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserturnError(f"{path}: no such file")
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UserturnError(f"{path}: line {number}: not JSON ({exc.msg})") from None
+                if not isinstance(row, dict):
+                    raise UserturnError(f"{path}: line {number}: expected a JSON object")
+                rows.append((number, row))
+    except (UnicodeDecodeError, OSError, EOFError) as exc:
+        raise UserturnError(f"{path}: cannot read ({exc})") from None
+    return rows
+
+
+def case_of(row: dict[str, Any], path: Path, number: int) -> Case:
+    """The Case of a row with ``query``, ``answer`` and ``user_turn`` (text, all three)."""
+    for field in REQUIRED:
+        if field not in row:
+            raise UserturnError(f"{path}: line {number}: field {field!r} is missing")
+        if not isinstance(row[field], str):
+            raise UserturnError(f"{path}: line {number}: field {field!r} is not text")
+    return Case(row["query"], row["answer"], row["user_turn"], row["user_turn"])
+
+
+def read_examples(path: Path) -> list[Example]:
+    """Labelled turns: ``query``, ``answer``, ``user_turn``, ``label`` (one of docs/labels.md),
+    optional ``split`` and ``source``. Errors name the line and the field."""
+    examples = []
+    for number, row in read_rows(path):
+        case = case_of(row, path, number)
+        label = row.get("label")
+        if label not in LABELS:
+            raise UserturnError(f"{path}: line {number}: field 'label' is {label!r}, not one of "
+                                f"{', '.join(LABELS)}")
+        split = row.get("split") or ""
+        if split not in ("", "train", "dev", "test"):
+            raise UserturnError(f"{path}: line {number}: field 'split' is {split!r}, not train, "
+                                f"dev or test")
+        source = row.get("source")
+        kind = source.get("kind", "") if isinstance(source, dict) else str(source or "")
+        examples.append(Example(case, label, split, group_of(row["query"]), kind))
+    if not examples:
+        raise UserturnError(f"{path}: no labelled turns")
+    return examples
+
+
+def group_of(query: str) -> str:
+    return hashlib.sha256(query.strip().encode()).hexdigest()[:16]
+
+
+def split_of(group: str, dev: float = 0.15, test: float = 0.2) -> str:
+    """A query's split, fixed by its hash: the same query lands in the same split every time."""
+    position = int(group[:8], 16) / 0xFFFFFFFF
+    return "test" if position < test else "dev" if position < test + dev else "train"
+
+
+def assign_splits(examples: Sequence[Example], dev: float = 0.15) -> list[Example]:
+    """Examples without a split get one by query (no test split: a user's own file trains and
+    reports dev agreement only)."""
+    out = []
+    for ex in examples:
+        split = ex.split or ("dev" if split_of(ex.group, dev, 0.0) == "dev" else "train")
+        out.append(Example(ex.case, ex.label, split, ex.group, ex.source))
+    return out
+
+
+def fit(train: Sequence[Example], *, c: float = 0.25, balanced: bool = True,
+        version: str = "1") -> LinearModel:
+    """Multinomial logistic regression on the design matrix (dense columns standardised)."""
+    try:
+        from sklearn.linear_model import LogisticRegression
+    except ImportError:
+        raise UserturnError("training the classifier needs scikit-learn: "
+                            "pip install 'userturn[classifier]'") from None
+    labels = sorted({ex.label for ex in train}, key=LABELS.index)
+    if len(labels) < 2:
+        raise UserturnError(f"training needs at least two labels, the data has {labels}")
+    x = design_matrix([ex.case for ex in train]).tolil()
+    dense = x[:, :N_DENSE].toarray()
+    scale = np.maximum(dense.std(axis=0), 1e-3)
+    x[:, :N_DENSE] = dense / scale
+    y = np.array([labels.index(ex.label) for ex in train])
+    model = LogisticRegression(C=c, max_iter=3000, class_weight="balanced" if balanced else None)
+    model.fit(x.tocsr(), y)
+    weights, bias = model.coef_, model.intercept_
+    if len(labels) == 2:  # scikit-learn keeps one row for two classes
+        weights = np.vstack([-weights[0] / 2, weights[0] / 2])
+        bias = np.array([-bias[0] / 2, bias[0] / 2])
+    return LinearModel(weights, bias, scale, 1.0, tuple(labels),
+                       {"version": version, "c": c, "balanced": balanced,
+                        "trained_on": len(train)})
+
+
+def calibrate(model: LinearModel, dev: Sequence[Example]) -> LinearModel:
+    """The temperature that minimises the dev negative log-likelihood (a 1-D grid search)."""
+    known = [ex for ex in dev if ex.label in model.labels]
+    if not known:
+        return model
+    logits = np.stack([model.logits(ex.case) for ex in known])
+    target = np.array([model.labels.index(ex.label) for ex in known])
+    best, best_nll = 1.0, float("inf")
+    for t in np.exp(np.linspace(np.log(0.2), np.log(5.0), 61)):
+        z = logits / t
+        z = z - z.max(axis=1, keepdims=True)
+        nll = float(-(z[np.arange(len(z)), target] - np.log(np.exp(z).sum(axis=1))).mean())
+        if nll < best_nll:
+            best, best_nll = float(t), nll
+    return LinearModel(model.weights, model.bias, model.scale, best, model.labels,
+                       {**model.meta, "temperature_nll": round(best_nll, 4)})
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Agreement of predictions with reference labels (reference = the corpus's labels)."""
+
+    n: int
+    kappa: float
+    kappa_follow_up: float
+    accuracy: float
+    per_label: dict[str, dict[str, Any]]
+    confusion: list[list[int]]
+    ece: float | None = None
+
+    def line(self) -> str:
+        return (f"n={self.n}  kappa 7-way {self.kappa:.3f}  follow-up vs rest "
+                f"{self.kappa_follow_up:.3f}  accuracy {self.accuracy:.3f}")
+
+
+def evaluate(predicted: Sequence[str], reference: Sequence[str],
+             confidence: Sequence[float] | None = None) -> Evaluation:
+    pairs = list(zip(reference, predicted))
+    binary = [(a == "follow_up" and "f" or "r", b == "follow_up" and "f" or "r")
+              for a, b in pairs]
+    ece = None
+    if confidence is not None:
+        ece = expected_calibration_error(confidence, [a == b for a, b in pairs])
+    labels = (*LABELS, "undecided")  # the rules' undecided counts as a label of its own: wrong
+    return Evaluation(len(pairs), cohen_kappa(pairs, labels), cohen_kappa(binary, ("f", "r")),
+                      sum(a == b for a, b in pairs) / max(1, len(pairs)),
+                      {k: v for k, v in per_label(pairs, labels).items() if k in LABELS},
+                      confusion_matrix(pairs, labels), ece)
+
+
+def expected_calibration_error(confidence: Sequence[float], correct: Sequence[bool],
+                               bins: int = 10) -> float:
+    conf, hit = np.asarray(confidence, float), np.asarray(correct, float)
+    edges = np.linspace(0, 1, bins + 1)
+    total = 0.0
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        inside = (conf > lo) & (conf <= hi)
+        if inside.any():
+            total += inside.mean() * abs(conf[inside].mean() - hit[inside].mean())
+    return float(total)
+
+
+def predict(labeller: Callable[[Case], Any], examples: Iterable[Example]
+            ) -> tuple[list[str], list[float]]:
+    labels, probs = [], []
+    for ex in examples:
+        result = labeller(ex.case)
+        labels.append(result.label or "undecided")
+        probs.append(result.probability if result.probability is not None else 1.0)
+    return labels, probs

@@ -1,0 +1,163 @@
+"""The run report as one self-contained HTML file: the header, the sections of :mod:`.sections`
+and the sample browser's data, laid into ``report_page.html``.
+
+Everything a model wrote is untrusted: it reaches the page only as JSON (every ``<``, ``>`` and
+``&`` escaped as ``\\u003c`` etc., so no ``</script>`` or ``<!--`` can end the block) and is put
+on screen with ``textContent`` only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from ..atomic import make_folder, refuse_to_replace, write_text
+from . import plots, sections
+from .compute import CATEGORIES, Report
+from .markup import esc, fill, json_for_script, now
+from .tables import export_tables
+
+# The sample browser's long texts, stored once in the page and referred to by index.
+SHARED_TEXTS = ("query", "answer", "prompt")
+
+
+def render_page(report: Report, template: str, data: dict[str, Any], links: Sequence[str]) -> str:
+    agreement = sections.agreement(report)
+    parts = [sections.summary(report), sections.temperature_plot(report),
+             sections.accuracy_plot(report), sections.labels_plot(report),
+             sections.perturbations(report), sections.right_wrong(report), agreement,
+             sections.samples(), sections.export(links)]
+    shown = {"perturbations": bool(report.comparisons), "agreement": bool(agreement)}
+    nav = "".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title in _NAV
+                  if shown.get(sid, True))
+    return fill(template, {"TITLE": esc(f"userturn report: {report.folder.name}"),
+                           "RUN": esc(report.folder.name),
+                           "HEADER": _header(report), "NAV": nav,
+                           "BODY": "\n".join(s for s in parts if s),
+                           "DATA": json_for_script(data)})
+
+
+_NAV = [("summary", "Summary"), ("temperature", "Temperature"), ("accuracy", "Accuracy"),
+        ("labels", "Labels"), ("perturbations", "Perturbations"), ("right-wrong", "Right vs wrong"),
+        ("agreement", "Agreement"), ("samples", "Samples"), ("export", "Export")]
+
+
+# -- header ----------------------------------------------------------------------------------------
+def _header(report: Report) -> str:
+    meta, config = report.meta, report.meta.get("config", {})
+    items = [("Run folder", f"<code>{esc(report.folder)}</code>"),
+             ("Report written", esc(now()))]
+    for key, name in (("started", "Run started"), ("finished", "Run finished")):
+        if key == "finished" and (report.state is None or not report.state.finished):
+            continue  # a finish stamp of an earlier run, before this one started: not this run's
+        if isinstance(meta.get(key), (int, float)):
+            stamp = dt.datetime.fromtimestamp(meta[key], dt.timezone.utc)
+            items.append((name, esc(stamp.strftime("%Y-%m-%d %H:%M UTC"))))
+    state = report.state
+    if state is not None:
+        status = state.line() or ("finished: " + state.counts())
+        items.append(("Run status", f'<span class="{"" if state.line() is None else "warn"}">'
+                      f"{esc(status)}</span>"))
+        if state.skipped_line():
+            items.append(("Skipped rows", esc(state.skipped_line())))
+    turns = len(report.turns)
+    items_seen = len({(t.dataset, t.item_id) for t in report.turns})
+    items.append(("User turns", f"{turns} ({items_seen} items)"))
+    items.append(("Labels decided by", esc(", then ".join(report.sources)) or "–"))
+    counts: dict[str, int] = defaultdict(int)
+    for turn in report.turns:
+        for label in turn.labels:
+            counts[label.source] += 1
+    items.append(("Label sources stored", esc(", ".join(f"{s} ({n})" for s, n in
+                                                       sorted(counts.items()))) or "none"))
+    versions = meta.get("versions", {})
+    items.append(("Versions", esc(" · ".join(f"{k} {v}" for k, v in versions.items())) or "–"))
+    models = meta.get("models", {})
+    if models:
+        items.append(("Models", "<br>".join(
+            f"{esc(m)} <span class='muted'>revision {esc(v.get('revision'))}, template "
+            f"{esc(v.get('template_hash'))}</span>" for m, v in models.items())))
+    facts = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items)
+    settings = "".join(f'<div><span class="k">{esc(k)}</span> {esc(_setting(v))}</div>'
+                       for k, v in config.items())
+    return (f'<p class="design">{esc(_design(config))}</p><dl class="facts">{facts}</dl>'
+            f'<details class="config"><summary>Full experiment config</summary>'
+            f'<div class="settings">{settings}</div></details>')
+
+
+def _design(config: Mapping[str, Any]) -> str:
+    """One line: the experiment's design, e.g. 2 models × 1 dataset × T {0, 1} × 4 samples."""
+    if not config:
+        return "No experiment config stored in this run."
+    many = lambda key, word: _plural(len(config.get(key) or []), word)  # noqa: E731
+    temps = ", ".join(f"{t:g}" for t in config.get("temperatures", []))
+    parts = [many("models", "model"), many("datasets", "dataset"), f"T {{{temps}}}",
+             f"{config.get('samples')} samples per item at T > 0"]
+    if config.get("perturbations"):
+        parts.append(f"{many('perturbations', 'perturbation')} + original")
+    if [a for a in config.get("answerers", []) if a != "self"]:
+        parts.append(f"answerers: {', '.join(config['answerers'])}")
+    if config.get("enable_thinking") is not None:
+        parts.append("thinking " + "/".join("on" if v else "off"
+                                            for v in config["enable_thinking"]))
+    limit = config.get("limit")
+    # The answer's thinking in the user-turn prompt: the policy changes what the prober saw.
+    policy = f", answer thinking {config['thinking']}" if config.get("thinking") else ""
+    return " × ".join(parts) + f"; {'all' if limit is None else limit} items per dataset, " \
+        f"seed {config.get('seed')}{policy}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _setting(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "–"
+    return "–" if value is None else str(value)
+
+
+def write_html_report(report: Report, out: Path, *, tables_dir: Path | None = None) -> Path:
+    """Write the report to ``out`` (one HTML file, no network). With ``tables_dir`` the tables
+    are exported there too and linked from the page."""
+    out = Path(out)
+    refuse_to_replace(out, force=True)  # before the tables: never over a database or a folder
+    make_folder(out.parent)
+    files = export_tables(report, tables_dir) if tables_dir is not None else []
+    links = [_relative(path, out.parent) for path in files]
+    page = render_page(report, _template(), browser_data(report), links)
+    return write_text(out, page)
+
+
+def _relative(path: Path, base: Path) -> str:
+    try:
+        return path.resolve().relative_to(base.resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_uri()
+
+
+def _template() -> str:
+    return resources.files("userturn.report").joinpath("report_page.html").read_text(encoding="utf-8")
+
+
+def browser_data(report: Report) -> dict[str, Any]:
+    """The sample browser's data: each turn as a row of :data:`~userturn.turns.COLUMNS` (the
+    export's columns) with every label of every source; long texts (queries, answers, prompts)
+    are stored once and the row holds their index."""
+    texts: dict[str, int] = {}
+
+    def ref(value: str | None) -> int:
+        return texts.setdefault(value or "", len(texts))
+
+    turns = []
+    for turn in report.turns:
+        record = turn.record()
+        record.update({name: ref(record[name]) for name in SHARED_TEXTS})
+        record["labels"] = [[lab.source, lab.label, lab.rationale, lab.error]
+                            for lab in turn.labels]
+        turns.append(record)
+    return {"texts": list(texts), "turns": turns, "colours": plots.LABEL_COLOURS,
+            "categories": [key for key, _ in CATEGORIES]}

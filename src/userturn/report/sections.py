@@ -1,0 +1,286 @@
+"""The sections of the HTML report, laid out from a computed :class:`~userturn.report.compute.Report`:
+the summary, the four plots (inline SVG, from :mod:`.charts`), right vs wrong answers, the sample
+browser and the export links."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from . import charts, plots
+from .compute import CATEGORIES, PerturbationEffect, Report
+from .markup import count, esc, group_starts, rate_html, section, table
+from ..records import LABELS
+from .numbers import decimal, label_header, p_value, percent, points, temperature
+from .numbers import temperature_axis
+from ..correction import MIN_HUMAN_LABELS
+from ..stats import McNemar, Rate
+from .summary import SummaryRow
+
+NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "
+                  "judge labels them; invalid verdicts and failed generations are left out of the "
+                  "rate and counted beside it.")
+
+
+def _keys(report: Report) -> list[str]:
+    return [k for k in ("answerer", "dataset", "perturbation") if report.varies(k)]
+
+
+# -- summary ---------------------------------------------------------------------------------------
+def summary(report: Report) -> str:
+    keys = _keys(report)
+    humans = any(r.human_labels for r in report.rows)
+    headers = ["model", *keys, "T", "items", "turns", "follow-up [95% CI]", "n",
+               *(["corrected [95% CI]", "human labels"] if humans else []), "undecided",
+               "invalid", "errors", "accuracy [95% CI]", "n"]
+    rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
+             str(r.items), str(r.turns), rate_html(r.follow_up), str(r.follow_up.n),
+             *([_corrected_html(r), str(r.human_labels)] if humans else []),
+             count(r.undecided, False), count(r.invalid), count(r.errors), rate_html(r.accuracy),
+             str(r.accuracy.n) if r.accuracy else "–"] for r in report.rows]
+    main = table(headers, rows, numeric_from=1 + len(keys),
+                   groups=group_starts([r.model for r in report.rows]))
+    label_rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
+                   *(str(r.labels.get(key, 0)) for key, _ in CATEGORIES[:-3]),
+                   count(r.undecided), count(r.invalid), count(r.errors)] for r in report.rows]
+    counts = table(["model", *keys, "T", *(esc(name) for _, name in CATEGORIES)], label_rows,
+                    numeric_from=1 + len(keys),
+                    groups=group_starts([r.model for r in report.rows]))
+    notes = [f"n: turns the rate is over; {NOTE_UNDECIDED}",
+             "Task accuracy: the score of the greedy assistant answer the turns follow (one per "
+             "item). Intervals: 95% clustered Wilson intervals (the effective sample size the items' "
+             "spread leaves, as samples of an item are not independent; docs/statistics.md)."]
+    if humans:
+        notes.append("Corrected: the follow-up rate corrected for the labeller's errors with the "
+                     "human-labelled turns (prediction-powered inference, PPI++, clustered by item "
+                     "and weighted by each turn's chance of being in the calibration sample; "
+                     f"shown from {MIN_HUMAN_LABELS} human labels on; docs/statistics.md).")
+        notes += [f"{r.model} · {r.dataset} · T = {temperature(r.temperature)}: no correction: "
+                  f"{r.correction_note}." for r in report.rows if r.correction_note]
+    if report.assistant_failures:
+        notes.append(f"{report.assistant_failures} assistant turn(s) failed; their items have no "
+                     "user turns.")
+    body = (main + "".join(f'<p class="note">{esc(n)}</p>' for n in notes)
+            + f"<details><summary>Label counts per row</summary>{counts}</details>")
+    return section("summary", "Summary", "Genuine follow-up rate of the generated user turns, "
+                    "per model and condition.", body)
+
+
+def _corrected_html(row: SummaryRow) -> str:
+    c = row.corrected
+    if c is None:
+        return '<span class="na">–</span>'
+    return rate_html(Rate(0, c.n, c.low, c.high), value=c.value)
+
+
+# -- plot 1 ----------------------------------------------------------------------------------------
+def temperature_plot(report: Report) -> str:
+    series = charts.temperature_series(report)
+    intro = ("Follow-up rate on the unperturbed contexts at each sampling temperature, one line "
+             "per model; the band is the 95% interval clustered by item. T = 0 is greedy "
+             "decoding (one turn per item). Hover a point for its numbers.")
+    if not any(s.points for s in series):
+        return section("temperature", "Follow-up rate vs temperature", intro, _EMPTY_RATES)
+    svg = plots.rate_lines(series, x_label=charts.RATE_X_LABEL, y_label=charts.RATE_Y_LABEL)
+    return section("temperature", "Follow-up rate vs temperature", intro,
+                    f'<figure>{svg}</figure>')
+
+
+_EMPTY_RATES = ('<p class="empty">No follow-up rate to plot: no unperturbed user turn was '
+                'generated and labelled.</p>')
+
+
+# -- plot 2 ----------------------------------------------------------------------------------------
+def accuracy_plot(report: Report) -> str:
+    intro = ("One point per model: task accuracy of its greedy answers (x) against the "
+             "follow-up rate of the user turns written after them (y, unperturbed contexts), "
+             "with 95% intervals both ways. Spearman's ρ across models, with a bootstrap "
+             "interval over models, tests whether the two go together.")
+    if not report.panels or not any(p.points for p in report.panels):
+        return section("accuracy", "Task accuracy vs follow-up rate", intro,
+                        '<p class="empty">No model has both scored answers and a follow-up '
+                        'rate (unperturbed, answered by itself).</p>')
+    y_top, step = charts.panel_scale(report)
+    svgs = [plots.scatter_panel(charts.panel_title(report, p), charts.rho_note(p),
+                                charts.panel_dots(report, p), y_top=y_top,
+                                step=step, x_label="Task accuracy",
+                                y_label="Follow-up rate") for p in report.panels]
+    legend = "".join(f'<span class="key"><i style="background:{plots.model_colour(i)}"></i>'
+                     f"{esc(m)}</span>" for i, m in enumerate(report.models))
+    body = (f'<div class="legend">{legend}</div><div class="panels">'
+            + "".join(f"<figure>{s}</figure>" for s in svgs) + "</div>")
+    return section("accuracy", "Task accuracy vs follow-up rate", intro, body)
+
+
+# -- plot 3 ----------------------------------------------------------------------------------------
+def labels_plot(report: Report) -> str:
+    bars = charts.label_bars(report)
+    intro = ("What the generated user turns are: the share of each label per model, "
+             "temperature and perturbation (each bar is all turns of its row; greys have no "
+             "label). Hover a segment for its count.")
+    if not bars:
+        return section("labels", "Label distribution", intro,
+                        '<p class="empty">No user turns in this run.</p>')
+    svg = plots.stacked_bars(bars, CATEGORIES)
+    return section("labels", "Label distribution", intro, f"<figure>{svg}</figure>")
+
+
+# -- plot 4 ----------------------------------------------------------------------------------------
+def perturbations(report: Report) -> str:
+    if not report.comparisons:
+        return ""
+    svg = plots.forest(charts.forest_rows(report), x_label=charts.FOREST_X_LABEL)
+    intro = ("Each perturbation of the assistant answer is paired with the original context of "
+             "the same items: the difference in follow-up rate (perturbed minus original) with a "
+             "95% paired interval over shared items (clustered by item). Every perturbation is expected to "
+             "raise the rate (a model that reads the conversation reacts to the change). For "
+             "greedy decoding (one turn per item) McNemar's exact p is given too.")
+    return section("perturbations", "Perturbations: paired differences", intro,
+                    f"<figure>{svg}</figure>" + _effects_table(report, charts.sorted_effects(report)))
+
+
+_MARKS = {"expected": "yes", "expected_ns": "yes, n.s.", "opposite_ns": "no, n.s.",
+          "opposite": "no, opposite", "none": "no change"}
+
+
+def _effects_table(report: Report, cs: Sequence[PerturbationEffect]) -> str:
+    headers = ["perturbation", "T", "items", "original [95% CI]", "perturbed [95% CI]",
+               "difference, pp [95% CI]", "as expected?", "McNemar p", "dropped"]
+    rows = []
+    for c in cs:
+        d, m = c.diff, c.mcnemar
+        arrow = "↑" if c.expected == "up" else "↓"
+        rows.append([esc(c.perturbation), temperature(c.temperature), str(d.items),
+                     _rate_n(d.a), _rate_n(d.b),
+                     f'<span class="v">{points(d.delta, True)}</span> <span class="ci">'
+                     f'[{points(d.low, True)}, {points(d.high, True)}]</span>',
+                     f'<span class="verdict {c.verdict}">{arrow} {_MARKS[c.verdict]}</span>',
+                     _mcnemar_cell(m),
+                     f"{d.dropped_a} / {d.dropped_b}"])
+    note = ("↑: the rate is expected to rise; n.s.: the interval includes 0. McNemar (greedy "
+            "only, one turn per item): exact p, with the items that switched to a follow-up (↑) "
+            "and away from one (↓). dropped: items with turns on the original / perturbed side "
+            "only (a perturbation that does not apply to an item, e.g. no number to change).")
+    headings = [report.condition(c.model, c.answerer, c.dataset) for c in cs]
+    return (table(headers, rows, numeric_from=1, headings=headings, cls="grouped")
+            + f'<p class="note">{esc(note)}</p>')
+
+
+def _mcnemar_cell(m: McNemar | None) -> str:
+    if m is None:
+        return "–"
+    return f"{p_value(m.p_value)} <span class='ci'>({m.b01}↑ {m.b10}↓)</span>"
+
+
+def _rate_n(rate: Rate) -> str:
+    return f'{rate_html(rate)} <span class="ci">n={rate.n}</span>'
+
+
+# -- joint table -----------------------------------------------------------------------------------
+def right_wrong(report: Report) -> str:
+    intro = ("Does the model follow up more when its answer was wrong? The follow-up rate of "
+             "the turns after a right answer vs after a wrong one (unperturbed contexts), "
+             "clustered by item. The two rates come from different items: compare their "
+             "intervals, not a paired difference.")
+    if not report.joints:
+        return section("right-wrong", "Right vs wrong answers", intro,
+                        '<p class="empty">No scored assistant answers in this run.</p>')
+    keys = [k for k in ("answerer", "dataset") if report.varies(k)]
+    headers = ["model", *keys, "T", "after a right answer [95% CI]", "turns", "items",
+               "after a wrong answer [95% CI]", "turns", "items", "items in both"]
+    rows = [[esc(model), *(esc(v) for k, v in (("answerer", answerer), ("dataset", dataset))
+                          if k in keys), temperature_axis(t), rate_html(j["correct"]), str(j["correct"].n),
+             str(j["items_correct"]), rate_html(j["wrong"]), str(j["wrong"].n),
+             str(j["items_wrong"]), str(j["items_mixed"])]
+            for (model, answerer, dataset, t), j in report.joints]
+    return section("right-wrong", "Right vs wrong answers", intro,
+                    table(headers, rows, numeric_from=1 + len(keys),
+                           groups=group_starts([k[0][0] for k in report.joints])))
+
+
+# -- samples and export ----------------------------------------------------------------------------
+def samples() -> str:
+    selects = "".join(f'<label>{name}<select id="f-{field}" data-field="{field}"></select></label>'
+                      for field, name in (("model", "Model"), ("answerer", "Answerer"),
+                                          ("dataset", "Dataset"), ("temperature", "Temperature"),
+                                          ("perturbation", "Perturbation"), ("status", "Label")))
+    intro = ("Every generated user turn with the query, the assistant answer it followed, every "
+             "label from every source, and the exact prompt. Model text is shown literally.")
+    body = (f'<div class="filters">{selects}<label class="search">Search<input id="f-search" '
+            f'type="search" placeholder="query, answer, user turn, rationale…"></label>'
+            f'<button id="reset" type="button">Reset</button></div>'
+            f'<p class="count"><b id="match-count">0</b> of <span id="total-count">0</span> '
+            f'user turns match</p><div id="cards"></div>'
+            f'<button id="more" type="button" hidden>Show more</button>'
+            f'<noscript><p class="empty">The sample browser needs JavaScript; the same turns are '
+            f'in user_turns.csv.</p></noscript>')
+    return section("samples", "Samples", intro, body)
+
+
+def export(links: Sequence[str]) -> str:
+    if not links:
+        body = ('<p class="note">Every table of this report can be written as CSV (and Parquet) '
+                'with <code>userturn.report.export_tables(report, folder)</code>.</p>')
+    else:
+        body = "<ul class='files'>" + "".join(f'<li><a href="{esc(link)}">{esc(link)}</a></li>'
+                                              for link in links) + "</ul>"
+    return section("export", "Export", "The tables of this report as files.", body)
+
+
+# -- agreement -------------------------------------------------------------------------------------
+def agreement(report: Report) -> str:
+    """Every pair of label sources that labelled the same turns (kappa, AC1, PABAK, the constant
+    baseline), each labeller against the people, and each judge's labels and invalid rate."""
+    from ..labels.agreement import pairwise_agreement
+    from ..labels.reliability import against_people
+
+    results = [r for r in pairwise_agreement(report.turns) if r.n >= 2]
+    judges = _judge_rows(report)
+    if not results and not judges:
+        return ""
+    body = ""
+    if results:
+        rows = [[esc(r.a), esc(r.b), str(r.n), _kappa(r.kappa, r.low, r.high), decimal(r.ac1),
+                 decimal(r.pabak), percent(r.raw), percent(r.baseline)] for r in results]
+        body += table(["a (reference)", "b", "turns", "kappa [95% CI]", "AC1", "PABAK",
+                       "agreement", "constant a"], rows, numeric_from=2)
+    people = against_people(results)
+    if people:
+        rows = [[esc(p["labeller"]), esc(p["human"]), str(p["n"]), decimal(p["kappa"]),
+                 "–" if p["in_range"] is None else
+                 f"{decimal(p['human_low'])} to {decimal(p['human_high'])}",
+                 "–" if p["in_range"] is None else ("yes" if p["in_range"] else "no")]
+                for p in people]
+        body += table(["labeller", "human", "turns", "kappa", "human vs human kappa",
+                       "as good as a person"], rows, numeric_from=2)
+    if judges:
+        body += table(["judge", "turns judged", *(esc(label_header(x)) for x in LABELS),
+                       "invalid"], judges, numeric_from=1)
+    intro = ("How far each label source can be trusted: kappa with a 95% interval bootstrapped "
+             "over items, and, because follow-ups are rare under greedy decoding (where kappa "
+             "misleads), Gwet's AC1, PABAK and the agreement of always giving the reference's "
+             "most common label. A labeller is as good as a person when its kappa against a "
+             "person is within the people's own range (docs/statistics.md).")
+    return section("agreement", "Agreement between labellers", intro, body)
+
+
+def _kappa(kappa: float, low: float, high: float) -> str:
+    if kappa != kappa:
+        return "–"
+    return decimal(kappa) + ("" if low != low else f" [{decimal(low)}, {decimal(high)}]")
+
+
+def _judge_rows(report: Report) -> list[list[str]]:
+    """Per judge source: turns judged, the label distribution, and the invalid verdicts."""
+    counts: dict[str, dict[str, int]] = {}
+    for turn in report.turns:
+        for stored in turn.labels:
+            if stored.source.startswith("judge:"):
+                row = counts.setdefault(stored.source, {})
+                key = stored.label or ("invalid" if stored.error else "undecided")
+                row[key] = row.get(key, 0) + 1
+    rows = []
+    for source, row in sorted(counts.items()):
+        total = sum(row.values())
+        rows.append([esc(source), str(total), *(str(row.get(label, 0)) for label in LABELS),
+                     f"{row.get('invalid', 0)} ({percent(row.get('invalid', 0) / total)})"])
+    return rows

@@ -1,0 +1,121 @@
+"""Every table of the run report as flat records, written as CSV (and Parquet when pyarrow is
+installed). The ``user_turns`` table has the columns of :data:`userturn.turns.COLUMNS`, as the
+export and the sample browser do."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+from ..atomic import make_folder, write_file
+from ..records import LABELS
+from ..stats import Rate
+from .compute import CATEGORIES, PerturbationEffect, Report
+from .summary import SummaryRow
+
+
+def _rate_cols(prefix: str, rate: Rate | None) -> dict[str, Any]:
+    if rate is None:
+        return {f"{prefix}": None, f"{prefix}_low": None, f"{prefix}_high": None,
+                f"{prefix}_hits": None, f"{prefix}_n": None}
+    return {prefix: _num(rate.value), f"{prefix}_low": _num(rate.low),
+            f"{prefix}_high": _num(rate.high), f"{prefix}_hits": rate.hits, f"{prefix}_n": rate.n}
+
+
+def _num(value: float) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(float(value), 6)
+
+
+def tables(report: Report) -> dict[str, list[dict[str, Any]]]:
+    """Every table of the report, as flat records (the CSV and Parquet files)."""
+    return {"summary": [_summary_record(r) for r in report.rows],
+            "labels": [{**_row_keys(r), "label": key, "count": r.status_counts().get(key, 0)}
+                       for r in report.rows for key, _ in CATEGORIES],
+            "accuracy_vs_follow_up": [
+                {"dataset": p.dataset, "temperature": p.temperature, "model": model,
+                 **_rate_cols("accuracy", acc), **_rate_cols("follow_up", rate)}
+                for p in report.panels for model, acc, rate in p.points],
+            "rank_correlation": [
+                {"dataset": p.dataset, "temperature": p.temperature, "models": p.correlation.n,
+                 "rho": _num(p.correlation.rho), "rho_low": _num(p.correlation.low),
+                 "rho_high": _num(p.correlation.high)} for p in report.panels],
+            "perturbations": [_comparison_record(c) for c in report.comparisons],
+            "right_vs_wrong": [_joint_record(key, j) for key, j in report.joints],
+            "user_turns": [t.record() for t in report.turns],
+            "turn_labels": [label.record(t.key) for t in sorted(report.turns, key=lambda t: t.key)
+                            for label in t.labels]}
+
+
+def _row_keys(row: SummaryRow) -> dict[str, Any]:
+    return {"model": row.model, "answerer": row.answerer, "dataset": row.dataset,
+            "perturbation": row.perturbation, "temperature": row.temperature}
+
+
+def _summary_record(row: SummaryRow) -> dict[str, Any]:
+    return {**_row_keys(row), "items": row.items, "turns": row.turns,
+            **_rate_cols("follow_up", row.follow_up),
+            "corrected_rate": _num(row.corrected.value) if row.corrected else None,
+            "corrected_low": _num(row.corrected.low) if row.corrected else None,
+            "corrected_high": _num(row.corrected.high) if row.corrected else None,
+            "human_labels": row.human_labels, "undecided": row.undecided,
+            "invalid": row.invalid, "errors": row.errors, **_rate_cols("accuracy", row.accuracy),
+            **{f"label_{label}": row.labels.get(label, 0) for label in LABELS}}
+
+
+def _comparison_record(c: PerturbationEffect) -> dict[str, Any]:
+    d, m = c.diff, c.mcnemar
+    return {"model": c.model, "answerer": c.answerer, "dataset": c.dataset,
+            "perturbation": c.perturbation, "temperature": c.temperature, "items": d.items,
+            **_rate_cols("original", d.a), **_rate_cols("perturbed", d.b),
+            "difference": _num(d.delta), "difference_low": _num(d.low),
+            "difference_high": _num(d.high), "expected": c.expected, "verdict": c.verdict,
+            "mcnemar_p": None if m is None else _num(m.p_value),
+            "discordant_up": None if m is None else m.b01,
+            "discordant_down": None if m is None else m.b10,
+            "dropped_original": d.dropped_a, "dropped_perturbed": d.dropped_b}
+
+
+def _joint_record(key: tuple[str, str, str, float], j: dict[str, Any]) -> dict[str, Any]:
+    model, answerer, dataset, temperature = key
+    return {"model": model, "answerer": answerer, "dataset": dataset, "temperature": temperature,
+            **_rate_cols("when_right", j["correct"]), **_rate_cols("when_wrong", j["wrong"]),
+            "items_right": j["items_correct"], "items_wrong": j["items_wrong"],
+            "items_mixed": j["items_mixed"], **j["counts"]}
+
+
+def export_tables(report: Report, folder: Path) -> list[Path]:
+    """Write every table of the report to ``folder`` as CSV, and as Parquet when pyarrow is
+    importable. Returns the paths written."""
+    folder = Path(folder)
+    make_folder(folder)
+    written = []
+    for name, records in tables(report).items():
+        written.append(_write_csv(folder / f"{name}.csv", records))
+        parquet = _write_parquet(folder / f"{name}.parquet", records)
+        written += [parquet] if parquet else []
+    return written
+
+
+def _columns(records: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(k for record in records for k in record))
+
+
+def _write_csv(path: Path, records: list[dict[str, Any]]) -> Path:
+    def write(partial: Path) -> None:
+        with partial.open("w", encoding="utf-8", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=_columns(records) or ["empty"])
+            writer.writeheader()
+            writer.writerows(records)
+    return write_file(path, write)
+
+
+def _write_parquet(path: Path, records: list[dict[str, Any]]) -> Path | None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return None
+    table = pa.Table.from_pylist(records) if records else pa.table({})
+    return write_file(path, lambda partial: pq.write_table(table, partial))

@@ -1,0 +1,217 @@
+"""A run as its readers see it: typed :class:`Turn` and :class:`Answer` values, read once.
+
+``read_turns(store, labels=...)`` is the one read path for generated user turns: every reader
+(summary, report, compare, agreement, annotate, export, training, the judge stage) takes the list
+it returns. The SQL stays in the store; this module resolves labels and decides, in one place,
+whether a turn counts toward a rate (:attr:`Turn.status`). :data:`COLUMNS` is the one column list
+of a user turn, used by the export, the report's ``user_turns`` table and the sample browser.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from .records import Case, Message
+from .store import RunStore
+
+STATUSES = ("undecided", "invalid", "failed")  # what a turn without a label is instead
+COLUMNS = ("model", "answerer", "dataset", "perturbation", "temperature", "sample_index",
+           "item_id", "context", "query", "answer", "answer_correct", "user_turn",
+           "raw_user_turn", "thinking", "finish_reason", "error", "label", "label_source",
+           "rationale", "label_error", "status", "prompt", "key")
+
+
+@dataclass(frozen=True)
+class StoredLabel:
+    """One source's label of a turn as stored (``label`` None: undecided, or invalid with
+    ``error``)."""
+
+    source: str
+    version: str
+    label: str | None
+    rationale: str | None
+    error: str | None
+    probability: float | None = None
+    """How sure the source is (the learned classifier's calibrated probability), else None."""
+
+    def record(self, key: str) -> dict[str, Any]:
+        return {"key": key, "source": self.source, "version": self.version, "label": self.label,
+                "rationale": self.rationale, "error": self.error,
+                "probability": self.probability}
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One generated user turn of a run, with its context and its labels."""
+
+    model: str
+    """The probed model that wrote the turn (``human``: the data's real next user turn)."""
+    answerer: str
+    """Who wrote the assistant answer: ``self``, ``reference``, ``data`` or a model spec."""
+    dataset: str
+    perturbation: str
+    """The perturbation applied to the answer, ``none`` for the original context."""
+    temperature: float
+    """Sampling temperature of the user turn; 0 is greedy."""
+    sample_index: int
+    item_id: str
+    context: str
+    """Id of the conversation the turn was generated in (item, answerer and perturbation)."""
+    key: str
+    """The generation's key in the run store."""
+    query: str
+    """The last user message of the item's conversation."""
+    answer: str
+    """The assistant answer the turn follows, as shown to the model (perturbed or not)."""
+    answer_correct: bool | None
+    """Task score of the assistant answer (None: not scored)."""
+    user_turn: str
+    """The visible text of the generated user turn."""
+    raw_user_turn: str
+    """The generated text with special tokens (and any thinking) kept."""
+    thinking: str | None
+    """A reasoning model's thinking, split off the turn (None: no thinking)."""
+    finish_reason: str
+    error: str | None
+    """Why the generation failed (None: it did not)."""
+    prompt: str
+    """The exact prompt the model continued."""
+    label: str | None
+    """The resolved label: the first label among the chosen sources (None: none decided)."""
+    label_source: str | None
+    """Which source gave :attr:`label`."""
+    rationale: str | None
+    label_error: str | None
+    """With no label: the first source's error (a judge's invalid verdict), else None."""
+    messages: tuple[Message, ...] = ()
+    """The item's conversation up to the answer."""
+    next_user_turn: str | None = None
+    """The data's real next user turn, where the dataset has one."""
+    labels: tuple[StoredLabel, ...] = field(default=())
+    """Every stored label of the turn, from every source, by source name."""
+
+    @property
+    def status(self) -> str:
+        """The label, or why there is none: ``undecided`` (no source decided), ``invalid`` (a
+        judge failed or answered out of the label set) or ``failed`` (the generation failed)."""
+        if self.error is not None:
+            return "failed"
+        return self.label or ("invalid" if self.label_error else "undecided")
+
+    @property
+    def counts_toward_rate(self) -> bool:
+        """Whether the turn is in the denominator of a follow-up rate: every generated turn a
+        labeller could look at. An undecided turn has not been judged a follow-up (a rate is a
+        lower bound until a judge labels it); invalid verdicts and failed generations are out."""
+        return self.status not in ("invalid", "failed")
+
+    @property
+    def probability(self) -> float | None:
+        """The probability the deciding source gave :attr:`label` (the classifier gives one)."""
+        return next((lab.probability for lab in self.labels if lab.source == self.label_source),
+                    None)
+
+    @property
+    def follow_up(self) -> bool:
+        return self.label == "follow_up"
+
+    def case(self, assistant_header: str = "") -> Case:
+        """What a classifier sees. Where thinking was split off, the raw text (which still holds
+        it) is replaced by the visible text: classifiers label the visible turn only."""
+        raw = self.raw_user_turn if self.thinking is None else self.user_turn
+        return Case(self.query, self.answer, self.user_turn, raw, assistant_header,
+                    self.thinking or "")
+
+    def record(self) -> dict[str, Any]:
+        """The turn as one flat row of :data:`COLUMNS`."""
+        return {name: getattr(self, name) for name in COLUMNS}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One assistant answer of a run (the turn the probe's user turns follow) with its score."""
+
+    model: str
+    dataset: str
+    item_id: str
+    key: str
+    text: str
+    thinking: str | None
+    error: str | None
+    finish_reason: str
+    correct: bool | None
+    extracted: str | None
+    reference: str | None
+    scorer: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """Further metrics of the score, e.g. IFEval's loose and instruction-level accuracy."""
+
+
+def label_sources(store: RunStore, labels: str | Sequence[str] | None = None) -> list[str]:
+    """The label sources in priority order: ``labels`` as given, or the run's own."""
+    if labels is None:
+        return store.label_sources()
+    return [labels] if isinstance(labels, str) else list(labels)
+
+
+def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> list[Turn]:
+    """Every planned user turn of the run, in the store's order.
+
+    ``labels`` names the label sources in priority order (default: the run's own); a turn takes
+    the first non-empty label, and ``label_error`` keeps the first error (e.g. a judge's invalid
+    verdict) when none of them labelled it.
+    """
+    sources = label_sources(store, labels)
+    stored: dict[str, list[StoredLabel]] = {}
+    for found in store.label_rows():
+        stored.setdefault(found["key"], []).append(StoredLabel(
+            found["source"], found["version"], found["label"], found["rationale"], found["error"],
+            found["probability"]))
+    items: dict[str, dict[str, dict[str, Any]]] = {}
+    turns = []
+    for row in store.user_turn_rows():
+        if row["dataset"] not in items:
+            items[row["dataset"]] = store.items(row["dataset"])
+        record = items[row["dataset"]].get(row["item_id"], {})
+        messages = tuple(record.get("messages", ()))
+        own = tuple(stored.get(row["key"], ()))
+        turns.append(Turn(
+            model=row["model"], answerer=row["answerer"], dataset=row["dataset"],
+            perturbation=row["perturbation"], temperature=row["temperature"],
+            sample_index=row["sample_index"], item_id=row["item_id"], context=row["context"],
+            key=row["key"], query=_query(messages), answer=row["answer"] or "",
+            answer_correct=None if row["correct"] is None else bool(row["correct"]),
+            user_turn=row["text"], raw_user_turn=row["raw_text"], thinking=row["thinking"],
+            finish_reason=row["finish_reason"], error=row["error"], prompt=row["prompt"],
+            messages=messages, next_user_turn=record.get("metadata", {}).get("next_user_turn"),
+            labels=own, **_resolve(own, sources)))
+    return turns
+
+
+def _query(messages: Sequence[Message]) -> str:
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    return users[-1] if users else ""
+
+
+def _resolve(labels: Sequence[StoredLabel], sources: Sequence[str]) -> dict[str, str | None]:
+    by_source = {label.source: label for label in labels}
+    error = None
+    for source in sources:
+        found = by_source.get(source)
+        if found is None:
+            continue
+        if found.label is not None:
+            return {"label": found.label, "label_source": source, "rationale": found.rationale,
+                    "label_error": None}
+        error = error or found.error
+    return {"label": None, "label_source": None, "rationale": None, "label_error": error}
+
+
+def read_answers(store: RunStore) -> list[Answer]:
+    """Every planned assistant answer with its task score, by model, dataset and item."""
+    return [Answer(row["model"], row["dataset"], row["item_id"], row["key"], row["text"],
+                   row["thinking"], row["error"], row["finish_reason"],
+                   None if row["correct"] is None else bool(row["correct"]), row["extracted"],
+                   row["reference"], row["scorer"], row["details"])
+            for row in store.answer_rows()]

@@ -1,0 +1,118 @@
+"""The Python API a researcher uses in a notebook: run, load_run, Run, classify, render_user_turn."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import userturn
+from userturn.cli import main
+from userturn.errors import ConfigError, StoreError
+from userturn.records import Label
+from userturn.store import RunStore
+from userturn.turns import COLUMNS, read_turns
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def fake_run(tmp_path, gsm_file) -> userturn.Run:
+    """A fake-model run whose rules labels are all follow-ups, then a judge that disagrees on
+    some turns (one verdict invalid), so the chosen label sources change the rates."""
+    out = tmp_path / "run"
+    run = userturn.run(models=["fake/probe"], datasets=[str(gsm_file)], limit=3, samples=2,
+                       output=out)
+    store = RunStore.open(out)
+    turns = read_turns(store)
+    store.put_labels([(t.key, "r1", Label("generic", "judge:x@r1")) for t in turns[:3]]
+                     + [(turns[3].key, "r1", Label(None, "judge:x@r1", error="bad verdict"))])
+    store.close()
+    return run
+
+
+def test_run_and_load_run_read_the_same_turns(fake_run, tmp_path):
+    again = userturn.load_run(fake_run.folder)
+    assert [t.key for t in again.turns()] == [t.key for t in fake_run.turns()]
+    assert len(fake_run.turns()) == 3 * (1 + 2)
+    with pytest.raises(StoreError, match="not a userturn run folder"):
+        userturn.load_run(tmp_path / "nothing")
+
+
+def test_summary_reads_the_label_sources_asked_for(fake_run):
+    (greedy, sampled) = fake_run.summary()
+    assert (greedy.follow_up.hits, greedy.follow_up.n) == (3, 3)  # the rules: all follow-ups
+    greedy, sampled = fake_run.summary(["judge:x@r1", "rules"])
+    assert (greedy.follow_up.hits, greedy.follow_up.n) == (0, 3)  # the judge's generic wins
+    assert (sampled.invalid, sampled.follow_up.n) == (0, 6)  # past its invalid verdict: rules
+    greedy, sampled = fake_run.summary("judge:x@r1")
+    assert (sampled.invalid, sampled.undecided, sampled.follow_up.n) == (1, 5, 5)
+
+
+def test_turn_status_is_the_rate_definition(fake_run):
+    turns = {t.key: t for t in fake_run.turns(["judge:x@r1"])}
+    statuses = [t.status for t in turns.values()]
+    assert statuses.count("generic") == 3 and statuses.count("invalid") == 1
+    assert statuses.count("undecided") == 5  # the judge did not look at them
+    assert [t.counts_toward_rate for t in turns.values()].count(False) == 1
+    invalid = next(t for t in turns.values() if t.status == "invalid")
+    assert invalid.label is None and invalid.label_error == "bad verdict"
+    assert {lab.source for lab in invalid.labels} == {"rules", "judge:x@r1"}
+
+
+def test_to_pandas_has_the_export_columns(fake_run):
+    pd = pytest.importorskip("pandas")
+    frame = fake_run.to_pandas()
+    assert list(frame.columns) == list(COLUMNS) and len(frame) == 9
+    assert isinstance(frame, pd.DataFrame) and set(frame["status"]) == {"follow_up"}
+
+
+def test_to_polars_says_how_to_get_polars_when_missing(fake_run):
+    try:
+        import polars  # noqa: F401
+    except ImportError:
+        with pytest.raises(userturn.UserturnError, match="pip install polars"):
+            fake_run.to_polars()
+    else:
+        assert fake_run.to_polars().columns == list(COLUMNS)
+
+
+def test_classify_takes_cases_turns_and_dicts(fake_run):
+    turn = fake_run.turns()[0]
+    labels = userturn.classify([turn, turn.case(), {"query": "q", "answer": "a",
+                                                    "user_turn": ""}])
+    assert [label.label for label in labels] == ["follow_up", "follow_up", "empty"]
+    with pytest.raises(ConfigError, match="missing: user_turn"):
+        userturn.classify([{"query": "q", "answer": "a"}])
+    with pytest.raises(ConfigError, match="unknown labeller"):
+        userturn.classify([turn], labeller="oracle")
+
+
+def test_render_user_turn_opens_a_user_turn():
+    prompt = userturn.render_user_turn("fake/probe", [{"role": "user", "content": "2+2?"},
+                                                      {"role": "assistant", "content": "4"}])
+    assert prompt.text.endswith("4<|im_end|>\n<|im_start|>user\n")
+    assert "<|im_end|>" in prompt.stop
+
+
+def test_the_example_prints_the_numbers_of_userturn_report(fake_run, capsys):
+    """examples/api_tour.py on a run gives the rates `userturn report` prints for it."""
+    labels = "judge:x@r1"
+    assert main(["report", str(fake_run.folder), "--labels", labels]) == 0
+    table = [line for line in capsys.readouterr().out.splitlines()
+             if "fake/probe" in line and "%" in line]  # the rate table's rows
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    tour = subprocess.run([sys.executable, str(ROOT / "examples" / "api_tour.py"),
+                           str(fake_run.folder), labels], capture_output=True, text=True,
+                          env=env, timeout=120, check=True).stdout
+    printed = [line for line in tour.splitlines() if " follow-up " in line]
+    assert len(printed) == len(table) == 2
+    for row, line in zip(table, printed):
+        cells = [cell.strip() for cell in row.split("│")]
+        rate, undecided, invalid, errors = cells[6], cells[7], cells[8], cells[9]
+        assert f"follow-up {rate} " in line
+        assert f"undecided={undecided} invalid={invalid} errors={errors}" in line
+    assert "follow-up rate recomputed from the DataFrame" in tour or "pip install" in tour
