@@ -38,7 +38,7 @@ def test_failed_verdicts_are_retried_and_an_all_failed_judge_exits_1(gsm_file, t
     out = capsys.readouterr().out
     assert f"{JUDGED} user turn(s) judged, 0 failed" in out
     store = RunStore.open(exp.output)
-    labels = [t["label"] for t in store.user_turns(["judge:openai/j@rubric1"])]
+    labels = [t.label for t in read_turns(store, ["judge:openai/j@rubric1"])]
     assert labels == ["generic"] * JUDGED
 
 

@@ -65,5 +65,5 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tiny_backend)
     # What was stored before the kill was kept, not generated again.
     assert all(final[key] == value for key, value in partial.items())
     with sqlite3.connect(killed / "userturn.db") as db:
-        labelled = db.execute("SELECT COUNT(*) FROM labels").fetchone()[0]
+        labelled = db.execute("SELECT COUNT(*) FROM labels WHERE source = 'rules'").fetchone()[0]
     assert labelled == 16 * (1 + 3)

@@ -380,7 +380,7 @@ def judge_from_spec(spec: str, *, base_url: str | None = None,
     if not model.strip() or any(c.isspace() for c in model):
         raise ConfigError(f"unknown judge {spec!r}: expected openai/MODEL, "
                           "for example openai/gpt-5.4-mini")
-    from .config import check_url
+    from ..config import check_url
 
     client = OpenAIChatClient(model, base_url=check_url(base_url), api_key=api_key)
     if urllib.parse.urlparse(client.base_url).hostname == OPENAI_HOST and not client.has_key:
