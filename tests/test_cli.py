@@ -175,4 +175,6 @@ def test_fake_backend_runs_every_reading_command_without_a_model(capsys, tmp_pat
     rows = [json.loads(line) for line in (out / "user_turns.jsonl").read_text().splitlines()]
     assert code == 0 and len(rows) == 4 and {r["status"] for r in rows} == {"follow_up"}
     code, rendered, _ = run_cli(capsys, "render", "--model", "fake/probe")
-    assert code == 0 and rendered.rstrip().endswith("['<|im_end|>', '<|im_start|>assistant']")
+    assert code == 0 and "stop markers (end of the user turn): ['<|im_end|>', " \
+        "'<|im_start|>assistant']\n" in rendered
+    assert rendered.rstrip().endswith("assistant header: '<|im_start|>assistant\\n'")

@@ -84,3 +84,139 @@ def test_turns_end_on_the_end_of_turn_token(llama) -> None:
     for turn in stopped:
         assert turn.raw_text.endswith("<|im_end|>") and "<|im_end|>" not in turn.text
     assert all(g.completion_tokens <= 64 and g.prompt_tokens > 20 for g in turns)
+
+
+# --- stopping and clean text, against llama-cpp-python's documented API (no build needed) -------
+#
+# A stand-in for ``llama_cpp.Llama`` and the ``llama_cpp`` bindings: a vocabulary with two end
+# tokens (<|im_end|>, the EOS, and <|endoftext|>, an EOG token that is neither EOS nor EOT, as in
+# Qwen's GGUFs) and scripted generation. The real library runs the same code where installed.
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CONTROLS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+WORDS = ["Why", " 26", "?", " more", " text"]
+
+
+class FakeVocab:
+    """llama_cpp's LlamaModel surface the backend reads: vocab, sizes, attributes, EOS/EOT."""
+
+    def __init__(self) -> None:
+        self.pieces = CONTROLS + WORDS + [chr(c) for c in range(32, 127)] + ["\n"]
+        self.vocab, self.model = object(), object()
+
+    def n_vocab(self) -> int:
+        return len(self.pieces)
+
+    def token_get_attr(self, token: int) -> int:
+        return 1 << 3 if self.pieces[token] in CONTROLS else 1 << 2  # CONTROL / NORMAL
+
+    def token_eos(self) -> int:
+        return CONTROLS.index("<|im_end|>")
+
+    def token_eot(self) -> int:
+        return -1
+
+    def add_bos_token(self) -> bool:
+        return False
+
+
+class FakeBindings:
+    """``llama_cpp.llama_vocab_is_eog``: llama.cpp's EOG set holds both end tokens."""
+
+    def __init__(self, vocab: FakeVocab) -> None:
+        self.known = vocab
+
+    def llama_vocab_is_eog(self, vocab: object, token: int) -> bool:
+        assert vocab is self.known.vocab
+        return self.known.pieces[token] in ("<|im_end|>", "<|endoftext|>")
+
+
+class FakeLlama:
+    def __init__(self, script: list[str]) -> None:
+        self._model = FakeVocab()
+        self.metadata = {"tokenizer.chat_template": CHATML, "tokenizer.ggml.eos_token_id": "2"}
+        self.script = script
+
+    def n_ctx(self) -> int:
+        return 512
+
+    def token_bos(self) -> int:
+        return -1
+
+    def detokenize(self, tokens, special: bool = False) -> bytes:
+        return "".join(self._model.pieces[t] for t in tokens).encode()
+
+    def tokenize(self, text: bytes, add_bos: bool = False, special: bool = False) -> list[int]:
+        pieces, out, at, decoded = self._model.pieces, [], 0, text.decode()
+        while at < len(decoded):
+            matches = [i for i, p in enumerate(pieces) if decoded.startswith(p, at)
+                       and (special or p not in CONTROLS)]
+            best = max(matches, key=lambda i: len(pieces[i]))
+            out.append(best)
+            at += len(pieces[best])
+        return out
+
+    def set_seed(self, seed: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def generate(self, ids, **settings):
+        yield from (self._model.pieces.index(p) for p in self.script)
+
+
+def fake_backend(script: list[str]):
+    from userturn.backends.llamacpp import LlamaCppBackend
+    from userturn.models import ModelRef
+
+    llama = FakeLlama(script)
+    ref = ModelRef("llamacpp/fake.gguf", "llamacpp", "fake.gguf", "fake.gguf", "sha256:0")
+    return LlamaCppBackend(ref, llama=llama, lib=FakeBindings(llama._model))
+
+
+def probe_request(backend):
+    prompt = render_user_turn(backend.template, [{"role": "user", "content": "Why?"},
+                                                 {"role": "assistant", "content": "26"}])
+    return Request(prompt.text, GenerationParams(0.0, 1.0, 20), prompt.stop, 0)
+
+
+def test_an_eog_token_that_is_neither_eos_nor_eot_ends_the_turn() -> None:
+    # Qwen ends turns with <|endoftext|>: the turn stops there, and nothing after it is kept.
+    backend = fake_backend(["Why", " 26", "?", "<|endoftext|>", " more", " text"])
+    (turn,) = backend.complete([probe_request(backend)])
+    assert turn.finish_reason == "stop" and turn.completion_tokens == 4
+    assert turn.raw_text == "Why 26?<|endoftext|>" and turn.text == "Why 26?"
+
+
+def test_control_tokens_are_stripped_from_the_clean_text_as_transformers_does() -> None:
+    backend = fake_backend(["<|im_start|>", "Why", " 26", "?", "<|im_end|>", " more"])
+    (turn,) = backend.complete([probe_request(backend)])
+    assert turn.finish_reason == "stop" and turn.raw_text == "<|im_start|>Why 26?<|im_end|>"
+    assert turn.text == "Why 26?"  # no role token left in the visible text
+
+
+def test_the_eog_set_falls_back_to_the_older_bindings() -> None:
+    from userturn.backends.llamacpp import vocabulary_ends_and_controls
+
+    vocab = FakeVocab()
+
+    class Older:  # releases before the vocab API: llama_token_is_eog(model, token)
+        def llama_token_is_eog(self, model: object, token: int) -> bool:
+            assert model is vocab.model
+            return vocab.pieces[token] == "<|endoftext|>"
+
+    ends, controls = vocabulary_ends_and_controls(vocab, Older())
+    assert ends == [0, 2]  # <|endoftext|> from the EOG test, <|im_end|> as the EOS
+    assert controls == [0, 1, 2]
+
+
+@needs_llama
+def test_the_real_gguf_strips_what_the_transformers_tokenizer_strips(llama) -> None:
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(resolve_model("smollm2").path)
+    assert set(hf.all_special_tokens) <= set(llama._special)
+    eos = hf.convert_tokens_to_ids("<|im_end|>")
+    assert eos in llama._eos_ids

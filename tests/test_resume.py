@@ -65,5 +65,5 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tiny_backend)
     # What was stored before the kill was kept, not generated again.
     assert all(final[key] == value for key, value in partial.items())
     with sqlite3.connect(killed / "userturn.db") as db:
-        labelled = db.execute("SELECT COUNT(*) FROM labels WHERE source = 'rules'").fetchone()[0]
-    assert labelled == 16 * (1 + 3)
+        labelled = dict(db.execute("SELECT source, COUNT(*) FROM labels GROUP BY source"))
+    assert labelled == {"rules": 16 * (1 + 3), "classifier": 16 * (1 + 3)}  # every turn, once

@@ -47,6 +47,9 @@ def add_run(sub: Subparsers, handler: Handler) -> None:
     run.add_argument("--perturbation", dest="perturbations", action="append",
                      help="truncate[:F], append_question[:generic|specific], wrong_answer, swap, "
                      "empty, refusal (repeatable)")
+    run.add_argument("--user-turn-variant", dest="user_turn_variants", action="append",
+                     metavar="SPEC", help="native, prefill:TEXT, system:none|default|TEXT, "
+                     "template:FILE or warmup:K (repeatable; each paired with native)")
     run.add_argument("--output", "-o", type=Path, help="run folder (default runs/demo)")
     run.add_argument("--base-url", dest="base_url", action="append",
                      help="for openai/MODEL: an OpenAI-compatible server with /v1/completions "
@@ -114,8 +117,20 @@ def add_render(sub: Subparsers, handler: Handler) -> None:
     render = sub.add_parser("render", help="show the exact probe prompt of a model",
                             description="Print the prompt that opens a user turn after "
                             "[system?, user, assistant], with special tokens visible, the stop "
-                            "markers that end the user turn, and the template hash.")
-    render.add_argument("--model", required=True, help="model spec, e.g. smollm2")
+                            "markers that end the user turn, the assistant header, what became "
+                            "of the system message and the template hash. --template reads any "
+                            "template file, without weights or a tokenizer download.")
+    source = render.add_mutually_exclusive_group(required=True)
+    source.add_argument("--model", help="model spec, e.g. smollm2")
+    source.add_argument("--template", type=Path, metavar="FILE", help="a chat template file: "
+                        ".jinja, or a tokenizer_config.json")
+    render.add_argument("--bos", help="with --template: the BOS token text (default: the "
+                        "file's, else none)")
+    render.add_argument("--eos", help="with --template: the EOS token text (default: the "
+                        "file's, else none)")
+    render.add_argument("--variant", default="native", metavar="SPEC", help="a user-turn "
+                        "variant to show: native (default), prefill:TEXT, system:..., "
+                        "template:FILE, warmup:K")
     render.add_argument("--query", default=EXAMPLE_QUERY)
     render.add_argument("--answer", default=EXAMPLE_ANSWER)
     render.add_argument("--system", default=None, help="optional system prompt")

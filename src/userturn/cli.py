@@ -100,7 +100,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             "judge_scope", "judge_base_url", "answerers", "perturbations", "skip_invalid",
             "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking",
             "labeller", "classifier", "judge_threshold",
-            "endpoint_concurrency", "executor", "ray_address", "replicas", "gpus_per_replica")
+            "endpoint_concurrency", "executor", "ray_address", "replicas", "gpus_per_replica",
+            "user_turn_variants")
     overrides = {k: getattr(args, k) for k in keys}
     if args.fields:
         from .data.files import parse_field_mappings
@@ -141,25 +142,48 @@ def _progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
 
 
 def _render(args: argparse.Namespace, console: Console) -> int:
-    from .backends import load_template
-    from .render import render_user_turn
+    from .errors import ConfigError
+    from .user_variants import UserVariantBackend, parse_user_variant
 
-    template = load_template(args.model, args.tokenizer)
+    if args.model is None:
+        from .template_file import load_template_file
+
+        if args.tokenizer is not None:
+            raise ConfigError("--tokenizer is for --model openai/MODEL, not --template")
+        template = load_template_file(args.template, bos=args.bos, eos=args.eos)
+        name = f"template file {args.template}"
+    else:
+        from .backends import load_template
+
+        if args.bos is not None or args.eos is not None:
+            raise ConfigError("--bos and --eos are for --template: a model brings its own")
+        template = load_template(args.model, args.tokenizer)
+        name = f"model: {args.model}"
+    variant = parse_user_variant(args.variant)
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = [*system, {"role": "user", "content": args.query},
                 {"role": "assistant", "content": args.answer}]
-    prompt = render_user_turn(template, messages)
+    prober = _TemplateOnly(template)
+    prompt = UserVariantBackend(prober, variant).user_prompt(messages)
     out = console.file
-    out.write(f"model: {args.model}\ntemplate hash: {prompt.template_hash}\n")
-    if prompt.system_merged:
-        out.write("note: the template has no system role; the system text was merged into the "
-                  "first user message\n")
+    out.write(f"{name}\ntemplate hash: {prompt.template_hash}\n")
+    if variant.kind != "native":
+        out.write(f"user-turn variant: {variant.spec}\n")
+    out.write(f"system message: {prompt.system}\n")
     out.write("----- prompt (exact text; the model writes the user turn after the last line) "
               "-----\n")
     out.write(prompt.text)
     out.write("\n----- end of prompt -----\n")
     out.write(f"stop markers (end of the user turn): {list(prompt.stop)}\n")
+    out.write(f"assistant header: {prompt.assistant_header!r}\n")
     return 0
+
+
+class _TemplateOnly:
+    """A prober with a template and nothing to generate with: what `render` needs."""
+
+    def __init__(self, template) -> None:
+        self.template, self.spec, self.revision, self.chunk_size = template, template.model, "", 1
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:
@@ -319,11 +343,13 @@ def print_tables(store: RunStore, console: Console, labels: Sequence[str] | None
     from .labels.calibration import inclusion_probabilities
     from .report.summary import summarize
     from .turns import label_sources, read_answers, read_turns
+    from .user_variants import print_variant_comparisons, variant_comparisons
 
     sources = label_sources(store, labels or None)
     turns, answers = read_turns(store, sources), read_answers(store)
     print_summary(summarize(turns, answers, inclusion_probabilities(store, turns)), console,
                   assistant_failures=assistant_errors(answers))
+    print_variant_comparisons(variant_comparisons(turns), console)
     print_instruction_accuracy(answers, console)
     by: dict[str, int] = {}
     for turn in turns:

@@ -46,6 +46,10 @@ class Experiment(BaseModel):
     perturbations: list[str] = Field(
         default_factory=list, description="e.g. truncate:0.5, append_question:specific, "
         "wrong_answer, swap, empty, refusal; the unperturbed context always runs too")
+    user_turn_variants: list[str] = Field(
+        default_factory=list, description="the user turn's opening as a factor: native, "
+        "prefill:TEXT, system:none|default|TEXT, template:FILE, warmup:K; each a model of its "
+        "own (MODEL[user=SPEC]) paired with native, which always runs too")
     fields: dict[str, str] = Field(
         default_factory=dict, description="your file's columns: query, answer, id, system")
     skip_invalid: bool = Field(default=False, description="record and count malformed rows "
@@ -172,6 +176,13 @@ class Experiment(BaseModel):
         from .perturb import parse_perturbations
 
         return [p.spec for p in parse_perturbations(values)]
+
+    @field_validator("user_turn_variants")
+    @classmethod
+    def _user_turn_variants(cls, values: list[str]) -> list[str]:
+        from .user_variants import parse_user_variants
+
+        return [v.spec for v in parse_user_variants(values)]
 
     def samples_at(self, temperature: float) -> int:
         return 1 if temperature <= 0 else self.samples

@@ -37,6 +37,8 @@ from .store import RunStore, generation_key
 from .thinking import prompt_opens_thinking, split_thinking, thinking_format
 from .turns import StoredLabel, Turn, read_turns
 from .thinking_variants import ThinkingVariant, thinking_variants
+from .user_variants import (UserVariantBackend, answers_as, expand_user_variants, user_prompt_of,
+                            variant_meta)
 
 CLASSIFIER = LearnedClassifier.name
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
@@ -98,8 +100,11 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
     perturbations = parse_perturbations(exp.perturbations)
     for backend in backends.values():  # misuse fails here, before the run folder is written
         _check_renders(backend, datasets[0].items[0], exp)
-    backends, probers = thinking_variants(backends, _conversation(datasets[0].items[0], exp), exp)
-    answer_models = _answer_models(exp, probers)
+    first = _conversation(datasets[0].items[0], exp)
+    backends, probers = thinking_variants(backends, first, exp)
+    backends, probers = expand_user_variants(
+        backends, probers, exp.user_turn_variants, [*first, {"role": "assistant", "content": "42"}])
+    answer_models = _answer_models(exp, [answers_as(backends[spec]) for spec in probers])
     judges = _judges(exp)
     for dataset in datasets:
         for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
@@ -107,7 +112,8 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
     with RunLock(exp.output, "run"):  # one writer: a second run here fails naming this one
         store = RunStore.create(exp.output)
         store.set_meta({"config": exp.model_dump(mode="json"), "versions": versions(),
-                        "started": time.time(), "finished": None, "models": _model_meta(backends),
+                        "started": time.time(), "finished": None,
+                        "models": _model_meta(backends, first),
                         "skipped": {d.name: d.skipped for d in datasets if d.skipped},
                         "dataset_notes": {d.name: list(d.notes) for d in datasets if d.notes}})
         _run_stages(store, exp, datasets, backends, probers, answer_models, perturbations,
@@ -132,13 +138,13 @@ def _run_stages(store: RunStore, exp: Experiment, datasets: Sequence[Dataset],
                    for spec in answer_models}
         references = _reference_answers(dataset)
         for spec in probers:
-            sets = {answerer: answers[spec] if answerer == "self" else
+            sets = {answerer: answers[answers_as(backends[spec])] if answerer == "self" else
                     references if answerer == "reference" else
                     _data_answers(dataset) if answerer == "data" else answers[answerer]
                     for answerer in exp.answerers}
             _user_stage(store, backends[spec], dataset, sets, perturbations, exp, executor,
                         progress)
-        _human_stage(store, dataset, answers.get(probers[0], {}))
+        _human_stage(store, dataset, answers.get(answers_as(backends[probers[0]]), {}))
     label_turns(store, exp.labeller, backends, classifier_path=exp.classifier,
                 progress=progress)
     if judges:
@@ -336,7 +342,7 @@ def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
                     f"{assistant_key}|{answerer}|{spec}|{shown}{policy}".encode()).hexdigest()[:16]
                 contexts.append((context, spec, shown))
                 messages = [*_conversation(item, exp), {"role": "assistant", "content": shown}]
-                prompt = render_user_turn(backend.template, messages, thinking=thought)
+                prompt = user_prompt_of(backend, messages, thought)
                 jobs.extend(_user_jobs(backend, dataset, item, prompt, context, assistant_key,
                                        answerer, spec, exp))
     store.put_contexts(contexts)
@@ -437,8 +443,11 @@ def _store_unit(store: RunStore, backend: Backend, role: str, unit: WorkUnit,
 
 
 def _engine(backend: Backend) -> Backend:
-    """The backend that generates for ``backend``: a thinking variant's base model."""
-    return backend.base if isinstance(backend, ThinkingVariant) else backend
+    """The backend that generates for ``backend``: a thinking or user-turn variant's base model
+    (a user-turn variant of a thinking variant: the thinking variant's base)."""
+    while isinstance(backend, (ThinkingVariant, UserVariantBackend)):
+        backend = backend.base
+    return backend
 
 
 def _split(generation: Generation, request: Request, fmt: str) -> Generation:
@@ -512,11 +521,22 @@ def _item_record(item: Item) -> dict[str, Any]:
             "reference": item.reference, "metadata": dict(item.metadata)}
 
 
-def _model_meta(backends: Mapping[str, Backend]) -> dict[str, Any]:
+def _model_meta(backends: Mapping[str, Backend], conversation: Sequence[Message]
+                ) -> dict[str, Any]:
     return {spec: {"revision": b.revision, "template_hash": b.template.hash,
                    **({"template_variables": dict(b.template.variables)}
-                      if b.template.variables else {})}
+                      if b.template.variables else {}),
+                   "system_message": _system_verdict(b, conversation), **variant_meta(b)}
             for spec, b in backends.items()}
+
+
+def _system_verdict(backend: Backend, conversation: Sequence[Message]) -> str:
+    """What the probe prompt does with the run's system message, in plain words."""
+    try:
+        return user_prompt_of(backend, [*conversation, {"role": "assistant", "content": "42"}],
+                            None).system
+    except TemplateError as exc:
+        return f"not rendered: {exc}"
 
 
 def versions(packages: Sequence[str] = ("torch", "transformers", "tokenizers", "numpy")

@@ -9,6 +9,7 @@ differ between families and often differ from ``eos_token``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -17,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from .errors import TemplateError
 from .records import Message
+from .template_tokens import TokenLexer
 from .thinking import thinking_block, thinking_format
 
 # Plain ASCII letters and digits: survives trim, escaping and every template we know unchanged.
@@ -35,6 +37,13 @@ class ChatTemplate:
     eos_token: str | None = None
     # Extra template variables, e.g. {"enable_thinking": False} for Qwen3-style templates.
     variables: Mapping[str, Any] = field(default_factory=dict)
+    # The tokenizer's added tokens, where known: markers are cut at these exactly. Not part of
+    # the hash (they do not change the render).
+    special_tokens: tuple[str, ...] = ()
+
+    @property
+    def lexer(self) -> TokenLexer:
+        return _lexer(self.special_tokens)
 
     @property
     def hash(self) -> str:
@@ -58,6 +67,7 @@ class ChatTemplate:
             bos_token=tokenizer.bos_token,
             eos_token=tokenizer.eos_token,
             variables=dict(variables),
+            special_tokens=added_tokens(tokenizer),
         )
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
@@ -88,17 +98,23 @@ class TurnMarkers:
     assistant_end: str  # after a final assistant message, e.g. "<|im_end|>\n"
     assistant_to_user: str  # what closes an assistant turn and opens a user turn
     user_header: str = ""  # e.g. "<|im_start|>user\n"
+    # Where a generated user turn ends: the user end-of-turn (``<|im_end|>``), or, where the
+    # template has none, the first special token of the assistant header that follows
+    # (``<|assistant|>``, Nemotron's ``<SPECIAL_11>`` before the plain-text role name).
+    user_end_marker: str = ""
+    assistant_end_marker: str = ""  # the same for an assistant turn (``<|user|>`` for GLM)
 
     @property
     def user_stop(self) -> tuple[str, ...]:
-        """Strings that end a generated user turn: the user end-of-turn, else the next header."""
-        return _unique([self.user_end.strip() or self.assistant_header.strip(),
+        """Strings that end a generated user turn: the end marker, then the assistant header."""
+        return _unique([self.user_end_marker or self.assistant_header.strip(),
                         self.assistant_header.strip()])
 
     @property
     def assistant_stop(self) -> tuple[str, ...]:
         """The assistant end-of-turn, else (templates without one) the next user header."""
-        return _unique([self.assistant_end.strip() or self.user_header.strip()])
+        return _unique([self.assistant_end_marker or self.assistant_end.strip()
+                        or self.user_header.strip()])
 
 
 @dataclass(frozen=True)
@@ -109,7 +125,37 @@ class Prompt:
     stop: tuple[str, ...]
     template_hash: str
     assistant_header: str
-    system_merged: bool = False
+    system: str = "none"  # what happened to the system message: one of SYSTEM_VERDICTS
+
+    @property
+    def system_merged(self) -> bool:
+        """userturn (not the template as it renders this prompt) placed the system text."""
+        return self.system in (SYSTEM_MERGED, SYSTEM_MOVED)
+
+
+# What became of the system message, in the words `render` and the run metadata use.
+SYSTEM_NONE = "none"
+SYSTEM_KEPT = "kept (the template renders it as a system block)"
+SYSTEM_MERGED = "merged into the first user message (the template refuses a system role)"
+SYSTEM_MERGED_BY_TEMPLATE = "merged into the first user message by the template"
+SYSTEM_MOVED = ("moved to the last user message, as the template does: rendered in the query "
+                "the model answered, not in the opened user turn")
+SYSTEM_DROPPED = "dropped by the template (it does not render the system text)"
+SYSTEM_VERDICTS = (SYSTEM_NONE, SYSTEM_KEPT, SYSTEM_MERGED, SYSTEM_MERGED_BY_TEMPLATE,
+                   SYSTEM_MOVED, SYSTEM_DROPPED)
+
+
+@functools.lru_cache(maxsize=32)
+def _lexer(special_tokens: tuple[str, ...]) -> TokenLexer:
+    # Built once per vocabulary: every render derives the markers again.
+    return TokenLexer(special_tokens)
+
+
+def added_tokens(tokenizer: Any) -> tuple[str, ...]:
+    """The tokenizer's added tokens (special or not: each is one token either way)."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    tokens = [getattr(t, "content", str(t)) for t in decoder.values()]
+    return tuple(sorted({t for t in tokens if t and not t.isspace()}))
 
 
 def _unique(values: Sequence[str]) -> tuple[str, ...]:
@@ -133,28 +179,50 @@ def derive_markers(template: ChatTemplate) -> TurnMarkers:
             f"chat template of {template.model} drops or rewrites message content; "
             "it cannot render a user turn after an assistant turn"
         )
+    lexer = template.lexer
     user_end = _drop_final_eos(_between(three, c, None), template.eos_token)
     assistant_end = _drop_final_eos(_between(two, b, None), template.eos_token)
     user_to_assistant = _between(three, a, b)
     if user_end.strip() and user_end == user_to_assistant:
         # The template writes the assistant header after EVERY user message (so it follows the
-        # sentinel too): the end-of-turn is what user and assistant turns end with alike.
-        user_end = common_prefix(user_end, assistant_end) or user_end
+        # sentinel too): the end-of-turn is what user and assistant turns end with alike, cut
+        # between tokens; none (DeepSeek-R1: "<｜Assistant｜>" vs "<｜end▁of▁sentence｜>").
+        user_end = lexer.common_prefix(user_end, assistant_end)
+        if not user_end.strip():
+            user_end = ""
     header = user_to_assistant[len(user_end):] if user_to_assistant.startswith(user_end) else ""
     header = header or user_to_assistant
     # The generation prompt may say more than history does (an empty think block, gpt-oss's
-    # channel): the header proper is what both agree on.
+    # channel), or otherwise (GLM-4.7: "</think>" in history, "<think>" when generating): the
+    # header proper is what both agree on, whole tokens only, and never a thinking tag.
     generated = _between(opened, c, None)
     generated = generated[len(user_end):] if generated.startswith(user_end) else generated
-    header = common_prefix(header, generated) or header
+    header = lexer.common_prefix(header, generated) or header
+    header = lexer.before_thinking(header) or header
     to_user = _between(three, b, c)
-    return TurnMarkers(
+    user_header = to_user[len(assistant_end):] if to_user.startswith(assistant_end) else to_user
+    markers = TurnMarkers(
         user_end=user_end,
         assistant_header=header,
         assistant_end=assistant_end,
         assistant_to_user=to_user,
-        user_header=to_user[len(assistant_end):] if to_user.startswith(assistant_end) else to_user,
+        user_header=user_header,
+        user_end_marker=user_end.strip() or lexer.first_special(header),
+        assistant_end_marker=assistant_end.strip() or lexer.first_special(user_header),
     )
+    _check_whole_tokens(template.model, lexer, (*markers.user_stop, *markers.assistant_stop))
+    return markers
+
+
+def _check_whole_tokens(model: str, lexer: TokenLexer, stops: Sequence[str]) -> None:
+    """A stop that ends inside a token never matches where the model ends its turn: refuse it
+    loudly rather than let every turn run on."""
+    for stop in stops:
+        inside = lexer.ends_inside_token(stop)
+        if inside is not None:
+            raise TemplateError(f"chat template of {model}: the derived stop marker {stop!r} ends "
+                                f"inside the token {inside!r}; userturn cannot tell where a turn "
+                                "ends")
 
 
 def _drop_final_eos(text: str, eos: str | None) -> str:
@@ -195,13 +263,49 @@ def _render_with_system_fallback(
     return template.render(merged, add_generation_prompt), True
 
 
-def merge_system(messages: Sequence[Message]) -> list[Message]:
+def merge_system(messages: Sequence[Message], into_last: bool = False,
+                 joined: str | None = None) -> list[Message]:
+    """The conversation without its system message, the system text written before the first
+    (or, ``into_last``, the last) user message's content: ``joined`` as the template writes it,
+    else followed by a blank line."""
     system, rest = messages[0]["content"], [dict(m) for m in messages[1:]]
-    for message in rest:
-        if message["role"] == "user":
-            message["content"] = f"{system}\n\n{message['content']}"
-            break
+    users = [m for m in rest if m["role"] == "user"]
+    if users and system.strip():  # an empty system message merges as nothing
+        target = users[-1] if into_last else users[0]
+        target["content"] = (joined if joined is not None else f"{system}\n\n") + target["content"]
     return rest
+
+
+def _system_as_template_joins_it(template: ChatTemplate, system: str) -> str | None:
+    """What a template that moves the system text into a user message writes before that
+    message's content (Mistral-Nemo: the text and a blank line), read from two sentinel
+    renders; None when the two renders do not differ by such an insertion."""
+    probe = {"role": "user", "content": SENTINELS[0]}
+    try:
+        bare = template.render([probe])
+        with_system = template.render([{"role": "system", "content": system}, probe])
+    except TemplateError:
+        return None
+    before, after = bare.split(SENTINELS[0])[0], with_system.split(SENTINELS[0])[0]
+    inserted = after[len(before):] if after.startswith(before) else ""
+    return inserted if system.strip() in inserted else None
+
+
+def _system_verdict(prefix: str, messages: Sequence[Message], markers: TurnMarkers,
+                    merged: bool) -> str:
+    """What the rendered prompt did with the system message, in plain words."""
+    if not messages or messages[0]["role"] != "system" or not messages[0]["content"].strip():
+        return SYSTEM_NONE
+    if merged:
+        return SYSTEM_MERGED
+    system = messages[0]["content"].strip()
+    if system not in prefix:
+        return SYSTEM_DROPPED
+    user_header = markers.user_header.strip()
+    first_user = prefix.find(user_header) if user_header else -1
+    if 0 <= first_user < prefix.find(system):
+        return SYSTEM_MERGED_BY_TEMPLATE
+    return SYSTEM_KEPT
 
 
 def render_assistant_turn(template: ChatTemplate, messages: Sequence[Message]) -> Prompt:
@@ -210,7 +314,8 @@ def render_assistant_turn(template: ChatTemplate, messages: Sequence[Message]) -
         raise TemplateError("an assistant-turn prompt needs a conversation ending in a user message")
     markers = derive_markers(template)
     text, merged = _render_with_system_fallback(template, messages, add_generation_prompt=True)
-    return Prompt(text, markers.assistant_stop, template.hash, markers.assistant_header, merged)
+    return Prompt(text, markers.assistant_stop, template.hash, markers.assistant_header,
+                  _system_verdict(text, messages, markers, merged))
 
 
 def render_user_turn(template: ChatTemplate, messages: Sequence[Message],
@@ -220,6 +325,10 @@ def render_user_turn(template: ChatTemplate, messages: Sequence[Message],
     ``thinking`` (the policy ``keep``): the assistant answer's thinking, written into the history
     before the answer in the model's own format, where the template would drop it. None or ""
     leaves the history as the template renders it (the policy ``drop``).
+
+    A system message goes where the template puts it. Templates that write it into the LAST user
+    message (Mistral-Nemo) would write it into the opened turn: the prompt is rendered instead as
+    the conversation the model answered was, the system text in that query, and ``system`` says so.
 
     Raises TemplateError naming the model when the template cannot open a user turn, when the
     previous assistant turn is not closed, or when an assistant header would follow.
@@ -238,13 +347,14 @@ def render_user_turn(template: ChatTemplate, messages: Sequence[Message],
             "turn (the final user message is not rendered)"
         )
     prefix = rendered[: rendered.index(sentinel)]
-    if not merged and _system_moved_into_open_turn(prefix, messages, markers):
-        # [INST]-style templates prepend the system text to the LAST user message, which here is
-        # the turn the model is to write. Put it where the model saw it when answering instead.
-        rendered = template.render([*merge_system(messages), conversation[-1]])
-        prefix, merged = rendered[: rendered.index(sentinel)], True
+    moved = not merged and _system_moved_into_open_turn(prefix, messages, markers)
+    if moved:
+        joined = _system_as_template_joins_it(template, messages[0]["content"])
+        rendered = template.render([*merge_system(messages, True, joined), conversation[-1]])
+        prefix = rendered[: rendered.index(sentinel)]
     _check_open_user_turn(template.model, prefix, messages[-1]["content"], markers)
-    return Prompt(prefix, markers.user_stop, template.hash, markers.assistant_header, merged)
+    verdict = SYSTEM_MOVED if moved else _system_verdict(prefix, messages, markers, merged)
+    return Prompt(prefix, markers.user_stop, template.hash, markers.assistant_header, verdict)
 
 
 def _with_kept_thinking(template: ChatTemplate, messages: Sequence[Message],
@@ -263,7 +373,7 @@ def _with_kept_thinking(template: ChatTemplate, messages: Sequence[Message],
                             "history (the answer is not rendered where the thinking would go)")
     text = prompt.text[:at - len(marker)] + before + prompt.text[at + len(THINKING_SENTINEL):]
     return Prompt(text, prompt.stop, prompt.template_hash, prompt.assistant_header,
-                  prompt.system_merged)
+                  prompt.system)
 
 
 def _system_moved_into_open_turn(prefix: str, messages: Sequence[Message],

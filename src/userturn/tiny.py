@@ -87,3 +87,26 @@ def _unreadable(text: str, token: str) -> bool:
         return True
     return not text or "\ufffd" in text or not all(c.isprintable() or c == " " for c in text) \
         or (len(text) == 1 and not text.isalnum())
+
+
+def add_end_token(folder: Path, token: str, replaces: int) -> Path:
+    """Give a built tiny model a second end-of-generation token, for tests of the backends'
+    stopping: ``token`` joins the generation config's EOS ids, is no longer suppressed, and takes
+    over the output row of token id ``replaces`` (their lm_head rows are swapped), so the model
+    writes ``token`` exactly where it would have written ``replaces``. The tiny model itself is
+    left as it is: this rewrites a copy in ``folder``."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    end = tokenizer.convert_tokens_to_ids(token)
+    with torch.no_grad():
+        rows = model.lm_head.weight
+        rows[[end, replaces]] = rows[[replaces, end]].clone()
+    config = model.generation_config
+    config.eos_token_id = [config.eos_token_id, end] if isinstance(config.eos_token_id, int) \
+        else [*config.eos_token_id, end]
+    config.suppress_tokens = [i for i in config.suppress_tokens if i != end]
+    model.save_pretrained(folder)
+    return folder

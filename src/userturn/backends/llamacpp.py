@@ -6,6 +6,11 @@ with special tokens parsed and BOS exactly once (the rule of ``render.prompt_tok
 completed raw: llama.cpp's chat API would render the conversation a second time and open an
 assistant turn.
 
+Every end-of-generation token the vocabulary defines stops a turn (llama.cpp's EOG set: EOS, EOT,
+EOM and the end tokens it recognises by name, such as Qwen's ``<|endoftext|>`` beside its EOS
+``<|im_end|>``), and every control token is stripped from the clean text, as the transformers
+backend strips the tokenizer's special tokens: one model, one visible text, whichever backend.
+
 Requests run one after another (llama-cpp-python keeps one sequence). Its KV cache keeps the
 longest common prefix of consecutive prompts, so the n samples of one prompt evaluate it once.
 Before each request the sampler is seeded with the request's seed, and only temperature and
@@ -29,6 +34,9 @@ from .turns import finish_turn, specials_longest_first, split_stops
 DEFAULTS: dict[str, Any] = {"n_ctx": 4096, "verbose": False}
 
 
+CONTROL = 1 << 3  # LLAMA_TOKEN_ATTR_CONTROL: a special token (special=True in transformers)
+
+
 class LlamaCppBackend:
     constrained_decoding = True  # a judge's verdict schema becomes a grammar (constraints.py)
 
@@ -40,27 +48,31 @@ class LlamaCppBackend:
         return llama_grammar(constraint, llama_cpp)
 
     def __init__(self, ref: ModelRef, *, options: Mapping[str, Any] | None = None,
-                 chunk_size: int = 8) -> None:
-        try:
-            from llama_cpp import Llama
-        except ImportError as exc:
-            raise ModelError("llamacpp/ models need llama-cpp-python: "
-                             "pip install 'userturn[llamacpp]' (a 7-minute source build on 2 cores)"
-                             ) from exc
+                 chunk_size: int = 8, llama: Any = None, lib: Any = None) -> None:
+        """``llama``/``lib``: a loaded ``llama_cpp.Llama`` and the ``llama_cpp`` bindings module
+        (tests pass stand-ins); by default the GGUF at ``ref.path`` is loaded."""
+        if llama is None:
+            try:
+                import llama_cpp
+                from llama_cpp import Llama
+            except ImportError as exc:
+                raise ModelError("llamacpp/ models need llama-cpp-python: pip install "
+                                 "'userturn[llamacpp]' (a 7-minute source build on 2 cores)"
+                                 ) from exc
+            settings = {**DEFAULTS, "n_threads": os.cpu_count() or 1, **dict(options or {})}
+            try:
+                llama = Llama(model_path=ref.path, **settings)
+            except (ValueError, RuntimeError) as exc:
+                raise ModelError(f"llama.cpp cannot load {ref.path}: {exc}") from exc
+            lib = llama_cpp
         self.spec, self.revision, self.chunk_size = ref.spec, f"llamacpp:{ref.revision}", chunk_size
-        settings = {**DEFAULTS, "n_threads": os.cpu_count() or 1, **dict(options or {})}
-        try:
-            self.llama = Llama(model_path=ref.path, **settings)
-        except (ValueError, RuntimeError) as exc:
-            raise ModelError(f"llama.cpp cannot load {ref.path}: {exc}") from exc
+        self.llama = llama
         self.template = gguf_template(self.llama.metadata, self._token_text, ref.spec)
         self.n_ctx = self.llama.n_ctx()
         self._bos_id = self.llama.token_bos()
         self._adds_bos = bool(self.llama._model.add_bos_token()) and self._bos_id >= 0
-        self._eos_ids = [i for i in (self.llama.token_eos(), self.llama._model.token_eot())
-                         if i is not None and i >= 0]
-        self._special = specials_longest_first(
-            self._token_text(i) for i in (self._bos_id, *self._eos_ids) if i >= 0)
+        self._eos_ids, controls = vocabulary_ends_and_controls(self.llama._model, lib)
+        self._special = specials_longest_first(self._token_text(i) for i in controls)
 
     def _token_text(self, token: int) -> str:
         return self.llama.detokenize([token], special=True).decode("utf-8", errors="replace")
@@ -117,6 +129,29 @@ class LlamaCppBackend:
             self.llama.reset()
             return Generation("", "", "error", len(ids), 0, f"{type(exc).__name__}: {exc}")
         return finish_turn(tokens, len(ids), request.stop, stop_set, self._decode, self._special)
+
+
+def vocabulary_ends_and_controls(model: Any, lib: Any) -> tuple[list[int], list[int]]:
+    """(every end-of-generation id, every control token id) of a llama.cpp vocabulary.
+
+    ``model`` is llama-cpp-python's ``LlamaModel`` (``Llama._model``: ``vocab``, ``n_vocab()``,
+    ``token_get_attr()``, ``token_eos()``, ``token_eot()``); ``lib`` the ``llama_cpp`` bindings,
+    whose ``llama_vocab_is_eog(vocab, id)`` (``llama_token_is_eog(model, id)`` in releases before
+    the vocab API) is llama.cpp's own EOG test."""
+    is_eog = getattr(lib, "llama_vocab_is_eog", None)
+    if is_eog is not None:
+        def ends(token: int) -> bool:
+            return bool(is_eog(model.vocab, token))
+    else:
+        old = lib.llama_token_is_eog
+
+        def ends(token: int) -> bool:
+            return bool(old(model.model, token))
+    size = model.n_vocab()
+    eog = {t for t in range(size) if ends(t)}
+    eog |= {t for t in (model.token_eos(), model.token_eot()) if t is not None and 0 <= t < size}
+    controls = [t for t in range(size) if model.token_get_attr(t) & CONTROL]
+    return sorted(eog), controls
 
 
 def gguf_template(metadata: Mapping[str, str], token_text: Any, spec: str) -> ChatTemplate:

@@ -17,9 +17,10 @@ share its KV cache anyway: the prompt is computed once, only the decoding is per
 The engine decodes with temperature and top_p only: vLLM's defaults from the model's
 ``generation_config.json`` are switched off (``generation_config="vllm"``) and its
 ``suppress_tokens`` and ``repetition_penalty``, which ``model.generate`` applies, are applied here
-too. Stop: the user turn's single-token end markers and the EOS id as ``stop_token_ids``, longer
-markers as stop strings. On CPU the weights run in float32 (vLLM would halve an fp32 checkpoint
-otherwise), which is what makes greedy text equal to the transformers backend's.
+too. Stop: the user turn's single-token end markers and every EOS id (the generation config's
+list and the tokenizer's) as ``stop_token_ids``, longer markers as stop strings. On CPU the
+weights run in float32 (vLLM would halve an fp32 checkpoint otherwise), which is what makes greedy
+text equal to the transformers backend's.
 
 Engine options (``options``) go to ``vllm.LLM`` as they are, e.g. ``tensor_parallel_size``,
 ``data_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``, ``dtype``.

@@ -60,10 +60,10 @@ def rule_features(case: Case, verdict: Label | None = None) -> list[float]:
 N_DENSE = len(_RULE_LABELS) + len(signals_of(Case("q", "a", "u")))
 
 
-def design_row(case: Case) -> tuple[np.ndarray, list[int]]:
+def design_row(case: Case, verdict: Label | None = None) -> tuple[np.ndarray, list[int]]:
     """One case as (dense features, hashed token ids) – the classifier's input. The rule that
     decided (or gave up) is a token too: its rationale without the numbers in it."""
-    verdict = RulesClassifier().classify(case)
+    verdict = verdict or RulesClassifier().classify(case)  # the cascade passes its own
     rule = re.sub(r"[\d.,%]+|\(.*?\)", "", verdict.rationale)[:60]
     return (np.asarray(rule_features(case, verdict), dtype=np.float32),
             [*text_tokens(case), _hash("r:" + rule)])
@@ -118,8 +118,8 @@ class LinearModel:
             return cls(data["weights"], data["bias"], data["scale"], float(data["temperature"]),
                        tuple(str(x) for x in data["labels"]), json.loads(str(data["meta"])))
 
-    def logits(self, case: Case) -> np.ndarray:
-        dense, tokens = design_row(case)
+    def logits(self, case: Case, verdict: Label | None = None) -> np.ndarray:
+        dense, tokens = design_row(case, verdict)
         score = self.bias + self.weights[:, :N_DENSE] @ (dense / self.scale)
         counts: dict[int, int] = {}
         for token in tokens:
@@ -130,8 +130,8 @@ class LinearModel:
             score = score + self.weights[:, ids] @ values
         return score
 
-    def probabilities(self, case: Case) -> np.ndarray:
-        z = self.logits(case) / self.temperature
+    def probabilities(self, case: Case, verdict: Label | None = None) -> np.ndarray:
+        z = self.logits(case, verdict) / self.temperature
         z = np.exp(z - z.max())
         return z / z.sum()
 
@@ -152,11 +152,12 @@ class LearnedClassifier:
         self.model = model
         self.version = str(model.meta.get("version", "1"))
 
-    def classify(self, case: Case) -> Label:
+    def classify(self, case: Case, rules: Label | None = None) -> Label:
+        """``rules``: the rules' label of the case where the caller has it (not computed twice)."""
         if case.thinking.strip() and not case.user_turn.strip():
             return Label("empty", self.name, "thinking only: no visible text", probability=1.0)
         try:
-            probs = self.model.probabilities(case)
+            probs = self.model.probabilities(case, rules)
         except Exception as exc:  # a labeller must never break the pipeline
             return Label(None, self.name, "the classifier failed",
                          error=f"{type(exc).__name__}: {exc}")
@@ -179,4 +180,4 @@ class Cascade:
 
     def classify(self, case: Case) -> Label:
         decided = self.rules.classify(case)
-        return decided if decided.label is not None else self.classifier.classify(case)
+        return decided if decided.label is not None else self.classifier.classify(case, decided)

@@ -1,0 +1,199 @@
+"""The user turn's opening as a factor, and `userturn render --template FILE`.
+
+Runs on the tiny real model (its ChatML template) and the real SQLite store: a run with two
+user-turn variants stores each as its own condition, answers once, and reports both rates with the
+paired difference against native.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from userturn.cli import main
+from userturn.config import Experiment, load_experiment
+from userturn.errors import ConfigError
+from userturn.pipeline import run_experiment
+from userturn.render import SYSTEM_MOVED, ChatTemplate
+from userturn.turns import read_answers, read_turns
+from userturn.user_variants import (
+    WARMUP,
+    parse_user_variant,
+    split_variant_spec,
+    user_turn_prompt,
+    variant_comparisons,
+)
+
+HERE = Path(__file__).parent
+PUBLISHED = HERE / "fixtures" / "templates" / "published"
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+MESSAGES = [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is 2 + 2?"},
+            {"role": "assistant", "content": "4."}]
+NATIVE_TAIL = "4.<|im_end|>\n<|im_start|>user\n"
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# ------------------------------------------------------------------ the prompts
+
+
+def test_each_variant_changes_only_the_user_turn_prompt():
+    template = ChatTemplate(CHATML, "chatml")
+    native = user_turn_prompt(template, MESSAGES)
+    assert native.text.endswith(NATIVE_TAIL)
+
+    prefill = user_turn_prompt(template, MESSAGES, parse_user_variant("prefill:Thanks, but"))
+    assert prefill.text == native.text + "Thanks, but" and prefill.stop == native.stop
+
+    none = user_turn_prompt(template, MESSAGES, parse_user_variant("system:none"))
+    assert none.text.startswith("<|im_start|>system\n<|im_end|>\n") and "Be brief." not in none.text
+    default = user_turn_prompt(template, MESSAGES, parse_user_variant("system:default"))
+    assert default.text.startswith("<|im_start|>user\nWhat is 2 + 2?")
+    other = user_turn_prompt(template, MESSAGES, parse_user_variant("system:Talk like a pirate."))
+    assert other.text.startswith("<|im_start|>system\nTalk like a pirate.<|im_end|>")
+
+    warm = user_turn_prompt(template, MESSAGES, parse_user_variant("warmup:2"))
+    expected = "".join(f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n{a}<|im_end|>\n"
+                       for q, a in WARMUP[:2])
+    assert warm.text == ("<|im_start|>system\nBe brief.<|im_end|>\n" + expected
+                         + native.text[len("<|im_start|>system\nBe brief.<|im_end|>\n"):])
+
+
+def test_a_template_whose_generation_prompt_opens_the_user_header(tmp_path):
+    # A speaker name in the user header, opened by the override's generation prompt.
+    override = tmp_path / "speaker.jinja"
+    override.write_text(CHATML.replace("<|im_start|>assistant\n{% endif %}",
+                                       "<|im_start|>user name=Alex\n{% endif %}"))
+    variant = parse_user_variant(f"template:{override}")
+    from userturn.template_file import load_template_file
+
+    prompt = user_turn_prompt(ChatTemplate(CHATML, "chatml"), MESSAGES, variant,
+                              override=load_template_file(override))
+    assert prompt.text.endswith("4.<|im_end|>\n<|im_start|>user name=Alex\n")
+    assert prompt.stop == ("<|im_end|>", "<|im_start|>assistant")  # the model's own stops
+
+
+@pytest.mark.parametrize("bad, words", [
+    ("prefix:x", "unknown user-turn variant"), ("prefill:", "needs a value"),
+    ("warmup:0", "K from 1 to"), ("warmup:many", "K from 1 to"), ("native:x", "takes no value"),
+    ("template:/no/such.jinja", "file not found")])
+def test_bad_variants_are_config_errors(bad, words):
+    with pytest.raises(ConfigError, match=words):
+        load_experiment(None, {"user_turn_variants": [bad]})
+
+
+def test_a_variant_listed_twice_is_refused():
+    with pytest.raises(ConfigError, match="twice"):
+        Experiment.model_validate({"user_turn_variants": ["native", "warmup:1", "warmup:01"]})
+
+
+def test_variant_model_names_split_back():
+    assert split_variant_spec("tiny[user=prefill:So, a]") == ("tiny", "prefill:So, a")
+    assert split_variant_spec("tiny[thinking=on][user=warmup:2]") == ("tiny[thinking=on]",
+                                                                        "warmup:2")
+    assert split_variant_spec("tiny") is None
+
+
+# ------------------------------------------------------------------ a run on the tiny model
+
+
+def test_a_run_with_two_variants_reports_both_rates_and_the_paired_difference(
+        tmp_path, tiny_backend, capsys):
+    exp = Experiment(models=["tiny"], datasets=["gsm_symbolic"], limit=3, temperatures=[0.0],
+                     max_tokens=8, user_max_tokens=8, output=tmp_path / "run",
+                     user_turn_variants=["prefill:Thanks", "warmup:1"])
+    store = run_experiment(exp, backends={"tiny": tiny_backend})
+    models = {"tiny", "tiny[user=prefill:Thanks]", "tiny[user=warmup:1]"}
+    turns = read_turns(store)
+    assert {t.model for t in turns} - {"human"} == models
+    # One set of answers, shared: native and both variants are probed on the same answers.
+    answers = read_answers(store)
+    assert {a.model for a in answers} == {"tiny"} and len(answers) == 3
+    keys = {t.key for t in turns}
+    assert len(keys) == len(turns) == 9  # each condition its own generation key
+    meta = store.meta()["models"]
+    assert meta["tiny[user=prefill:Thanks]"]["user_turn_variant"] == "prefill:Thanks"
+    assert meta["tiny[user=warmup:1]"]["base_model"] == "tiny"
+    assert meta["tiny"]["system_message"] == "none"
+
+    comparisons = variant_comparisons(turns)
+    assert [(c.native, c.variant) for c in comparisons] == [
+        ("tiny", "prefill:Thanks"), ("tiny", "warmup:1")]
+    for c in comparisons:
+        assert c.follow_up.items == 3
+        native = [t for t in turns if t.model == "tiny"]
+        assert c.follow_up.a.hits == sum(t.follow_up for t in native)
+    store.close()
+
+    code, out, _ = run_cli(capsys, "report", str(tmp_path / "run"))
+    assert code == 0
+    assert "User-turn variants vs native" in out and "prefill:Thanks" in out and "warmup:1" in out
+    # Each variant's own row in the rate table, its name shown whole (not read as rich markup).
+    assert "tiny[user=prefill:Thanks]" in out and "tiny[user=warmup:1]" in out
+
+
+def test_the_prefill_is_in_the_prompt_not_in_the_stored_turn(tmp_path, tiny_backend):
+    exp = Experiment(models=["tiny"], datasets=["gsm_symbolic"], limit=1, temperatures=[0.0],
+                     max_tokens=4, user_max_tokens=4, output=tmp_path / "run",
+                     user_turn_variants=["prefill:QQQZZZ"])
+    store = run_experiment(exp, backends={"tiny": tiny_backend})
+    rows = store.db.execute("SELECT model, prompt, raw_text FROM generations WHERE role='user'"
+                            ).fetchall()
+    by_model = {r["model"]: r for r in rows}
+    assert by_model["tiny[user=prefill:QQQZZZ]"]["prompt"].endswith("<|im_start|>user\nQQQZZZ")
+    assert "QQQZZZ" not in by_model["tiny[user=prefill:QQQZZZ]"]["raw_text"]
+    store.close()
+
+
+# ------------------------------------------------------------------ render --template
+
+
+def test_render_a_jinja_file_without_a_model(capsys):
+    code, out, _ = run_cli(capsys, "render", "--template", str(PUBLISHED / "mistral_nemo.jinja"),
+                           "--bos", "<s>", "--eos", "</s>", "--system", "Be brief.")
+    assert code == 0
+    assert f"system message: {SYSTEM_MOVED}" in out
+    assert "<s>[INST]Be brief.\n\nA baker" in out and "#### 7</s>[INST]\n----- end" in out
+    assert "stop markers (end of the user turn): ['[/INST]']" in out
+
+
+def test_render_a_tokenizer_config_json(capsys, tmp_path):
+    config = {"chat_template": (PUBLISHED / "nemotron_nano_v2.jinja").read_text(),
+              "bos_token": {"content": "<s>"}, "eos_token": "<SPECIAL_12>",
+              "added_tokens_decoder": {"10": {"content": "<SPECIAL_10>", "special": True},
+                                       "11": {"content": "<SPECIAL_11>", "special": True},
+                                       "12": {"content": "<SPECIAL_12>", "special": True}}}
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(json.dumps(config))
+    code, out, _ = run_cli(capsys, "render", "--template", str(path), "--variant", "prefill:So")
+    assert code == 0
+    assert "<SPECIAL_11>User\nSo\n----- end of prompt" in out
+    assert "['<SPECIAL_11>', '<SPECIAL_11>Assistant']" in out
+    assert "user-turn variant: prefill:So" in out
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--template", "/no/such/file.jinja"], "template file not found"),
+    (["--template", "BAD_JSON"], "is not valid JSON"),
+    (["--template", "NO_TEMPLATE"], "has no chat_template"),
+    (["--model", "tiny", "--bos", "<s>"], "--bos and --eos are for --template"),
+    (["--template", "GOOD", "--variant", "warmup:99"], "K from 1 to"),
+])
+def test_render_misuse_is_one_line(capsys, tmp_path, args, words):
+    (tmp_path / "bad.json").write_text("{not json")
+    (tmp_path / "none.json").write_text(json.dumps({"bos_token": "<s>"}))
+    (tmp_path / "good.jinja").write_text(CHATML)
+    swap = {"BAD_JSON": str(tmp_path / "bad.json"), "NO_TEMPLATE": str(tmp_path / "none.json"),
+            "GOOD": str(tmp_path / "good.jinja")}
+    code, out, err = run_cli(capsys, "render", *[swap.get(a, a) for a in args])
+    assert code == 2 and out == ""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0], err
