@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_judge_pipeline import script
 from test_pipeline import experiment
@@ -64,6 +65,8 @@ def test_a_second_writer_fails_naming_the_first_and_readers_see_it_in_progress(
         assert main(["judge", str(folder), "--judge", "openai/j", "--base-url",
                      "http://127.0.0.1:9/v1"]) == 2
         assert f"pid {holder.pid}" in one_line(capsys.readouterr().err)
+        assert main(["label", str(folder), "--labeller", "rules"]) == 2  # re-labelling writes
+        assert f"pid {holder.pid}" in one_line(capsys.readouterr().err)
         assert main(["report", str(folder)]) == 0  # readers work during a run
         assert f"run in progress (pid {holder.pid}, userturn run)" in capsys.readouterr().out
     finally:
@@ -100,7 +103,8 @@ def test_a_store_that_is_not_a_whole_userturn_store_is_one_line(damage, words, g
         run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
 
 
-def test_doctor_passes_a_whole_run_and_fails_a_corrupted_one(gsm_file, tmp_path, capsys):
+@pytest.mark.parametrize("seed", range(6))  # each seed scribbles other bytes: other damage
+def test_doctor_passes_a_whole_run_and_fails_a_corrupted_one(seed, gsm_file, tmp_path, capsys):
     folder = finished_run(gsm_file, tmp_path)
     assert main(["doctor", str(folder)]) == 0
     assert "ok (userturn store, schema 1, integrity ok)" in capsys.readouterr().out
@@ -109,13 +113,16 @@ def test_doctor_passes_a_whole_run_and_fails_a_corrupted_one(gsm_file, tmp_path,
         page = db.execute("PRAGMA page_size").fetchone()[0]
         pages = db.execute("PRAGMA page_count").fetchone()[0]
     data = bytearray((folder / "userturn.db").read_bytes())
+    scribble = np.random.default_rng(seed)
     for page_number in range(2, pages):  # scribble over every page but the schema's
         start = page_number * page + 100
-        data[start:start + 200] = os.urandom(200)
+        data[start:start + 200] = scribble.bytes(200)
     (folder / "userturn.db").write_bytes(bytes(data))
-    code = main(["doctor", str(folder)])
-    err = capsys.readouterr().err
-    assert code in (1, 2) and ("integrity" in err or "is damaged" in err) and "Traceback" not in err
+    for command in (["doctor", str(folder)], ["report", str(folder)]):
+        code = main(command)
+        err = capsys.readouterr().err
+        assert code in (1, 2) and "Traceback" not in err, err
+        assert "integrity" in err or "is damaged" in err, err
 
 
 def test_a_run_whose_database_is_deleted_fails_loudly(gsm_file, tmp_path):
@@ -198,6 +205,20 @@ def test_a_full_disk_during_a_run_is_one_line_and_the_run_resumes(gsm_file, tmp_
     monkeypatch.setattr(store_module, "_connect", connect)
     store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
     assert all(t.error is None for t in read_turns(store))
+
+
+def test_classify_and_train_never_write_over_a_database(gsm_file, tmp_path, capsys):
+    folder = finished_run(gsm_file, tmp_path)
+    db = folder / "userturn.db"
+    before = db.read_bytes()
+    turns = tmp_path / "turns.jsonl"
+    turns.write_text('{"query": "q?", "answer": "a", "user_turn": "Why a?"}\n')
+    for argv in (["classify", str(turns), "-o", str(db), "--force"],
+                 ["train-classifier", str(turns), "-o", str(db), "--force"]):
+        assert main(argv) == 2
+        assert "refusing to write over" in one_line(capsys.readouterr().err)
+    assert db.read_bytes() == before
+    assert not list(tmp_path.glob("**/*.tmp"))
 
 
 def test_output_that_is_a_file_is_one_line(gsm_file, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
@@ -74,6 +75,11 @@ def _main(argv: Sequence[str] | None) -> int:
         # One plain line (no wrapping), so it reads well and greps well.
         print(f"userturn: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return exc.exit_code
+    except sqlite3.DatabaseError as exc:  # damage found past the checks at open: one line too
+        print(f"userturn: error: a run's database is damaged ({exc}); `userturn doctor RUN` "
+              "says what is wrong (copy out what reads, then run again into a new folder)",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("userturn: interrupted; everything finished so far is stored: run the same "
               "command again to resume", file=sys.stderr)

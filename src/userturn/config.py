@@ -151,8 +151,10 @@ class Experiment(BaseModel):
 
     @field_validator("base_url", "judge_base_url")
     @classmethod
-    def _urls(cls, value: str | None) -> str | None:
+    def _urls(cls, value: str | list[str] | None) -> str | list[str] | None:
         try:
+            if isinstance(value, list):  # several replicas' addresses: each checked
+                return [check_url(url, "the server address") or url for url in value]
             return check_url(value, "the server address")
         except ConfigError as exc:
             raise ValueError(str(exc)) from None

@@ -4,6 +4,7 @@ stopped early), with planned vs stored per stage and the rows skipped at load. E
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass, field
 
 from .lock import holder
@@ -71,8 +72,11 @@ def run_state(store: RunStore) -> RunState:
 def doctor(store: RunStore) -> list[str]:
     """Problems of a run's store (none: it is whole): SQLite's integrity check, plan rows
     without a unique key, planned rows that point at missing answers."""
-    problems = [f"integrity: {r[0]}" for r in store.db.execute("PRAGMA integrity_check")
-                if r[0] != "ok"]
+    try:
+        problems = [f"integrity: {r[0]}" for r in store.db.execute("PRAGMA integrity_check")
+                    if r[0] != "ok"]
+    except sqlite3.DatabaseError as exc:  # too damaged for the check itself to read
+        return [f"integrity: the database is damaged ({exc})"]
     if problems:
         return problems
     duplicates = store.db.execute(
