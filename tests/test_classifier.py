@@ -80,7 +80,7 @@ def test_classify_labels_a_file_and_never_overwrites(tmp_path, capsys):
     assert "4 turn(s) labelled (cascade)" in capsys.readouterr().err
     before = out.read_text()
     assert main(["classify", str(source), "-o", str(out), "--labeller", "rules"]) == 2
-    assert "exists: pass --force" in capsys.readouterr().err and out.read_text() == before
+    assert "exists: give --force" in capsys.readouterr().err and out.read_text() == before
 
 
 @pytest.mark.parametrize("bad, message", [

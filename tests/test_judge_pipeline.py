@@ -115,7 +115,13 @@ def test_a_local_transformers_model_can_judge_and_garbage_is_invalid_not_guessed
     judge = judge_from_spec("tiny")
     assert isinstance(judge.client, BackendChatClient) and judge.concurrency == 1
     assert judge.name == "judge:tiny@rubric1"
-    (label,) = judge.classify_many([Case("What is 2+2?", "4", "Why 4?")])
+    case = Case("What is 2+2?", "4", "Why 4?")
+    # The rubric (about 4k tokens) does not fit the tiny model's declared 2048-token context:
+    # the request fails alone, as an error label.
+    (label,) = judge.classify_many([case])
+    assert label.label is None and "more than the model's context of 2048" in label.error
+    judge.client.backend.context_length = 8192  # its rotary positions go further
+    (label,) = judge.classify_many([case])
     # The random tiny model cannot write a JSON verdict: after the re-ask it is recorded as
     # invalid, never turned into a guessed label.
     assert label.label is None and label.error.startswith("invalid")

@@ -32,7 +32,10 @@ def stored(folder: Path) -> dict[str, tuple[str, str]]:
 
 def count(folder: Path) -> int:
     try:
-        with sqlite3.connect(folder / "userturn.db", timeout=1) as db:
+        # Read-only: a plain connect would create an empty userturn.db before the run does,
+        # which the run then (rightly) refuses as not a store.
+        uri = f"{(folder / 'userturn.db').resolve().as_uri()}?mode=ro"
+        with sqlite3.connect(uri, uri=True, timeout=1) as db:
             return db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
     except sqlite3.Error:
         return 0

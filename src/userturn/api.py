@@ -77,12 +77,14 @@ class Run:
         from .report.compute import build_report
 
         from .labels.calibration import inclusion_probabilities
+        from .runstate import run_state
 
         with self._open() as store:
             sources = label_sources(store, labels)
             turns = read_turns(store, sources)
             return build_report(turns, read_answers(store), folder=self.folder, meta=store.meta(),
-                                sources=sources, inclusion=inclusion_probabilities(store, turns))
+                                sources=sources, inclusion=inclusion_probabilities(store, turns),
+                                state=run_state(store))
 
     def records(self, labels: Labels = None) -> list[dict[str, Any]]:
         """One flat dict per user turn, with the columns of ``userturn export``."""

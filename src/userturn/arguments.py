@@ -207,6 +207,7 @@ def add_compare(sub: Subparsers, handler: Handler) -> None:
     compare.add_argument("--labels", type=names, metavar="SOURCES",
                          help="label sources in priority order, comma-separated, read the same "
                          "way in both runs (default: each run's own), e.g. rules or a judge name")
+    compare.add_argument("--force", action="store_true", help="replace --html if it exists")
     compare.set_defaults(handler=handler)
 
 
@@ -215,7 +216,17 @@ def add_export(sub: Subparsers, handler: Handler) -> None:
     export.add_argument("run", type=Path)
     export.add_argument("--format", choices=("jsonl", "csv", "parquet"), default="jsonl")
     export.add_argument("--out", type=Path, help="file to write (default: RUN/user_turns.FORMAT)")
+    export.add_argument("--force", action="store_true", help="replace --out if it exists")
     export.set_defaults(handler=handler)
+
+
+def add_doctor(sub: Subparsers, handler: Handler) -> None:
+    doctor = sub.add_parser("doctor", help="check that a run folder's store is whole",
+                            description="Check the run's database: that it is a userturn store "
+                            "of a known schema, SQLite's integrity check, and what is planned "
+                            "vs stored per stage. Exit 0 when whole, 1 when damaged.")
+    doctor.add_argument("run", type=Path)
+    doctor.set_defaults(handler=handler)
 
 
 def names(text: str) -> list[str]:

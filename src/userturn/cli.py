@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
@@ -11,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from . import arguments
-from .errors import UserturnError
+from .errors import ConfigError, UserturnError
 from .models import EMBEDDED
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     arguments.add_agreement(sub, _agreement)
     arguments.add_compare(sub, _compare)
     arguments.add_export(sub, _export)
+    arguments.add_doctor(sub, _doctor)
     from .train.cli import add_train_parser
 
     add_train_parser(sub, _train)
@@ -47,20 +49,52 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Everything the command prints (tables, warnings, error lines, a traceback) passes the
+    # credentials scrubber: a key a server echoed back never reaches a terminal or a CI log.
+    from .credentials import ScrubbedStream
+
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = ScrubbedStream(out), ScrubbedStream(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    import warnings
+
     args = _parser().parse_args(argv)
     # In a terminal rich uses its width; piped to a file or CI log, it would wrap the tables at
     # 80 columns, so give it room.
     console = Console() if sys.stdout.isatty() else Console(width=160)
+    formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         return args.handler(args, console)
     except UserturnError as exc:
         # One plain line (no wrapping), so it reads well and greps well.
         print(f"userturn: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return exc.exit_code
+    except sqlite3.DatabaseError as exc:  # damage found past the checks at open: one line too
+        print(f"userturn: error: a run's database is damaged ({exc}); `userturn doctor RUN` "
+              "says what is wrong (copy out what reads, then run again into a new folder)",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("userturn: interrupted; everything finished so far is stored: run the same "
               "command again to resume", file=sys.stderr)
         return 130
+    except Exception:  # a bug: the traceback, through the scrubbing stderr (never raised past it)
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    finally:
+        warnings.formatwarning = formatwarning
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]
+    return f"userturn: warning: {' '.join(str(message).split())}\n"
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
@@ -85,6 +119,8 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     print_tables(store, console)
     console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
     store.close()
+    _fail_if_all_failed(store, "generation")
+    _fail_if_all_failed(store, "judge")
     return 0
 
 
@@ -161,12 +197,15 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     from .store import RunStore
 
     store = RunStore.open(args.run)
+    _check_sources(store, args.labels)
     turns, answers, sources = print_tables(store, console, args.labels)
     if args.html or args.figures:
         from .report import build_report
+        from .runstate import run_state
 
         report = build_report(turns, answers, folder=store.folder, meta=store.meta(),
-                              sources=sources, inclusion=inclusion_probabilities(store, turns))
+                              sources=sources, inclusion=inclusion_probabilities(store, turns),
+                              state=run_state(store))
         if args.figures:
             from .report.figures import write_figures
 
@@ -189,21 +228,35 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     from .store import RunStore
     from .turns import read_turns
 
+    from .lock import RunLock
+
     store = RunStore.open(args.run)  # before the judge: a wrong folder is the likelier mistake
     judges = [judge_from_spec(spec, base_url=args.base_url)
               for spec in dict.fromkeys(args.judges)]
     for judge in judges:
         judge.concurrency = args.concurrency
-    with _progress_bars() as progress:
+    with RunLock(args.run, "judge"), _progress_bars() as progress:
         sent = judge_with_all(store, judges, args.scope, progress, threshold=args.threshold)
     names = ", ".join(judge.name for judge in judges)
-    console.print(f"{names}: {sent} user turn(s) judged (none generated)")
+    failed = store.tally.failed.get("judge", 0)
+    console.print(f"{names}: {sent - failed} user turn(s) judged, {failed} failed "
+                  "(none generated)" + ("; run judge again to retry the failed ones"
+                                        if failed else ""))
     if len(judges) > 1:
         print_agreement(pairwise_agreement(read_turns(store),
                                            sources=[judge.name for judge in judges]), console)
     print_tables(store, console)
     store.close()
+    _fail_if_all_failed(store, "judge")
     return 0
+
+
+def _fail_if_all_failed(store, kind: str) -> None:  # type: ignore[no-untyped-def]
+    """A command whose every request failed did nothing: say so, exit non-zero."""
+    from .errors import RequestsFailed
+
+    if store.tally.all_failed(kind):
+        raise RequestsFailed(store.tally.summary(kind))
 
 
 def _annotate(args: argparse.Namespace, console: Console) -> int:
@@ -261,17 +314,32 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     from .store import RunStore
 
     a, b = RunStore.open(args.run_a), RunStore.open(args.run_b)
+    _check_sources(a, args.labels)
+    _check_sources(b, args.labels)
     comparisons, accuracy = compare_runs(a, b, labels=args.labels)
     names = (str(args.run_a), str(args.run_b))
     print_comparison(comparisons, accuracy, console, names)
     if args.html:
         from .report.compare import comparison_html
 
-        args.html.write_text(comparison_html(comparisons, accuracy, names), encoding="utf-8")
+        from .atomic import write_text
+
+        write_text(args.html, comparison_html(comparisons, accuracy, names), force=args.force)
         console.print(f"wrote {args.html}")
     a.close()
     b.close()
     return 0
+
+
+def _check_sources(store, labels: Sequence[str] | None) -> None:  # type: ignore[no-untyped-def]
+    """--labels names sources the run holds: a typo would show every turn undecided."""
+    if not labels:
+        return
+    stored = [r[0] for r in store.db.execute("SELECT DISTINCT source FROM labels ORDER BY 1")]
+    unknown = [name for name in labels if name not in stored]
+    if unknown:
+        raise ConfigError(f"--labels: no labels from {', '.join(unknown)} in {store.folder}; "
+                          f"it holds: {', '.join(stored) or 'none'}")
 
 
 def print_tables(store: RunStore, console: Console, labels: Sequence[str] | None = None
@@ -297,6 +365,12 @@ def print_tables(store: RunStore, console: Console, labels: Sequence[str] | None
     counts = ", ".join(f"{source} {n}" for source, n in by.items())
     console.print(f"[dim]labels from: {' , then '.join(sources)} (user turns labelled by "
                   f"{counts or 'nobody yet'})[/dim]")
+    from .runstate import run_state
+
+    state = run_state(store)
+    for line in (state.skipped_line(), state.line()):
+        if line:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     return turns, answers, sources
 
 
@@ -307,9 +381,32 @@ def _export(args: argparse.Namespace, console: Console) -> int:
 
     store = RunStore.open(args.run)
     out = args.out or args.run / f"user_turns.{args.format}"
-    count = export_user_turns(read_turns(store), out, args.format)
+    # A file the user names is theirs: replaced only with --force. The default file in the run
+    # folder is userturn's own and is rewritten.
+    count = export_user_turns(read_turns(store), out, args.format,
+                              force=args.force or args.out is None)
     store.close()
     console.print(f"wrote {count} user turns to {out}")
+    return 0
+
+
+def _doctor(args: argparse.Namespace, console: Console) -> int:
+    from .runstate import doctor, run_state
+    from .store import SCHEMA_VERSION, RunStore
+
+    store = RunStore.open(args.run)  # not a store, empty, foreign, newer schema: one line, exit 2
+    problems = doctor(store)
+    if problems:
+        for problem in problems:
+            print(f"userturn: doctor: {args.run}: {problem}", file=sys.stderr)
+        store.close()
+        return 1
+    state = run_state(store)
+    status = state.line() or "finished"
+    console.print(f"{args.run}: ok (userturn store, schema {SCHEMA_VERSION}, integrity ok); "
+                  f"{state.counts() or 'nothing planned'}; {status}", markup=False,
+                  highlight=False, soft_wrap=True)
+    store.close()
     return 0
 
 

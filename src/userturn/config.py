@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import urllib.parse
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -9,6 +11,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+
+MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise; inf/nan break every backend
+MAX_ITEMS = 1_000_000
+MAX_TOKENS = 1_000_000  # a budget; each backend also clamps it to what its context leaves
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_DATASET = "gsm_symbolic"
@@ -21,14 +27,17 @@ class Experiment(BaseModel):
 
     models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL], min_length=1)
     datasets: list[str] = Field(default_factory=lambda: [DEFAULT_DATASET], min_length=1)
-    limit: int | None = Field(default=20, ge=1, description="items per dataset; null for all")
+    limit: int | None = Field(default=20, ge=1, le=MAX_ITEMS,
+                              description="items per dataset; null for all")
     temperatures: list[float] = Field(default_factory=lambda: [0.0, 1.0], min_length=1)
-    samples: int = Field(default=4, ge=1, description="user turns per item at each T > 0")
+    samples: int = Field(default=4, ge=1, le=10_000,
+                         description="user turns per item at each T > 0")
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_tokens: int = Field(default=256, ge=1, description="assistant turn budget")
-    user_max_tokens: int = Field(default=96, ge=1, description="generated user turn budget")
+    max_tokens: int = Field(default=256, ge=1, le=MAX_TOKENS, description="assistant turn budget")
+    user_max_tokens: int = Field(default=96, ge=1, le=MAX_TOKENS,
+                                 description="generated user turn budget")
     seed: int = Field(default=0, ge=0, description="run seed; every sample's seed derives from it")
-    batch_size: int = Field(default=8, ge=1)
+    batch_size: int = Field(default=8, ge=1, le=4096)
     system_prompt: str | None = None
     answerers: list[str] = Field(
         default_factory=lambda: ["self"], min_length=1,
@@ -99,7 +108,7 @@ class Experiment(BaseModel):
                                    "uncertain: the classifier probability below which the judge "
                                    "is asked")
     judge_base_url: str | None = None
-    judge_concurrency: int = Field(default=8, ge=1)
+    judge_concurrency: int = Field(default=8, ge=1, le=256)
 
     @property
     def judges(self) -> list[str]:
@@ -134,9 +143,21 @@ class Experiment(BaseModel):
     @field_validator("temperatures")
     @classmethod
     def _temperatures(cls, values: list[float]) -> list[float]:
-        if any(t < 0 for t in values):
-            raise ValueError("temperatures must be >= 0 (0 means greedy)")
+        if not all(math.isfinite(t) and 0 <= t <= MAX_TEMPERATURE for t in values):
+            bad = next(t for t in values if not (math.isfinite(t) and 0 <= t <= MAX_TEMPERATURE))
+            raise ValueError(f"temperatures must be numbers from 0 (greedy) to "
+                             f"{MAX_TEMPERATURE:g}, got {bad}")
         return sorted(set(values))
+
+    @field_validator("base_url", "judge_base_url")
+    @classmethod
+    def _urls(cls, value: str | list[str] | None) -> str | list[str] | None:
+        try:
+            if isinstance(value, list):  # several replicas' addresses: each checked
+                return [check_url(url, "the server address") or url for url in value]
+            return check_url(value, "the server address")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("enable_thinking", mode="before")
     @classmethod
@@ -170,10 +191,11 @@ class Experiment(BaseModel):
 
 
 def load_experiment(path: Path | None, overrides: Mapping[str, Any]) -> Experiment:
-    """The config file (if any) with non-None overrides on top, validated."""
+    """The config file (if any) with non-None overrides on top, validated. Relative dataset
+    paths in the file are the file's: resolved against its folder, not the current one."""
     data: dict[str, Any] = {}
     if path is not None:
-        data = read_yaml(Path(path))
+        data = _with_file_paths(read_yaml(Path(path)), Path(path).parent)
     for key, value in overrides.items():
         if value is not None:
             data.pop({"models": "model", "datasets": "dataset"}.get(key, ""), None)
@@ -186,11 +208,85 @@ def load_experiment(path: Path | None, overrides: Mapping[str, Any]) -> Experime
         raise ConfigError(f"invalid config ({where}): {first['msg']}") from None
 
 
+# Dataset specs whose argument after ``NAME:`` is a file (see ``userturn datasets``).
+_FILE_ARGUMENTS = ("gsm8k", "ifeval", "math500", "mtbench", "conversations", "healthbench",
+                   "coval")
+_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".csv", ".tsv")
+
+
+def _with_file_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    for name in ("dataset", "datasets"):
+        specs = data.get(name)
+        if isinstance(specs, str):
+            data[name] = _resolve_spec(specs, folder)
+        elif isinstance(specs, list):
+            data[name] = [_resolve_spec(s, folder) if isinstance(s, str) else s for s in specs]
+    return data
+
+
+def _resolve_spec(spec: str, folder: Path) -> str:
+    head, colon, argument = spec.strip().partition(":")
+    if colon and head in _FILE_ARGUMENTS and argument:
+        return f"{head}:{_resolve(argument, folder)}"
+    if not colon and spec.strip().lower().endswith(_FILE_SUFFIXES):
+        return _resolve(spec.strip(), folder)
+    return spec
+
+
+def _resolve(path: str, folder: Path) -> str:
+    given = Path(path).expanduser()
+    return str(given if given.is_absolute() else (folder / given).resolve())
+
+
+def check_url(url: str | None, what: str = "--base-url") -> str | None:
+    """An http(s) address with a host, or a one-line error (before anything is loaded)."""
+    if url is None:
+        return None
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{what} {url!r} is not an http(s) address: give one like "
+                          "http://127.0.0.1:8000/v1")
+    try:
+        parts.port  # noqa: B018 (raises for a port that is not a number)
+    except ValueError:
+        raise ConfigError(f"{what} {url!r} has an invalid port") from None
+    return url.strip()
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML whose mappings may not repeat a key: a repeated setting is a mistake, never a
+    silent "the last one wins"."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise ConfigError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1}")
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise ConfigError(f"config file not found: {path}")
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory, not a config file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at "
+                          f"offset {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""

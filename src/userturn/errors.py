@@ -4,6 +4,8 @@
 class UserturnError(Exception):
     """Misuse: a bad config, an unknown model, a missing file. Never a model's failure."""
 
+    exit_code = 2
+
 
 class ConfigError(UserturnError):
     """The experiment config or a CLI flag is invalid."""
@@ -23,3 +25,9 @@ class DatasetError(UserturnError):
 
 class StoreError(UserturnError):
     """A run folder is unusable (for example it holds a run of a different experiment)."""
+
+
+class RequestsFailed(UserturnError):
+    """Every request a command sent failed (a server down, a wrong key): nothing was made."""
+
+    exit_code = 1

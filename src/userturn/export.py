@@ -5,38 +5,43 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
 from typing import Sequence
 
+from .atomic import refuse_to_replace, write_file
 from .errors import UserturnError
 from .turns import COLUMNS, Turn
 
 
-def export_user_turns(turns: Sequence[Turn], out: Path, fmt: str) -> int:
+def export_user_turns(turns: Sequence[Turn], out: Path, fmt: str, *, force: bool = False) -> int:
     """Write one row per turn, with the columns of :data:`~userturn.turns.COLUMNS`, to ``out``
-    atomically (a temporary file renamed into place). Returns the number of rows."""
-    records = [turn.record() for turn in turns]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    if fmt == "jsonl":
-        with partial.open("w", encoding="utf-8") as handle:
-            for record in records:
-                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    elif fmt == "csv":
-        with partial.open("w", encoding="utf-8", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=COLUMNS)
-            writer.writeheader()
-            writer.writerows(records)
-    elif fmt == "parquet":
-        try:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-        except ImportError:
-            raise UserturnError("Parquet export needs pyarrow: pip install 'userturn[export]'") from None
-        table = pa.Table.from_pylist(records) if records else pa.table({c: [] for c in COLUMNS})
-        pq.write_table(table, partial)
-    else:
+    atomically (a temporary file renamed into place); an existing ``out`` is replaced only with
+    ``force``, a run's database never. Returns the number of rows."""
+    if fmt not in ("jsonl", "csv", "parquet"):
         raise UserturnError(f"unknown export format {fmt!r}")
-    os.replace(partial, out)
+    refuse_to_replace(Path(out), force)
+    records = [turn.record() for turn in turns]
+
+    def write(path: Path) -> None:
+        if fmt == "jsonl":
+            with path.open("w", encoding="utf-8") as handle:
+                for record in records:
+                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        elif fmt == "csv":
+            with path.open("w", encoding="utf-8", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+                writer.writeheader()
+                writer.writerows(records)
+        else:
+            try:
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+            except ImportError:
+                raise UserturnError("Parquet export needs pyarrow: pip install "
+                                    "'userturn[export]'") from None
+            table = pa.Table.from_pylist(records) if records else pa.table(
+                {c: [] for c in COLUMNS})
+            pq.write_table(table, path)
+
+    write_file(Path(out), write, force=force)
     return len(records)

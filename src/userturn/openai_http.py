@@ -3,7 +3,8 @@
 Shared by the judge's chat client (``/chat/completions``) and the completions backend
 (``/completions``). Retried: 408, 409, 429, 5xx, timeouts and dropped connections, after the
 server's ``Retry-After`` when it gives one, else after an exponential backoff with jitter. The API
-key goes into the Authorization header and nowhere else: every error message is redacted.
+key (read by ``credentials``: given, else OPENAI_API_KEY) goes into the Authorization header and
+nowhere else: every error message passes ``credentials.scrub``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import time
 import urllib.error
 import urllib.request
 from typing import Any, Callable, TypeVar
+
+from . import credentials
 
 T = TypeVar("T")
 
@@ -41,7 +44,8 @@ class OpenAIHTTP:
                  max_attempts: int = 5, backoff: float = 1.0, max_backoff: float = 60.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.base_url = base_url.rstrip("/")
-        self._api_key = api_key  # private: the Authorization header only
+        # private: the Authorization header only; None reads OPENAI_API_KEY
+        self._api_key = credentials.api_key(given=api_key)
         self.timeout, self.max_attempts = timeout, max(1, max_attempts)
         self.backoff, self.max_backoff, self.sleep = backoff, max_backoff, sleep
 
@@ -84,7 +88,7 @@ class OpenAIHTTP:
             raise self._http_error(exc) from None
         except urllib.error.URLError as exc:  # refused, reset, DNS, or a connect timeout
             raise APIError(self.redact(f"connection failed: {exc.reason}"), True) from None
-        except (TimeoutError, OSError, http.client.HTTPException) as exc:
+        except (TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
             # read timeouts, dropped connections (RemoteDisconnected, IncompleteRead)
             raise APIError(self.redact(f"{type(exc).__name__}: {exc}"), True) from None
         return parse(raw)
@@ -99,9 +103,10 @@ class OpenAIHTTP:
         return APIError(f"HTTP {exc.code}: {detail}", retryable,
                         retry_after(exc.headers.get("Retry-After")), exc.code, detail)
 
-    def redact(self, text: str) -> str:
+    @staticmethod
+    def redact(text: str) -> str:
         # Servers echo keys back ("Incorrect API key provided: sk-..."): never let one through.
-        return text.replace(self._api_key, "[redacted]") if self._api_key else text
+        return credentials.scrub(text)
 
 
 def retry_after(value: str | None) -> float | None:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import platform
 import time
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -27,6 +28,7 @@ from .executor import Executor, LocalExecutor, WorkUnit, cut_units
 from .labels.classifier import LearnedClassifier
 from .labels.judge import Judge, judge_from_spec
 from .labels.majority import store_majority
+from .lock import RunLock
 from .perturb import Perturbation, parse_perturbations
 from .records import HUMAN, Generation, GenerationParams, Item, Message, Request
 from .render import Prompt, render_assistant_turn, render_user_turn
@@ -104,9 +106,27 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
         backends, probers, exp.user_turn_variants, [*first, {"role": "assistant", "content": "42"}])
     answer_models = _answer_models(exp, [answers_as(backends[spec]) for spec in probers])
     judges = _judges(exp)
-    store = RunStore.create(exp.output)
-    store.set_meta({"config": exp.model_dump(mode="json"), "versions": versions(),
-                    "started": time.time(), "models": _model_meta(backends, first)})
+    for dataset in datasets:
+        for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
+            warnings.warn(note, stacklevel=2)
+    with RunLock(exp.output, "run"):  # one writer: a second run here fails naming this one
+        store = RunStore.create(exp.output)
+        store.set_meta({"config": exp.model_dump(mode="json"), "versions": versions(),
+                        "started": time.time(), "finished": None,
+                        "models": _model_meta(backends, first),
+                        "skipped": {d.name: d.skipped for d in datasets if d.skipped},
+                        "dataset_notes": {d.name: list(d.notes) for d in datasets if d.notes}})
+        _run_stages(store, exp, datasets, backends, probers, answer_models, perturbations,
+                    judges, executor, progress)
+        store.check_present()
+        store.set_meta({"finished": time.time()})
+    return store
+
+
+def _run_stages(store: RunStore, exp: Experiment, datasets: Sequence[Dataset],
+                backends: Mapping[str, Backend], probers: Sequence[str],
+                answer_models: Sequence[str], perturbations: Sequence[Perturbation],
+                judges: Sequence[Judge], executor: Executor, progress: Progress) -> None:
     store.keep_plan([*backends, HUMAN], [dataset.name for dataset in datasets])
     for dataset in datasets:
         store.put_items(dataset.name, [_item_record(item) for item in dataset.items])
@@ -129,8 +149,6 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
                 progress=progress)
     if judges:
         judge_with_all(store, judges, exp.judge_scope, progress, threshold=exp.judge_threshold)
-    store.set_meta({"finished": time.time()})
-    return store
 
 
 def _human_stage(store: RunStore, dataset: Dataset,
@@ -202,9 +220,11 @@ def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | 
     cascade labelled with a classifier probability below ``threshold`` (``uncertain``), or all.
 
     Cached by judge name (which carries the rubric version) and generation key: turns this judge
-    already labelled are not sent again. Labels are committed chunk by chunk. Returns the number
-    of turns sent. The judge's labels take priority over the classifier's and yield to the
-    rules' (``all``: the judge alone decides).
+    already labelled successfully are not sent again; a failed verdict (an error label) is
+    retried by the next call. Verdicts are committed as they arrive, ``chunk`` at a time and
+    whatever was received when interrupted. Returns the number of turns sent; the outcome
+    (sent, failed, first error) is counted in ``store.tally``. The judge's labels take priority
+    over the classifier's and yield to the rules' (``all``: the judge alone decides).
     """
     done = store.labelled_keys(judge.name, judge.version)
     candidates = [t for t in read_turns(store, judge.name) if t.error is None
@@ -215,11 +235,19 @@ def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | 
         raise UserturnError("judge scope 'uncertain' needs the classifier's labels: run "
                             "`userturn label RUN` first (or use --scope undecided)")
     advance = (progress or _silent)(f"judge {judge.name}", len(turns))
-    for start in range(0, len(turns), chunk):
-        batch = turns[start:start + chunk]
-        labels = judge.classify_many([turn.case() for turn in batch])
-        store.put_labels([(t.key, judge.version, label) for t, label in zip(batch, labels)])
-        advance(len(batch))
+    received: list[tuple[str, str, Any]] = []
+    verdicts = judge.classify_as_done([turn.case() for turn in turns])
+    try:
+        for index, label in verdicts:
+            received.append((turns[index].key, judge.version, label))
+            store.tally.count("judge", label.error)
+            if len(received) >= chunk:
+                store.put_labels(received)
+                advance(len(received))
+                received = []
+    finally:
+        verdicts.close()  # cancels what was not sent (Ctrl-C)
+        store.put_labels(received)  # every verdict received is kept
     offline = [s for s in store.label_sources() if s in ("rules", CLASSIFIER)] or ["rules"]
     if scope == "all":
         sources = [judge.name]
@@ -409,6 +437,7 @@ def _store_unit(store: RunStore, backend: Backend, role: str, unit: WorkUnit,
             job = jobs[key]
             rows[key] = (key, role, backend.spec, backend.revision, backend.template.hash,
                          job.request, job.sample_index, _split(generation, job.request, fmt))
+            store.tally.count("generation", generation.error)
     store.put_generations(list(rows.values()))
     return len(unit.keys)
 

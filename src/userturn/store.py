@@ -10,18 +10,24 @@ The ``plan`` table lists the generations the current experiment is made of; repo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 import sqlite3
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .credentials import scrub, scrub_value
 from .errors import StoreError
 from .records import Generation, Label, Request, Score
 
 DB_NAME = "userturn.db"
+SCHEMA_VERSION = 1  # stored in meta; a store of a newer schema is refused, not misread
+TABLES = {"meta", "items", "generations", "plan", "contexts", "scores", "labels"}
+SQLITE_HEADER = b"SQLite format 3\x00"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS items (
@@ -63,16 +69,164 @@ def generation_key(role: str, model: str, revision: str, template_hash: str, req
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
+def check_header(path: Path) -> None:
+    """An existing file is a SQLite database at all (a 0-byte or foreign file is not a run)."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        raise StoreError(f"{path.parent} is not a userturn run folder (no {DB_NAME})") from None
+    except OSError as exc:
+        raise StoreError(f"cannot read {path}: {exc.strerror}") from None
+    if not header:
+        raise StoreError(f"{path} is empty (0 bytes), not a userturn store: a cut-short copy? "
+                         "Move it away to start a new run here")
+    if header != SQLITE_HEADER:
+        raise StoreError(f"{path} is not a userturn store (not a SQLite database); move it away "
+                         "or choose another folder")
+
+
+def _connect(path: Path, writable: bool) -> sqlite3.Connection:
+    if writable:
+        db = sqlite3.connect(path, timeout=30)
+    else:  # a read-only folder or file: read without the WAL side files
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _check_schema(db: sqlite3.Connection, path: Path) -> None:
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not names:
+        return  # a database with no table yet (its creation was cut short): a new store
+    if not {"meta", "generations", "plan", "labels"} <= names:
+        raise StoreError(f"{path} is a SQLite database but not a userturn store (no "
+                         f"{', '.join(sorted({'meta', 'generations', 'plan', 'labels'} - names))}"
+                         " table)")
+    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    version = json.loads(row[0]) if row else SCHEMA_VERSION  # before versions: the first schema
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise StoreError(f"{path} has store schema {version}; this userturn reads up to "
+                         f"{SCHEMA_VERSION}: upgrade userturn to read it")
+
+
+def _create_database(path: Path) -> None:
+    """A new database, made whole under a temporary name and linked into place: a kill at any
+    moment leaves either no database or a complete empty store, never a 0-byte file (which
+    ``open`` refuses, as it cannot tell it from a cut-short copy)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.new")
+    try:
+        for stale in (temporary, temporary.with_name(temporary.name + "-journal")):
+            stale.unlink(missing_ok=True)
+        db = sqlite3.connect(temporary)
+        try:
+            db.executescript(f"BEGIN; {SCHEMA} COMMIT;")
+            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (json.dumps(SCHEMA_VERSION),))
+            db.commit()
+        finally:
+            db.close()
+        try:
+            os.link(temporary, path)  # never over a database another process just made
+        except FileExistsError:
+            pass
+    except sqlite3.Error as exc:
+        raise StoreError(storage_problem(exc, path)) from None
+    except OSError as exc:
+        from .atomic import describe
+
+        raise StoreError(describe(exc, path)) from None
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def storage_problem(exc: sqlite3.Error, path: Path) -> str:
+    """A SQLite error as one line naming the database and what to do."""
+    text = str(exc)
+    if "full" in text:
+        return (f"cannot write {path}: the disk is full; free some space and run the same "
+                "command again (everything stored so far is kept)")
+    if "readonly" in text or "read-only" in text:
+        return f"cannot write {path}: the run folder is read-only; copy the run somewhere writable"
+    if "malformed" in text or "not a database" in text or "corrupt" in text:
+        return (f"{path} is damaged ({text}); `userturn doctor {path.parent}` checks it; "
+                "restore it from a copy or start a new run")
+    return f"{path}: {text}"
+
+
+def _storage_errors(method):  # type: ignore[no-untyped-def]
+    """Every store method: SQLite faults become one StoreError line; writes first check that
+    the database is still the one opened."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if method.__name__.startswith(("put_", "set_", "replace_", "keep_", "delete_")):
+            self.check_present()
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise StoreError(storage_problem(exc, self.path)) from None
+    return wrapper
+
+
+class Tally:
+    """What this process asked of models: requests sent and failed per kind (generation, judge),
+    and the first error; a command whose every request failed exits non-zero with it."""
+
+    def __init__(self) -> None:
+        self.sent: dict[str, int] = {}
+        self.failed: dict[str, int] = {}
+        self.first_error: dict[str, str] = {}
+
+    def count(self, kind: str, error: str | None) -> None:
+        self.sent[kind] = self.sent.get(kind, 0) + 1
+        if error is not None:
+            self.failed[kind] = self.failed.get(kind, 0) + 1
+            self.first_error.setdefault(kind, scrub(error))
+
+    def all_failed(self, kind: str) -> bool:
+        return self.sent.get(kind, 0) > 0 and self.failed.get(kind, 0) == self.sent[kind]
+
+    def summary(self, kind: str) -> str:
+        """One line: how many of what failed, and the first error."""
+        sent, failed = self.sent.get(kind, 0), self.failed.get(kind, 0)
+        first = " ".join(self.first_error.get(kind, "").split())[:300]
+        return f"{failed} of {sent} {kind} request(s) failed; the first: {first}"
+
+
+def _scrubbed(text: str | None) -> str | None:
+    return None if text is None else scrub(text)
+
+
 class RunStore:
+    """One run's database. ``create`` makes or continues a run (the folder's writer holds its
+    ``RunLock``); ``open`` reads an existing one and checks first that it is a userturn store of
+    a schema this version knows. Storage faults (a full disk, a read-only folder, a damaged or
+    vanished file) are ``StoreError`` lines naming the database."""
+
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         self.path = self.folder / DB_NAME
-        self.db = sqlite3.connect(self.path, timeout=30)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
-        self._migrate()
+        self.tally = Tally()
+        check_header(self.path)
+        writable = os.access(self.folder, os.W_OK) and os.access(self.path, os.W_OK)
+        try:
+            self.db = _connect(self.path, writable)
+            _check_schema(self.db, self.path)
+            if writable:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA synchronous=NORMAL")
+                self.db.executescript(f"BEGIN; {SCHEMA} COMMIT;")  # all tables or none
+                self._migrate()
+        except sqlite3.Error as exc:
+            raise StoreError(storage_problem(exc, self.path)) from None
+        self._identity = _identity(self.path)
 
     def _migrate(self) -> None:
         """Bring a store written by an earlier userturn up to this schema (columns only added)."""
@@ -86,17 +240,31 @@ class RunStore:
                 columns = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
                 if name not in columns:
                     self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
+                            (json.dumps(SCHEMA_VERSION),))
 
     @classmethod
     def create(cls, folder: Path) -> RunStore:
-        Path(folder).mkdir(parents=True, exist_ok=True)
+        from .atomic import make_folder
+
+        make_folder(Path(folder))
+        path = Path(folder) / DB_NAME
+        if not path.exists():
+            _create_database(path)
         return cls(folder)
 
     @classmethod
     def open(cls, folder: Path) -> RunStore:
-        if not (Path(folder) / DB_NAME).exists():
+        if not Path(folder).is_dir() or not (Path(folder) / DB_NAME).exists():
             raise StoreError(f"{folder} is not a userturn run folder (no {DB_NAME})")
         return cls(folder)
+
+    def check_present(self) -> None:
+        """The database this store opened is still there: a run whose database was deleted or
+        replaced under it would store into nothing and say it finished."""
+        if _identity(self.path) != self._identity:
+            raise StoreError(f"{self.path} was deleted or replaced while this command ran: what "
+                             "it made since is lost; run the same command again")
 
     def close(self) -> None:
         self.db.close()
@@ -105,7 +273,7 @@ class RunStore:
     def set_meta(self, values: Mapping[str, Any]) -> None:
         with self.db:
             self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                                [(k, json.dumps(v)) for k, v in values.items()])
+                                [(k, json.dumps(scrub_value(v))) for k, v in values.items()])
 
     def meta(self) -> dict[str, Any]:
         return {r["key"]: json.loads(r["value"]) for r in self.db.execute("SELECT * FROM meta")}
@@ -114,7 +282,7 @@ class RunStore:
         with self.db:
             self.db.executemany(
                 "INSERT OR REPLACE INTO items VALUES (?, ?, ?)",
-                [(dataset, i["id"], json.dumps(i)) for i in items])
+                [(dataset, i["id"], scrub(json.dumps(i))) for i in items])
 
     def items(self, dataset: str) -> dict[str, dict[str, Any]]:
         rows = self.db.execute("SELECT item_id, data FROM items WHERE dataset = ?", (dataset,))
@@ -161,10 +329,11 @@ class RunStore:
                 "prompt, stop, temperature, top_p, max_tokens, sample_index, seed, text, "
                 "raw_text, finish_reason, prompt_tokens, completion_tokens, error, created, "
                 "thinking) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(key, role, model, revision, template, req.prompt, json.dumps(list(req.stop)),
-                  req.params.temperature, req.params.top_p, req.params.max_tokens, sample,
-                  req.seed, gen.text, gen.raw_text, gen.finish_reason, gen.prompt_tokens,
-                  gen.completion_tokens, gen.error, now, gen.thinking)
+                [(key, role, model, revision, template, scrub(req.prompt),
+                  json.dumps(list(req.stop)), req.params.temperature, req.params.top_p,
+                  req.params.max_tokens, sample, req.seed, scrub(gen.text), scrub(gen.raw_text),
+                  gen.finish_reason, gen.prompt_tokens, gen.completion_tokens, _scrubbed(gen.error),
+                  now, _scrubbed(gen.thinking))
                  for key, role, model, revision, template, req, sample, gen in rows])
 
     def generations(self, keys: Sequence[str]) -> dict[str, sqlite3.Row]:
@@ -191,8 +360,8 @@ class RunStore:
             self.db.executemany(
                 "INSERT OR REPLACE INTO labels (key, source, version, label, rationale, error, "
                 "created, probability) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(key, lab.source, version, lab.label, lab.rationale, lab.error, now,
-                  lab.probability) for key, version, lab in rows])
+                [(key, lab.source, version, lab.label, _scrubbed(lab.rationale),
+                  _scrubbed(lab.error), now, lab.probability) for key, version, lab in rows])
 
     def delete_label(self, key: str, source: str) -> None:
         with self.db:
@@ -211,8 +380,10 @@ class RunStore:
         return [(r["key"], r["label"], r["rationale"]) for r in rows]
 
     def labelled_keys(self, source: str, version: str) -> set[str]:
-        rows = self.db.execute("SELECT key FROM labels WHERE source = ? AND version = ?",
-                               (source, version))
+        """Keys ``source`` labelled at ``version`` without error: only successes are cached, a
+        failed verdict is asked again."""
+        rows = self.db.execute("SELECT key FROM labels WHERE source = ? AND version = ? "
+                               "AND error IS NULL", (source, version))
         return {r["key"] for r in rows}
 
     def scored_keys(self, scorer: str) -> set[str]:
@@ -247,7 +418,8 @@ class RunStore:
     def put_contexts(self, rows: Sequence[tuple[str, str, str]]) -> None:
         """Store (context id, perturbation spec, the answer shown in that context)."""
         with self.db:
-            self.db.executemany("INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)", rows)
+            self.db.executemany("INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",
+                                [(c, spec, scrub(answer)) for c, spec, answer in rows])
 
     def answer_rows(self) -> list[dict[str, Any]]:
         """Every planned assistant answer joined with its task score (``details`` decoded)."""
@@ -262,3 +434,9 @@ class RunStore:
         for row in rows:
             row["details"] = json.loads(row["details"]) if row["details"] else {}
         return rows
+
+
+for _name, _method in list(vars(RunStore).items()):
+    if callable(_method) and not _name.startswith("_") and _name not in (
+            "create", "open", "check_present", "close"):
+        setattr(RunStore, _name, _storage_errors(_method))

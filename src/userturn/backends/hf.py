@@ -40,6 +40,11 @@ class TransformersBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.template = ChatTemplate.from_tokenizer(self.tokenizer, ref.spec)
         self._special = specials_longest_first(self.tokenizer.all_special_tokens)
+        # The model's context: a prompt that does not fit fails alone, a budget that runs past it
+        # is clamped to what is left (once said).
+        self.context_length: int | None = getattr(self.model.config, "max_position_embeddings",
+                                                  None)
+        self._clamp_warned = False
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
@@ -57,11 +62,52 @@ class TransformersBackend:
 
     def _generate_batch(self, requests: Sequence[Request], params: GenerationParams,
                         stop: tuple[str, ...]) -> list[Generation]:
+        """One batch; a prompt longer than the context fails alone, and a batch that fails as a
+        whole (out of memory) is retried one request at a time, so only the culprit fails."""
+        encoded = [prompt_token_ids(self.tokenizer, r.prompt) for r in requests]
+        context = self.context_length
+        results: list[Generation | None] = [None] * len(requests)
+        fitting = []
+        for index, ids in enumerate(encoded):
+            if context is not None and len(ids) >= context:
+                results[index] = Generation(
+                    "", "", "error", len(ids), 0, f"the prompt has {len(ids)} tokens: more than "
+                    f"the model's context of {context} leaves room for")
+            else:
+                fitting.append(index)
+        if fitting:
+            try:
+                outputs = self._run([requests[i] for i in fitting], [encoded[i] for i in fitting],
+                                    params, stop)
+            except (RuntimeError, ValueError, MemoryError) as exc:
+                if len(fitting) == 1:
+                    (index,) = fitting
+                    results[index] = Generation("", "", "error", len(encoded[index]), 0,
+                                                f"{type(exc).__name__}: {exc}")
+                    outputs = []
+                else:  # stored per request, counted, retried on re-run
+                    outputs = [self._generate_batch([requests[i]], params, stop)[0]
+                               for i in fitting]
+            for index, output in zip(fitting, outputs):
+                results[index] = output
+        return [r for r in results if r is not None]
+
+    def _run(self, requests: Sequence[Request], encoded: list[list[int]],
+             params: GenerationParams, stop: tuple[str, ...]) -> list[Generation]:
         import torch
 
-        encoded = [prompt_token_ids(self.tokenizer, r.prompt) for r in requests]
         batch = self.tokenizer.pad({"input_ids": encoded}, return_tensors="pt").to(self.device)
         stop_ids, stop_strings = self._split_stops(stop)
+        budget = params.max_tokens
+        if self.context_length is not None:
+            budget = min(budget, self.context_length - batch["input_ids"].shape[1])
+            if budget < params.max_tokens and not self._clamp_warned:
+                import warnings
+
+                self._clamp_warned = True
+                warnings.warn(f"{self.spec}: a token budget of {params.max_tokens} runs past the "
+                              f"model's context of {self.context_length}: generating at most "
+                              "what the context leaves", stacklevel=2)
         kwargs: dict[str, Any] = {}
         if not params.greedy:
             kwargs["logits_processor"] = [
@@ -70,16 +116,12 @@ class TransformersBackend:
             kwargs["stopping_criteria"] = [_StopOnStrings(self.tokenizer, stop_strings, batch["input_ids"].shape[1])]
         config = self.model.generation_config.__class__.from_dict(
             {**self.model.generation_config.to_dict(), "do_sample": False, "temperature": None,
-             "top_p": None, "top_k": None, "max_new_tokens": params.max_tokens,
+             "top_p": None, "top_k": None, "max_new_tokens": budget,
              "max_length": None, "eos_token_id": stop_ids,
              "pad_token_id": self.tokenizer.pad_token_id}
         )
-        try:
-            with torch.inference_mode():
-                output = self.model.generate(**batch, generation_config=config, **kwargs)
-        except (RuntimeError, ValueError) as exc:  # stored per request, counted, retried on re-run
-            message = f"{type(exc).__name__}: {exc}"
-            return [Generation("", "", "error", len(e), 0, message) for e in encoded]
+        with torch.inference_mode():
+            output = self.model.generate(**batch, generation_config=config, **kwargs)
         new_tokens = output[:, batch["input_ids"].shape[1]:].tolist()
         return [self._finish(tokens, len(ids), stop, set(stop_ids))
                 for tokens, ids in zip(new_tokens, encoded)]

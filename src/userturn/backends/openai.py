@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import threading
 import time
@@ -89,8 +88,7 @@ class OpenAICompletionsBackend:
         self.spec = f"openai/{model}"
         self.concurrency, self.chunk_size = max(1, concurrency), chunk_size * len(urls)
         self.extra_body = dict(extra_body or {})
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._endpoints = [OpenAIHTTP(url, api_key=key, timeout=timeout,
+        self._endpoints = [OpenAIHTTP(url, api_key=api_key, timeout=timeout,
                                       max_attempts=max_attempts, backoff=backoff,
                                       max_backoff=max_backoff, sleep=sleep) for url in urls]
         self._in_flight = [0] * len(urls)

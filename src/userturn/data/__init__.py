@@ -25,6 +25,7 @@ from userturn.records import Item, Score
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 GSM_SYMBOLIC_DEFAULT_SIZE = 200
+GSM_SYMBOLIC_MAX = 10_000  # generated per seed; a larger limit is clamped (with a warning)
 
 
 class Scorer(Protocol):
@@ -105,7 +106,14 @@ def load_dataset(
 
 
 def _gsm_symbolic(argument: str, *, limit: int | None, seed: int, **_: object) -> Dataset:
-    items = gsm8k.gsm_symbolic_items(limit or GSM_SYMBOLIC_DEFAULT_SIZE, seed)
+    size = limit or GSM_SYMBOLIC_DEFAULT_SIZE
+    if size > GSM_SYMBOLIC_MAX:
+        import warnings
+
+        warnings.warn(f"gsm_symbolic: limit {size} is more than the {GSM_SYMBOLIC_MAX} items "
+                      f"userturn generates per seed: using {GSM_SYMBOLIC_MAX}", stacklevel=2)
+        size = GSM_SYMBOLIC_MAX
+    items = gsm8k.gsm_symbolic_items(size, seed)
     return Dataset("gsm_symbolic", items, gsm8k.GSM8KScorer(),
                    f"reasoning-gym gsm_symbolic seed={seed}")
 

@@ -330,7 +330,9 @@ def _skip_space(text: str, position: int) -> int:
 
 def _csv_rows(path: Path, delimiter: str) -> Iterator[Row]:
     text = _decode(_read_bytes(path))
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    # strict: a quote left open is an error naming its row, never a field that swallows the rest
+    # of the file.
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     try:
         header = next(reader)
     except StopIteration:
@@ -349,7 +351,9 @@ def _csv_rows(path: Path, delimiter: str) -> Iterator[Row]:
         except StopIteration:
             return
         except csv.Error as error:
-            yield Row(start, "line", index, error=f"invalid CSV ({error})")
+            why = ("a quoted field is never closed: it runs to the end of the file"
+                   if "unexpected end of data" in str(error) else str(error))
+            yield Row(start, "line", index, error=f"invalid CSV ({why})")
             return  # the reader cannot resynchronize after a malformed quote
         previous_end = reader.line_num
         if not cells or all(not cell.strip() for cell in cells):

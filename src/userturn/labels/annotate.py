@@ -171,13 +171,23 @@ class AnnotationServer:
             raise AnnotationError(f"annotator name {annotator!r}: use letters, digits, _ . -")
         self.folder, self.annotator = Path(folder), annotator
         self.source = f"human:{annotator}"
-        with closing(RunStore.open(self.folder)) as store:
-            sample = _sample_for(store, annotator, size, seed, strata_source, calibration)
-            self.contexts = _contexts(store, sample)
+        # The port first: a server that cannot start stores nothing (no sample to conflict with
+        # a later --size).
+        try:
+            self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+        except OSError as exc:
+            raise AnnotationError(f"cannot listen on 127.0.0.1:{port} ({exc.strerror}): choose "
+                                  "another --port, or leave it out for a free one") from None
+        try:
+            with closing(RunStore.open(self.folder)) as store:
+                sample = _sample_for(store, annotator, size, seed, strata_source, calibration)
+                self.contexts = _contexts(store, sample)
+        except BaseException:
+            self._httpd.server_close()
+            raise
         # A key whose turn left the plan (the run was changed) cannot be shown: skip it.
         self.keys = [key for key in sample if key in self.contexts]
         self._lock = threading.Lock()  # one label/undo at a time: undo must see a settled state
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
         self._httpd.app = self  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None
         port = self._httpd.server_address[1]
@@ -288,8 +298,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._route(method, urlsplit(self.path).path)
         except _Reject as exc:
             self._json(exc.status, {"error": str(exc)})
-        except Exception as exc:  # noqa: BLE001 (the page shows it; the server keeps serving)
-            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(exc).__name__}: {exc}"})
+        except UserturnError as exc:  # a store fault: one line the page shows
+            self._json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)})
+        except Exception:  # noqa: BLE001 (a bug: no internals to the page; the server goes on)
+            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error"})
 
     def _route(self, method: str, path: str) -> None:
         app = self.app
@@ -318,11 +330,20 @@ class _Handler(BaseHTTPRequestHandler):
         # JSON only: a cross-site form cannot send it without a preflight we never allow.
         if self.headers.get_content_type() != "application/json":
             raise _Reject(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "send application/json")
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            raise _Reject(HTTPStatus.BAD_REQUEST, "Content-Length must be a byte count")
         if length > MAX_BODY:
             raise _Reject(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "request too large")
+        raw = self.rfile.read(length)
+        if len(raw) < length:  # the client hung up mid-body: apply nothing
+            self.close_connection = True
+            raise _Reject(HTTPStatus.BAD_REQUEST, "body cut short")
         try:
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(raw or b"{}")
         except ValueError:
             raise _Reject(HTTPStatus.BAD_REQUEST, "body is not JSON") from None
         if not isinstance(body, dict):
@@ -348,8 +369,11 @@ class _Handler(BaseHTTPRequestHandler):
                    "Referrer-Policy": "no-referrer", **(extra or {})}
         for name, value in headers.items():
             self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.end_headers()
+            self.wfile.write(body)
+        except OSError:  # the client hung up before the answer: nothing to tell it
+            self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # one line per click would bury the CLI's own output

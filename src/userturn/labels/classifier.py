@@ -104,13 +104,17 @@ class LinearModel:
     meta: dict
 
     def save(self, path: Path) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".partial.npz")
-        np.savez_compressed(tmp, weights=self.weights.astype(np.float32),
-                            bias=self.bias.astype(np.float32), scale=self.scale.astype(np.float32),
-                            temperature=np.float32(self.temperature),
-                            labels=np.array(self.labels), meta=np.array(json.dumps(self.meta)))
-        tmp.replace(path)
+        from ..atomic import write_file
+
+        def write(temporary: Path) -> None:
+            with open(temporary, "wb") as handle:  # a handle: numpy adds no ".npz" to its name
+                np.savez_compressed(
+                    handle, weights=self.weights.astype(np.float32),
+                    bias=self.bias.astype(np.float32), scale=self.scale.astype(np.float32),
+                    temperature=np.float32(self.temperature), labels=np.array(self.labels),
+                    meta=np.array(json.dumps(self.meta)))
+
+        write_file(Path(path), write)
 
     @classmethod
     def load(cls, path: Path) -> LinearModel:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -13,7 +12,9 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
+from ..atomic import refuse_to_replace, write_text
 from ..errors import UserturnError
+from ..lock import RunLock
 from ..records import LABELS, Case, Label
 
 LABELLERS = ("cascade", "classifier", "rules")
@@ -80,7 +81,7 @@ def classify_command(args: argparse.Namespace, console: Console) -> int:
     from .training import case_of, read_rows
 
     if args.out is not None:
-        _check_target(args.out, args.force)
+        refuse_to_replace(args.out, args.force)
     rows = read_rows(args.file)
     cases = [case_of(row, args.file, number) for number, row in rows]  # every row checked first
     labeller = offline_labeller(args.labeller, args.classifier)
@@ -95,7 +96,7 @@ def classify_command(args: argparse.Namespace, console: Console) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
-        _write_atomic(args.out, text)
+        write_text(args.out, text)
     err = Console(stderr=True, width=160)
     summary = ", ".join(f"{name} {counts[name]}" for name in (*LABELS, "undecided")
                         if counts[name])
@@ -108,15 +109,16 @@ def label_command(args: argparse.Namespace, console: Console) -> int:
     from ..pipeline import label_turns
     from ..store import RunStore
 
-    store = RunStore.open(args.run)
-    try:
-        count = label_turns(store, args.labeller, classifier_path=args.classifier)
-        console.print(f"{count} label(s) added ({args.labeller}); nothing generated")
-        from ..cli import print_tables
+    with RunLock(args.run, "label"):  # no run, judge or other label writes meanwhile
+        store = RunStore.open(args.run)
+        try:
+            count = label_turns(store, args.labeller, classifier_path=args.classifier)
+            console.print(f"{count} label(s) added ({args.labeller}); nothing generated")
+            from ..cli import print_tables
 
-        print_tables(store, console)
-    finally:
-        store.close()
+            print_tables(store, console)
+        finally:
+            store.close()
     return 0
 
 
@@ -124,7 +126,7 @@ def train_command(args: argparse.Namespace, console: Console) -> int:
     from .classifier import LearnedClassifier
     from .training import assign_splits, calibrate, evaluate, fit, predict, read_examples
 
-    _check_target(args.output, args.force)
+    refuse_to_replace(args.output, args.force)
     examples = assign_splits(read_examples(args.labelled))
     if args.with_corpus:
         from .corpus import corpus_examples
@@ -143,7 +145,6 @@ def train_command(args: argparse.Namespace, console: Console) -> int:
     console.print(f"dev agreement (classifier vs your labels): {result.line()}  "
                   f"calibration error {result.ece:.3f}")
     print_per_label(result, console)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
     model.save(args.output)
     console.print(f"wrote {args.output} (use it with --classifier {args.output})")
     return 0
@@ -155,21 +156,3 @@ def print_per_label(result: Any, console: Console) -> None:
         table.add_row(name, f"{row['precision']:.2f}", f"{row['recall']:.2f}",
                       str(row["support"]))
     console.print(table)
-
-
-def _check_target(path: Path, force: bool) -> None:
-    if path.is_dir():
-        raise UserturnError(f"{path} is a directory: give a file name")
-    if path.exists() and not force:
-        raise UserturnError(f"{path} exists: pass --force to overwrite it")
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(text, encoding="utf-8")
-        os.replace(partial, path)
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        raise UserturnError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -12,8 +12,8 @@ import os
 import re
 import time
 import urllib.parse
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Protocol, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, Callable, Generator, Protocol, Sequence
 
 from ..errors import ConfigError
 from ..openai_http import APIError, OpenAIHTTP, retry_after
@@ -254,7 +254,7 @@ class OpenAIChatClient:
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
         # The key goes into the Authorization header and nowhere else (held by the transport).
         self._http = OpenAIHTTP(
-            base, api_key=api_key if api_key is not None else os.environ.get("OPENAI_API_KEY"),
+            base, api_key=api_key,
             timeout=timeout, max_attempts=max_attempts, backoff=backoff, max_backoff=max_backoff,
             sleep=sleep)
         self.base_url = self._http.base_url
@@ -327,6 +327,20 @@ class Judge:
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(cases)))) as pool:
             return list(pool.map(self.classify, cases))
 
+    def classify_as_done(self, cases: Sequence[Case]) -> Generator[tuple[int, Label], None, None]:
+        """(index into ``cases``, label) as each verdict arrives, so a caller can store every
+        verdict it received even when it is interrupted; closing the iterator early (Ctrl-C)
+        cancels the requests not yet sent."""
+        if not cases:
+            return
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(cases))))
+        try:
+            futures = {pool.submit(self.classify, case): i for i, case in enumerate(cases)}
+            for future in as_completed(futures):
+                yield futures[future], future.result()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
     def _error(self, message: str) -> Label:
         return Label(label=None, source=self.name, rationale="", error=message)
 
@@ -366,7 +380,9 @@ def judge_from_spec(spec: str, *, base_url: str | None = None,
     if not model.strip() or any(c.isspace() for c in model):
         raise ConfigError(f"unknown judge {spec!r}: expected openai/MODEL, "
                           "for example openai/gpt-5.4-mini")
-    client = OpenAIChatClient(model, base_url=base_url, api_key=api_key)
+    from ..config import check_url
+
+    client = OpenAIChatClient(model, base_url=check_url(base_url), api_key=api_key)
     if urllib.parse.urlparse(client.base_url).hostname == OPENAI_HOST and not client.has_key:
         raise ConfigError(f"judge {spec} calls the OpenAI API: set OPENAI_API_KEY "
                           "(or give --judge-base-url for a local OpenAI-compatible server)")

@@ -69,6 +69,7 @@ class Report:
     turns: list[Turn]
     models: list[str] = field(default_factory=list)
     assistant_failures: int = 0
+    state: Any = None  # runstate.RunState: finished, in progress or incomplete
 
     def varies(self, name: str) -> bool:
         return len({getattr(r, name) for r in self.rows}) > 1
@@ -80,16 +81,17 @@ class Report:
 
 def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Path,
                  meta: Mapping[str, Any], sources: Sequence[str],
-                 inclusion: Mapping[str, float] | None = None) -> Report:
+                 inclusion: Mapping[str, float] | None = None, state: Any = None) -> Report:
     """Every number of the report. ``turns`` are read with ``sources`` (the label sources in
     priority order); ``meta`` is the run's stored metadata; ``inclusion`` the human-labelled
-    turns' inclusion probabilities (as :func:`.summary.summarize` takes them)."""
+    turns' inclusion probabilities (as :func:`.summary.summarize` takes them); ``state`` the
+    run's :class:`~userturn.runstate.RunState` for the header."""
     rows = summarize(turns, answers, inclusion)
     ordered = sorted(turns, key=_turn_order)
     models = list(dict.fromkeys(meta.get("config", {}).get("models", [])))
     models += sorted({r.model for r in rows} - set(models))
     return Report(Path(folder).resolve(), meta, list(sources), rows, _comparisons(ordered),
-                  _panels(rows), _joints(ordered), ordered, models, assistant_errors(answers))
+                  _panels(rows), _joints(ordered), ordered, models, assistant_errors(answers), state)
 
 
 def _turn_order(t: Turn) -> tuple[Any, ...]:

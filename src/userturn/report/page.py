@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..atomic import make_folder, refuse_to_replace, write_text
 from . import plots, sections
 from .compute import CATEGORIES, Report
 from .markup import esc, fill, json_for_script, now
@@ -50,9 +51,18 @@ def _header(report: Report) -> str:
     items = [("Run folder", f"<code>{esc(report.folder)}</code>"),
              ("Report written", esc(now()))]
     for key, name in (("started", "Run started"), ("finished", "Run finished")):
+        if key == "finished" and (report.state is None or not report.state.finished):
+            continue  # a finish stamp of an earlier run, before this one started: not this run's
         if isinstance(meta.get(key), (int, float)):
             stamp = dt.datetime.fromtimestamp(meta[key], dt.timezone.utc)
             items.append((name, esc(stamp.strftime("%Y-%m-%d %H:%M UTC"))))
+    state = report.state
+    if state is not None:
+        status = state.line() or ("finished: " + state.counts())
+        items.append(("Run status", f'<span class="{"" if state.line() is None else "warn"}">'
+                      f"{esc(status)}</span>"))
+        if state.skipped_line():
+            items.append(("Skipped rows", esc(state.skipped_line())))
     turns = len(report.turns)
     items_seen = len({(t.dataset, t.item_id) for t in report.turns})
     items.append(("User turns", f"{turns} ({items_seen} items)"))
@@ -114,14 +124,12 @@ def write_html_report(report: Report, out: Path, *, tables_dir: Path | None = No
     """Write the report to ``out`` (one HTML file, no network). With ``tables_dir`` the tables
     are exported there too and linked from the page."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    refuse_to_replace(out, force=True)  # before the tables: never over a database or a folder
+    make_folder(out.parent)
     files = export_tables(report, tables_dir) if tables_dir is not None else []
     links = [_relative(path, out.parent) for path in files]
     page = render_page(report, _template(), browser_data(report), links)
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text(page, encoding="utf-8")
-    partial.replace(out)
-    return out
+    return write_text(out, page)
 
 
 def _relative(path: Path, base: Path) -> str:

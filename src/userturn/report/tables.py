@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..atomic import make_folder, write_file
 from ..records import LABELS
 from ..stats import Rate
 from .compute import CATEGORIES, PerturbationEffect, Report
@@ -88,7 +89,7 @@ def export_tables(report: Report, folder: Path) -> list[Path]:
     """Write every table of the report to ``folder`` as CSV, and as Parquet when pyarrow is
     importable. Returns the paths written."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder)
     written = []
     for name, records in tables(report).items():
         written.append(_write_csv(folder / f"{name}.csv", records))
@@ -102,11 +103,12 @@ def _columns(records: list[dict[str, Any]]) -> list[str]:
 
 
 def _write_csv(path: Path, records: list[dict[str, Any]]) -> Path:
-    with path.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=_columns(records) or ["empty"])
-        writer.writeheader()
-        writer.writerows(records)
-    return path
+    def write(partial: Path) -> None:
+        with partial.open("w", encoding="utf-8", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=_columns(records) or ["empty"])
+            writer.writeheader()
+            writer.writerows(records)
+    return write_file(path, write)
 
 
 def _write_parquet(path: Path, records: list[dict[str, Any]]) -> Path | None:
@@ -115,5 +117,5 @@ def _write_parquet(path: Path, records: list[dict[str, Any]]) -> Path | None:
         import pyarrow.parquet as pq
     except ImportError:
         return None
-    pq.write_table(pa.Table.from_pylist(records) if records else pa.table({}), path)
-    return path
+    table = pa.Table.from_pylist(records) if records else pa.table({})
+    return write_file(path, lambda partial: pq.write_table(table, partial))

@@ -1,0 +1,84 @@
+"""The run folder is owned: one writer at a time holds an exclusive lock on RUN/userturn.lock.
+
+``fcntl.flock`` on an open file: held for the writer's life and released by the operating system
+when the process ends however it ends (SIGKILL included), so a stale lock cannot exist. The file
+holds the writer's PID and command, for the one line a second writer gets and for readers, which
+never take the lock: they read what is stored and say the run is in progress.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+from typing import IO
+
+from .atomic import describe, make_folder
+from .errors import StoreError
+
+LOCK_NAME = "userturn.lock"
+
+
+class RunLock:
+    """``with RunLock(folder, "run"):`` the folder is this process's until the block ends."""
+
+    def __init__(self, folder: Path, command: str) -> None:
+        self.folder, self.command = Path(folder), command
+        self._handle: IO[str] | None = None
+
+    def __enter__(self) -> RunLock:
+        make_folder(self.folder)
+        path = self.folder / LOCK_NAME
+        try:
+            handle = open(path, "a+", encoding="utf-8")
+        except OSError as exc:
+            raise StoreError(describe(exc, path)) from None
+        deadline = time.monotonic() + 1.0  # a reader peeking at the lock holds it for an instant
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    handle.close()
+                    raise StoreError(f"{self.folder} is in use by another writer: "
+                                     f"{_describe_holder(path)}; wait for it to finish or "
+                                     "choose another output folder") from None
+                time.sleep(0.05)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()} {self.command}\n")
+        handle.flush()
+        self._handle = handle
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is not None:
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
+            self._handle = None
+
+
+def holder(folder: Path) -> str | None:
+    """Who is writing the run now ("pid 123, userturn run"), or None when nobody is."""
+    path = Path(folder) / LOCK_NAME
+    try:
+        handle = open(path, encoding="utf-8")
+    except OSError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _describe_holder(path)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
+
+def _describe_holder(path: Path) -> str:
+    try:
+        pid, _, command = path.read_text(encoding="utf-8").strip().partition(" ")
+    except OSError:
+        return "pid unknown"
+    return f"pid {pid or 'unknown'}, userturn {command or 'run'}"

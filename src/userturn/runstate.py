@@ -1,0 +1,92 @@
+"""Where a run stands: finished, in progress (a writer holds the folder) or incomplete (it
+stopped early), with planned vs stored per stage and the rows skipped at load. Every reader
+(``report``, the HTML page, ``summary`` after ``run``/``judge``, ``doctor``) says the same."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+
+from .lock import holder
+from .store import RunStore
+
+STAGE_NAMES = {"assistant": "assistant turns", "user": "user turns"}
+
+
+@dataclass(frozen=True)
+class Stage:
+    role: str
+    planned: int
+    stored: int  # generated without error
+    failed: int  # stored as errors (retried by the next run)
+
+
+@dataclass(frozen=True)
+class RunState:
+    finished: bool
+    writer: str | None  # "pid 123, userturn run" while one holds the folder
+    stages: tuple[Stage, ...]
+    skipped: dict[str, int] = field(default_factory=dict)  # dataset -> rows skipped at load
+
+    @property
+    def complete(self) -> bool:
+        return self.finished and self.writer is None and all(
+            s.stored + s.failed >= s.planned for s in self.stages)
+
+    def counts(self) -> str:
+        return ", ".join(f"{STAGE_NAMES.get(s.role, s.role)} {s.stored} of {s.planned} stored"
+                         + (f" ({s.failed} failed)" if s.failed else "") for s in self.stages)
+
+    def line(self) -> str | None:
+        """One line on a run that is not finished and whole; None for one that is."""
+        if self.writer is not None:
+            return (f"run in progress ({self.writer}): {self.counts()} so far; these tables "
+                    "show what is stored now")
+        if not self.complete:
+            return (f"incomplete run: {self.counts() or 'nothing stored'}; the run stopped "
+                    "before it finished: run the same command again to resume")
+        return None
+
+    def skipped_line(self) -> str | None:
+        if not self.skipped:
+            return None
+        parts = ", ".join(f"{name}: {count}" for name, count in self.skipped.items())
+        return f"rows skipped at load (invalid, counted in the run's metadata): {parts}"
+
+
+def run_state(store: RunStore) -> RunState:
+    meta = store.meta()
+    rows = store.db.execute(
+        "SELECT p.role, COUNT(*) AS planned, "
+        "SUM(g.key IS NOT NULL AND g.error IS NULL) AS stored, "
+        "SUM(g.error IS NOT NULL) AS failed "
+        "FROM plan p LEFT JOIN generations g ON g.key = p.key "
+        "WHERE p.model != 'human' GROUP BY p.role ORDER BY p.role")
+    stages = tuple(Stage(r["role"], r["planned"], r["stored"] or 0, r["failed"] or 0)
+                   for r in rows)
+    finished = isinstance(meta.get("finished"), (int, float)) and (
+        meta.get("finished", 0) >= (meta.get("started") or 0))
+    return RunState(finished, holder(store.folder), stages, dict(meta.get("skipped") or {}))
+
+
+def doctor(store: RunStore) -> list[str]:
+    """Problems of a run's store (none: it is whole): SQLite's integrity check, plan rows
+    without a unique key, planned rows that point at missing answers."""
+    try:
+        problems = [f"integrity: {r[0]}" for r in store.db.execute("PRAGMA integrity_check")
+                    if r[0] != "ok"]
+    except sqlite3.DatabaseError as exc:  # too damaged for the check itself to read
+        return [f"integrity: the database is damaged ({exc})"]
+    if problems:
+        return problems
+    duplicates = store.db.execute(
+        "SELECT COUNT(*) - COUNT(DISTINCT key) FROM plan").fetchone()[0]
+    if duplicates:
+        problems.append(f"plan: {duplicates} planned generation(s) listed twice")
+    dangling = store.db.execute(
+        "SELECT COUNT(*) FROM plan p WHERE p.assistant_key IS NOT NULL AND NOT EXISTS "
+        "(SELECT 1 FROM generations g WHERE g.key = p.assistant_key)").fetchone()[0]
+    if dangling:
+        problems.append(f"plan: {dangling} user turn(s) planned after an answer that is not "
+                        "stored")
+    return problems
