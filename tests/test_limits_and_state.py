@@ -81,6 +81,11 @@ def test_an_unterminated_csv_quote_names_its_row(tmp_path):
     kept = files.file_items(path, skip_invalid=True)
     assert [i.messages[-1]["content"] for i in kept.items] == ["first?"]
     assert kept.skipped_count == 1
+    # The quote opens the first data row: the error is that row's, not "no query column".
+    path.write_text('question,answer\n"first?,1\nsecond?,2\n')
+    for skip in (False, True):
+        with pytest.raises(DatasetError, match=r"line 2.*quoted field is never closed"):
+            files.file_items(path, skip_invalid=skip)
 
 
 def test_skipped_rows_are_counted_in_the_metadata_and_the_summary(tmp_path, capsys):

@@ -363,7 +363,7 @@ def print_tables(store: RunStore, console: Console, labels: Sequence[str] | None
             by[turn.label_source or "nobody (undecided)"] = \
                 by.get(turn.label_source or "nobody (undecided)", 0) + 1
     counts = ", ".join(f"{source} {n}" for source, n in by.items())
-    console.print(f"[dim]labels from: {' , then '.join(sources)} (user turns labelled by "
+    console.print(f"[dim]labels from: {', then '.join(sources)} (user turns labelled by "
                   f"{counts or 'nobody yet'})[/dim]")
     from .runstate import run_state
 

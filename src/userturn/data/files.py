@@ -512,7 +512,12 @@ def file_items(
         raise DatasetError(f"dataset limit must be at least 1, got {limit}")
     resolved_path = check_file(path)
     rows = list(read_rows(resolved_path)[0])
-    mapping, explicit = resolve_fields(fields, columns_of(rows), resolved_path)
+    columns = columns_of(rows)
+    unreadable = next((row for row in rows if row.error is not None), None)
+    if not columns and unreadable is not None:  # no row could be read: say why, not "no column"
+        raise DatasetError(f"{resolved_path} {unreadable.unit} {unreadable.number}: "
+                           f"{unreadable.error}")
+    mapping, explicit = resolve_fields(fields, columns, resolved_path)
     stem = name or resolved_path.stem
     collector = RowCollector(resolved_path, skip_invalid, limit)
     collector.collect(rows, lambda row: _file_item(row, mapping, explicit,
