@@ -12,14 +12,30 @@ from designs import clustered_hits, paired_hits
 from userturn.intervals import clustered_interval, paired_interval
 
 ITEMS, SAMPLES = (20, 50, 100, 200), (1, 2, 4, 8)
-RATES, SPREADS = (0.01, 0.02, 0.05, 0.15, 0.5), (0.0, 0.05)
+RATES, SPREADS = (0.01, 0.02, 0.05, 0.15, 0.5), (0.0, 0.05, 0.2)
 RUNS = 800  # per design: a coverage of 0.95 is estimated to +-0.015 (2 standard errors)
+
+
+def _exact_one_turn_coverage(items: int, rate: float) -> tuple[float, float]:
+    """One turn per item: the hit count is binomial, so coverage is a sum over its values, with
+    no simulation error (the spread between items does not change this design's data)."""
+    from scipy.stats import binom
+
+    counts = np.arange(items + 1)
+    hits = (np.arange(items)[None, :] < counts[:, None]).astype(float)  # count c: c items hit
+    low, high = clustered_interval(hits, np.ones_like(hits))
+    weight = binom.pmf(counts, items, rate)
+    return (float((weight * ((low <= rate) & (rate <= high))).sum()),
+            float((weight * (high - low <= 0)).sum()))
 
 
 def _rate_coverage() -> dict[tuple[int, int, float, float], tuple[float, float]]:
     rng = np.random.default_rng(2026)
     out = {}
     for items, samples, rate, icc in itertools.product(ITEMS, SAMPLES, RATES, SPREADS):
+        if samples == 1:
+            out[(items, samples, rate, icc)] = _exact_one_turn_coverage(items, rate)
+            continue
         hits, sizes = clustered_hits(rng, items=items, samples=samples, rate=rate, icc=icc,
                                      runs=RUNS)
         low, high = clustered_interval(hits, sizes)

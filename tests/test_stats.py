@@ -41,11 +41,29 @@ def test_clustered_items_shrink_the_effective_n_by_hand():
     # 10 items of 4 turns: 2 items all hits, 8 none. p = 0.2, residuals 3.2 (x2) and -0.8 (x8):
     # sum of squares 25.6, variance 10/9 * 25.6 / 1600 = 0.01778, n_eff = 0.16 / 0.01778 = 9,
     # below the 10 items, so n_eff = 10: the 40 turns count as the 10 items they are (2 effective
-    # hits, so the lower limit is the Poisson one: 0.35536 / 10).
+    # hits, so the lower limit is the Poisson one: 0.35536 / 10). The variance came from the 10
+    # item residuals, so the upper limit takes Student's t on 9 degrees of freedom (2.262).
     pairs = [(i, i < 2) for i in range(10) for _ in range(4)]
     rate = clustered_rate(pairs)
     assert rate.value == 0.2
-    assert (rate.low, rate.high) == pytest.approx((0.035536, _wilson(0.2, 10)[1]), rel=1e-4)
+    t9 = 2.2621571627409915
+    assert (rate.low, rate.high) == pytest.approx((0.035536, _wilson(0.2, 10, t9)[1]), rel=1e-4)
+
+
+def test_hits_in_few_items_are_not_taken_for_independent_turns():
+    # 100 items of 8 turns, one hit in one item: the residuals look like independent turns
+    # (n_eff = 800), but one item cannot show how alike an item's turns are, so n_eff is pulled
+    # toward the items: 800 * 1 / 4 = 200. At 2 and 3 hit items: 400 and 600; at 4, no pull.
+    from userturn.intervals import effective_n
+
+    for hit_items, expected in ((1, 200), (2, 400), (3, 600), (4, 800)):
+        hits = np.zeros(100)
+        hits[:hit_items] = 1
+        assert effective_n(hits, np.full(100, 8.0)) == pytest.approx(expected, rel=0.02)
+    # The same on the other side: misses in one item of otherwise all-hit items.
+    misses = np.full(100, 8.0)
+    misses[0] = 7
+    assert effective_n(misses, np.full(100, 8.0)) == pytest.approx(200, rel=0.02)
 
 
 def test_no_hit_is_never_a_zero_width_interval():

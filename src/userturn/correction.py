@@ -99,7 +99,8 @@ def ppi_arrays(predicted: np.ndarray, human: np.ndarray, weight: np.ndarray,
     with np.errstate(invalid="ignore", divide="ignore"):
         n_eff = clipped * (1 - clipped) / variance
     n_eff = np.where((clipped <= 0) | (clipped >= 1) | ~np.isfinite(n_eff), labelled, n_eff)
-    low, high = wilson(clipped, np.clip(n_eff, 1.0, total), level)
+    # The variance comes from the item residuals: t on k - 1, as for the raw rate's interval.
+    low, high = wilson(clipped, np.clip(n_eff, 1.0, total), level, df=items - 1)
     return value, low, high, lam_arr
 
 
