@@ -20,7 +20,8 @@ from userturn.turns import read_turns
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
-RUNS = (Path("runs/corpus/plain"), Path("runs/corpus/chats"), Path("runs/corpus/perturbed"))
+RUNS = (Path("runs/corpus/plain"), Path("runs/corpus/chats"), Path("runs/corpus/perturbed"),
+        Path("runs/corpus/llamacpp"))
 AUTHORED = HERE / "authored.jsonl"
 
 

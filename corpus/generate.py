@@ -4,8 +4,10 @@ Three probe runs of the embedded SmolLM2-135M-Instruct over five offline dataset
   runs/corpus/plain      gsm_symbolic, MATH-style, IFBench: greedy and T = 0.7, 1.0, 1.3
   runs/corpus/chats      MT-Bench (24 questions): greedy and T = 1.0, with the real second turns
                          as the human baseline
-  runs/corpus/perturbed  gsm_symbolic and MATH-style (8 items each) at T = 1.0: truncated
-                         answer, an appended question, a wrong final number
+  runs/corpus/perturbed  gsm_symbolic and MATH-style (8 items each; 30 from the second round)
+                         at T = 1.0: truncated answer, an appended question, a wrong final number
+  runs/corpus/llamacpp   the same model quantized (Q4_1 GGUF) through llama.cpp, on the tasks and
+                         MT-Bench: greedy and T = 1.0, 1.3 (second round; needs llama-cpp-python)
 The perturbed run starts from a copy of the plain run's store, so the answers (and the
 unperturbed turns it shares) are not generated twice. Resumable: re-run the same command after a kill.
 
@@ -28,7 +30,7 @@ from userturn.data.conversations import mtbench_question_file
 from userturn.pipeline import run_experiment
 
 HERE = Path(__file__).resolve().parent
-RUNS = ("plain", "chats", "perturbed")
+RUNS = ("plain", "chats", "perturbed", "llamacpp")
 MATH_TASKS = ("simple_equations", "fraction_simplification", "prime_factorization", "gcd", "lcm",
               "simple_geometry", "complex_arithmetic", "basic_arithmetic", "decimal_arithmetic",
               "polynomial_equations")
@@ -87,6 +89,10 @@ def main() -> None:
                                 perturbations=["truncate:0.5", "append_question:specific",
                                                "wrong_answer"],
                                 output=args.output / "perturbed"),
+        # The same model quantized (Q4_1 GGUF) through llama.cpp: other answers, other turns.
+        "llamacpp": Experiment(**{**common, "models": ["llamacpp/smollm2"], "batch_size": 8},
+                               datasets=[*tasks, *chats], limit=args.limit,
+                               temperatures=[0.0, 1.0, 1.3], output=args.output / "llamacpp"),
     }
     for name in args.runs:
         if name == "perturbed":
