@@ -62,8 +62,12 @@ def test_imported_labels_correct_the_rate_everywhere(capsys, run, tmp_path):
     assert summary[0]["human_labels"] == "40" and float(summary[0]["follow_up"]) == 1.0
     # Every turn is predicted a follow-up, so the correction is the humans' 20 of 40.
     assert corrected == pytest.approx(0.5) and low < 0.5 < high < 1.0
+    # Beside it the humans' labels alone (weighted by 48/40): a constant labeller adds nothing,
+    # so the power tuning gives it no weight and the two intervals are the same.
+    alone = [float(summary[0][f"human_only_{k}"]) for k in ("rate", "low", "high")]
+    assert alone == pytest.approx([corrected, low, high])
     page = (run / "report.html").read_text(encoding="utf-8")
-    assert "corrected [95% CI]" in page and "PPI++" in page
+    assert "corrected [95% CI]" in page and "human only [95% CI]" in page and "PPI++" in page
     # The agreement section: the rules against the person (kappa 0: rules say follow-up always).
     assert '<section id="agreement">' in page and 'href="#agreement"' in page
     assert '<td class="">human:ana</td><td class="">rules</td><td class="num">40</td>' in page

@@ -105,8 +105,11 @@ def ppi_arrays(predicted: np.ndarray, human: np.ndarray, weight: np.ndarray,
 
 
 def corrected_rate(observations: Sequence[Observation], *, level: float = 0.95,
-                   minimum: int = MIN_HUMAN_LABELS) -> Corrected | str:
-    """The PPI++ corrected rate of ``observations``, or why there is none (a short reason)."""
+                   minimum: int = MIN_HUMAN_LABELS, lam: float | None = None) -> Corrected | str:
+    """The PPI++ corrected rate of ``observations``, or why there is none (a short reason).
+    ``lam`` fixes the weight of the labeller's verdicts (power-tuned when None); ``lam=0`` is the
+    rate of the human labels alone (inverse-probability weighted), the reference the corrected
+    rate should be narrower than."""
     labelled = sum(1 for o in observations if o.human is not None)
     if labelled < minimum:
         return f"{labelled} human label(s), fewer than {minimum}"
@@ -124,9 +127,9 @@ def corrected_rate(observations: Sequence[Observation], *, level: float = 0.95,
             predicted[i, j] = float(o.predicted)
             human[i, j] = float(bool(o.human))
             weight[i, j] = 1 / o.inclusion if o.human is not None else 0.0
-    value, low, high, lam = ppi_arrays(predicted, human, weight, level)
+    value, low, high, tuned = ppi_arrays(predicted, human, weight, level, lam)
     return Corrected(float(value), float(low), float(high), labelled, len(observations),
-                     float(lam))
+                     float(tuned))
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,8 @@ from .markup import count, esc, group_starts, rate_html, section, table
 from ..records import LABELS
 from .numbers import decimal, label_header, p_value, percent, points, temperature
 from .numbers import temperature_axis
-from ..correction import MIN_HUMAN_LABELS
+from ..correction import MIN_HUMAN_LABELS, Corrected
 from ..stats import McNemar, Rate
-from .summary import SummaryRow
 
 NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "
                   "judge labels them; invalid verdicts and failed generations are left out of the "
@@ -30,11 +29,13 @@ def summary(report: Report) -> str:
     keys = _keys(report)
     humans = any(r.human_labels for r in report.rows)
     headers = ["model", *keys, "T", "items", "turns", "follow-up [95% CI]", "n",
-               *(["corrected [95% CI]", "human labels"] if humans else []), "undecided",
+               *(["corrected [95% CI]", "human only [95% CI]", "human labels"] if humans else []),
+               "undecided",
                "invalid", "errors", "accuracy [95% CI]", "n"]
     rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
              str(r.items), str(r.turns), rate_html(r.follow_up), str(r.follow_up.n),
-             *([_corrected_html(r), str(r.human_labels)] if humans else []),
+             *([_corrected_html(r.corrected), _corrected_html(r.human_only),
+                str(r.human_labels)] if humans else []),
              count(r.undecided, False), count(r.invalid), count(r.errors), rate_html(r.accuracy),
              str(r.accuracy.n) if r.accuracy else "–"] for r in report.rows]
     main = table(headers, rows, numeric_from=1 + len(keys),
@@ -53,7 +54,9 @@ def summary(report: Report) -> str:
         notes.append("Corrected: the follow-up rate corrected for the labeller's errors with the "
                      "human-labelled turns (prediction-powered inference, PPI++, clustered by item "
                      "and weighted by each turn's chance of being in the calibration sample; "
-                     f"shown from {MIN_HUMAN_LABELS} human labels on; docs/statistics.md).")
+                     f"shown from {MIN_HUMAN_LABELS} human labels on; docs/statistics.md). Human "
+                     "only: the same rate from the human labels alone; the corrected interval is "
+                     "narrower where the labeller's verdicts carry information.")
         notes += [f"{r.model} · {r.dataset} · T = {temperature(r.temperature)}: no correction: "
                   f"{r.correction_note}." for r in report.rows if r.correction_note]
     if report.assistant_failures:
@@ -65,8 +68,7 @@ def summary(report: Report) -> str:
                     "per model and condition.", body)
 
 
-def _corrected_html(row: SummaryRow) -> str:
-    c = row.corrected
+def _corrected_html(c: Corrected | None) -> str:
     if c is None:
         return '<span class="na">–</span>'
     return rate_html(Rate(0, c.n, c.low, c.high), value=c.value)

@@ -20,7 +20,7 @@ from .numbers import LABEL_HEADERS, f1, interval_text, percent, rate_interval, t
 
 NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors", "accuracy",
            "vs real turn")
-CORRECTION = ("corrected", "human labels")
+CORRECTION = ("corrected", "human only", "human labels")
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,9 @@ class SummaryRow:
     corrected: Corrected | None = None
     correction_note: str | None = None
     human_labels: int = 0
+    # The same rate from the human labels alone (PPI with the labeller's weight 0), shown beside
+    # the corrected one: what the labeller's verdicts add is the difference in width.
+    human_only: Corrected | None = None
 
     def status_counts(self) -> dict[str, int]:
         """Turns per label and per status of the turns without one (undecided, invalid,
@@ -103,17 +106,21 @@ def _correction(group: Sequence[Turn], inclusion: Mapping[str, float]) -> dict[s
     if any(is_human(t.label_source) for t in counted):
         return {"human_labels": humans,
                 "correction_note": "the rate is read with human labels, nothing to correct"}
-    result = corrected_rate([Observation(t.item_id, t.follow_up, human_label(t)[0],
-                                         inclusion.get(t.key, 1.0)) for t in counted])
+    observations = [Observation(t.item_id, t.follow_up, human_label(t)[0],
+                                inclusion.get(t.key, 1.0)) for t in counted]
+    result = corrected_rate(observations)
     if isinstance(result, str):
         return {"human_labels": humans, "correction_note": result}
-    return {"human_labels": humans, "corrected": result}
+    alone = corrected_rate(observations, lam=0.0)
+    return {"human_labels": humans, "corrected": result,
+            "human_only": alone if isinstance(alone, Corrected) else None}
 
 
-def corrected_text(row: SummaryRow) -> str:
-    if row.corrected is None:
+def corrected_text(row: SummaryRow, c: Corrected | None = None) -> str:
+    """The corrected rate (or ``c``, such as the human-only rate) as ``value [low-high]``."""
+    c = row.corrected if c is None else c
+    if c is None:
         return "-"
-    c = row.corrected
     return interval_text(c.value, c.low, c.high)
 
 
@@ -154,7 +161,7 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
     similar = any(row.similarity is not None for row in rows)
     humans = any(row.human_labels for row in rows)
     for name in ("model", *extra, "dataset", "T", "items", "turns", "follow-up",
-                 *(["corrected", "human labels"] if humans else []), "undecided",
+                 *(CORRECTION if humans else []), "undecided",
                  "invalid", "errors", "accuracy", *(["vs real turn"] if similar else [])):
         table.add_column(name, justify="right" if name in NUMERIC + CORRECTION else "left")
     for row in rows:
@@ -162,7 +169,8 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
         table.add_row(escape(row.model), *(getattr(row, name) for name in extra), row.dataset,
                       temperature(row.temperature), str(row.items), str(row.turns),
                       rate_interval(row.follow_up),
-                      *([corrected_text(row), str(row.human_labels)] if humans else []),
+                      *([corrected_text(row), corrected_text(row, row.human_only),
+                         str(row.human_labels)] if humans else []),
                       str(row.undecided), str(row.invalid),
                       str(row.errors), rate_interval(row.accuracy),
                       *([f1(row.similarity)] if similar else []))
@@ -187,8 +195,9 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
                      "F1 of the generated turns with the real one")
     if humans:
         notes.append("corrected: the follow-up rate corrected for the labeller's errors with the "
-                     "human labels (PPI++, clustered by item; docs/statistics.md); human labels: "
-                     "the turns of the row a person labelled")
+                     "human labels (PPI++, clustered by item; docs/statistics.md); human only: "
+                     "the rate of the human labels alone; human labels: the turns of the row a "
+                     "person labelled")
         notes += [f"{row.model} {row.dataset} T={temperature(row.temperature)}: correction not "
                   f"shown: {row.correction_note}" for row in rows if row.correction_note]
     if assistant_failures:

@@ -59,6 +59,9 @@ def _summary_record(row: SummaryRow) -> dict[str, Any]:
             "corrected_rate": _num(row.corrected.value) if row.corrected else None,
             "corrected_low": _num(row.corrected.low) if row.corrected else None,
             "corrected_high": _num(row.corrected.high) if row.corrected else None,
+            "human_only_rate": _num(row.human_only.value) if row.human_only else None,
+            "human_only_low": _num(row.human_only.low) if row.human_only else None,
+            "human_only_high": _num(row.human_only.high) if row.human_only else None,
             "human_labels": row.human_labels, "undecided": row.undecided,
             "invalid": row.invalid, "errors": row.errors, **_rate_cols("accuracy", row.accuracy),
             **{f"label_{label}": row.labels.get(label, 0) for label in LABELS}}
