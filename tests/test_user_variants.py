@@ -7,6 +7,8 @@ paired difference against native.
 
 from __future__ import annotations
 
+import csv
+
 import json
 from pathlib import Path
 
@@ -138,6 +140,18 @@ def test_a_run_with_two_variants_reports_both_rates_and_the_paired_difference(
     assert "User-turn variants vs native" in out and "prefill:Thanks" in out and "warmup:1" in out
     # Each variant's own row in the rate table, its name shown whole (not read as rich markup).
     assert "tiny[user=prefill:Thanks]" in out and "tiny[user=warmup:1]" in out
+    # The HTML report and its tables pair each variant with native too.
+    code, _, _ = run_cli(capsys, "report", str(tmp_path / "run"), "--html")
+    assert code == 0
+    page = (tmp_path / "run" / "report.html").read_text(encoding="utf-8")
+    assert '<section id="user-variants">' in page and 'href="#user-variants"' in page
+    assert "<code>prefill:Thanks</code>" in page and "<code>warmup:1</code>" in page
+    table = list(csv.DictReader((tmp_path / "run" / "report_tables" / "user_turn_variants.csv")
+                                .open(encoding="utf-8")))
+    assert [(r["model"], r["variant"], r["items"]) for r in table] == [
+        ("tiny", "prefill:Thanks", "3"), ("tiny", "warmup:1", "3")]
+    native_hits = sum(t.follow_up for t in turns if t.model == "tiny")
+    assert all(int(r["native_follow_up_hits"]) == native_hits for r in table)
 
 
 def test_the_prefill_is_in_the_prompt_not_in_the_stored_turn(tmp_path, tiny_backend):

@@ -70,6 +70,8 @@ class Report:
     models: list[str] = field(default_factory=list)
     assistant_failures: int = 0
     state: Any = None  # runstate.RunState: finished, in progress or incomplete
+    # Each user-turn variant against the native opening (user_variants.variant_comparisons).
+    variants: list[Any] = field(default_factory=list)
 
     def varies(self, name: str) -> bool:
         return len({getattr(r, name) for r in self.rows}) > 1
@@ -90,8 +92,11 @@ def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Pa
     ordered = sorted(turns, key=_turn_order)
     models = list(dict.fromkeys(meta.get("config", {}).get("models", [])))
     models += sorted({r.model for r in rows} - set(models))
+    from ..user_variants import variant_comparisons
+
     return Report(Path(folder).resolve(), meta, list(sources), rows, _comparisons(ordered),
-                  _panels(rows), _joints(ordered), ordered, models, assistant_errors(answers), state)
+                  _panels(rows), _joints(ordered), ordered, models, assistant_errors(answers), state,
+                  variant_comparisons(ordered))
 
 
 def _turn_order(t: Turn) -> tuple[Any, ...]:

@@ -28,9 +28,11 @@ def render_page(report: Report, template: str, data: dict[str, Any], links: Sequ
     agreement = sections.agreement(report)
     parts = [sections.summary(report), sections.temperature_plot(report),
              sections.accuracy_plot(report), sections.labels_plot(report),
-             sections.perturbations(report), sections.right_wrong(report), agreement,
+             sections.perturbations(report), sections.user_variants(report),
+             sections.right_wrong(report), agreement,
              sections.samples(), sections.export(links)]
-    shown = {"perturbations": bool(report.comparisons), "agreement": bool(agreement)}
+    shown = {"perturbations": bool(report.comparisons), "agreement": bool(agreement),
+             "user-variants": bool(report.variants)}
     nav = "".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title in _NAV
                   if shown.get(sid, True))
     return fill(template, {"TITLE": esc(f"userturn report: {report.folder.name}"),
@@ -41,7 +43,8 @@ def render_page(report: Report, template: str, data: dict[str, Any], links: Sequ
 
 
 _NAV = [("summary", "Summary"), ("temperature", "Temperature"), ("accuracy", "Accuracy"),
-        ("labels", "Labels"), ("perturbations", "Perturbations"), ("right-wrong", "Right vs wrong"),
+        ("labels", "Labels"), ("perturbations", "Perturbations"),
+        ("user-variants", "User-turn openings"), ("right-wrong", "Right vs wrong"),
         ("agreement", "Agreement"), ("samples", "Samples"), ("export", "Export")]
 
 

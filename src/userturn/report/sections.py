@@ -140,6 +140,28 @@ def perturbations(report: Report) -> str:
                     f"<figure>{svg}</figure>" + _effects_table(report, charts.sorted_effects(report)))
 
 
+def user_variants(report: Report) -> str:
+    """Each user-turn opening (prefill, system, template, warm-up) against the native one, paired
+    over the items both hold."""
+    if not report.variants:
+        return ""
+    intro = ("The user turn's opening as a factor: each variant is a condition of its own, paired "
+             "with the native opening of the same model on the same items: the difference in "
+             "follow-up rate (variant minus native) with a 95% paired interval clustered by item.")
+    headers = ["model", "variant", "dataset", "perturbation", "T", "items", "native [95% CI]",
+               "variant [95% CI]", "difference, pp [95% CI]"]
+    rows = []
+    for v in report.variants:
+        d = v.follow_up
+        rows.append([esc(v.native), f"<code>{esc(v.variant)}</code>", esc(v.dataset),
+                     esc(v.perturbation), temperature(v.temperature), str(d.items),
+                     _rate_n(d.a), _rate_n(d.b),
+                     f'<span class="v">{points(d.delta, True)}</span> <span class="ci">'
+                     f'[{points(d.low, True)}, {points(d.high, True)}]</span>'])
+    return section("user-variants", "User-turn openings vs native", intro,
+                   table(headers, rows, numeric_from=4))
+
+
 _MARKS = {"expected": "yes", "expected_ns": "yes, n.s.", "opposite_ns": "no, n.s.",
           "opposite": "no, opposite", "none": "no change"}
 

@@ -42,6 +42,14 @@ def tables(report: Report) -> dict[str, list[dict[str, Any]]]:
                  "rho": _num(p.correlation.rho), "rho_low": _num(p.correlation.low),
                  "rho_high": _num(p.correlation.high)} for p in report.panels],
             "perturbations": [_comparison_record(c) for c in report.comparisons],
+            "user_turn_variants": [
+                {"model": v.native, "variant": v.variant, "dataset": v.dataset,
+                 "answerer": v.answerer, "perturbation": v.perturbation,
+                 "temperature": v.temperature, "items": v.follow_up.items,
+                 **_rate_cols("native_follow_up", v.follow_up.a),
+                 **_rate_cols("variant_follow_up", v.follow_up.b),
+                 "difference": _num(v.follow_up.delta), "difference_low": _num(v.follow_up.low),
+                 "difference_high": _num(v.follow_up.high)} for v in report.variants],
             "right_vs_wrong": [_joint_record(key, j) for key, j in report.joints],
             "user_turns": [t.record() for t in report.turns],
             "turn_labels": [label.record(t.key) for t in sorted(report.turns, key=lambda t: t.key)

@@ -1,0 +1,82 @@
+"""Corrected rates on a real SmolLM2 run: raw, corrected and human-only side by side, and the rate
+of every turn's corpus label as the truth to read them against (docs/statistics.md).
+
+    .venv/bin/python benchmarks/calibration_demo.py [--run runs/corpus/perturbed] [--size 300]
+
+The run is a copy of one of the corpus's SmolLM2 runs (corpus/generate.py), so every one of its
+user turns also carries the corpus's adjudicated label (two blind LLM annotators and an
+adjudicator, docs/corpus.md). The script draws a calibration sample the way
+``userturn annotate RUN --calibration N`` does (stratified by the run's labeller, inclusion
+probabilities stored), imports the corpus labels of the sampled turns only as ``human:corpus``
+(``userturn annotate --import``), then prints the summary for the rules alone and for the
+cascade (``--labels``), and per row the rate of all the turns' corpus labels: the figure a
+person labelling every turn would get, which the corrected rate should cover.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sqlite3
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from userturn.cli import main as cli
+from userturn.labels.annotate import _sample_for
+from userturn.labels.corpus import corpus_examples
+from userturn.store import RunStore
+from userturn.turns import read_turns
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, default=Path("runs/corpus/perturbed"))
+    parser.add_argument("--size", type=int, default=300, help="calibration sample size")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="userturn-calibration-")) / "run"
+    folder.mkdir()
+    # SQLite's backup API: a consistent copy with what the write-ahead log holds, even while
+    # the run is still writing.
+    with sqlite3.connect(args.run / "userturn.db") as source, \
+            sqlite3.connect(folder / "userturn.db") as target:
+        source.backup(target)
+    truth = {(ex.case.query, ex.case.answer, ex.case.user_turn): ex.label
+             for ex in corpus_examples()}
+    store = RunStore.open(folder)
+    turns = [t for t in read_turns(store) if t.counts_toward_rate and t.model != "human"]
+    missing = [t for t in turns if (t.query, t.answer, t.user_turn) not in truth]
+    if missing:
+        sys.exit(f"{len(missing)} of the run's {len(turns)} turns are not in the corpus yet: "
+                 "annotate them first (corpus/collect.py, corpus/build.py)")
+    keys = _sample_for(store, "corpus", None, args.seed, "rules", calibration=args.size)
+    by_key = {t.key: t for t in turns}
+    store.close()
+    labels = folder.parent / "calibration.csv"
+    with labels.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["key", "label"])
+        for key in keys:
+            if key in by_key:
+                t = by_key[key]
+                writer.writerow([key, truth[(t.query, t.answer, t.user_turn)]])
+    print(f"run copied to {folder}; calibration sample of {len(keys)} turns "
+          f"(stratified by the run's labeller), labels from the corpus")
+    cli(["annotate", str(folder), "--import", str(labels), "--annotator", "corpus"])
+    for sources in ("rules", "rules,classifier"):
+        print(f"\n=== raw rate from: {sources} ===", flush=True)
+        cli(["report", str(folder), "--labels", sources])
+    rows: dict[tuple[str, str, float], list[bool]] = defaultdict(list)
+    for t in turns:
+        rows[(t.dataset, t.perturbation, t.temperature)].append(
+            truth[(t.query, t.answer, t.user_turn)] == "follow_up")
+    print("\n=== every turn's corpus label (the truth the corrected rate should cover) ===")
+    for (dataset, perturbation, temperature), hits in sorted(rows.items()):
+        print(f"{dataset:<14} {perturbation:<26} T={temperature:g}  "
+              f"{sum(hits) / len(hits):6.1%}  ({sum(hits)} of {len(hits)})")
+
+
+if __name__ == "__main__":
+    main()
