@@ -2,6 +2,7 @@
 of every turn's corpus label as the truth to read them against (docs/statistics.md).
 
     .venv/bin/python benchmarks/calibration_demo.py [--run runs/corpus/perturbed] [--size 300]
+        [--random]
 
 The run is a copy of one of the corpus's SmolLM2 runs (corpus/generate.py), so every one of its
 user turns also carries the corpus's adjudicated label (two blind LLM annotators and an
@@ -11,12 +12,18 @@ probabilities stored), imports the corpus labels of the sampled turns only as ``
 (``userturn annotate --import``), then prints the summary for the rules alone and for the
 cascade (``--labels``), and per row the rate of all the turns' corpus labels: the figure a
 person labelling every turn would get, which the corrected rate should cover.
+
+``--random`` draws a simple random sample instead (what ``--import`` assumes of labels made
+elsewhere). With the stratified sample every predicted follow-up is drawn when they are fewer than
+half the slots, so the labeller's verdicts are already used through the strata and the corrected
+rate equals the human-only one; with a random sample the PPI++ term is what uses them.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import random
 import sqlite3
 import sys
 import tempfile
@@ -35,6 +42,8 @@ def main() -> None:
     parser.add_argument("--run", type=Path, default=Path("runs/corpus/perturbed"))
     parser.add_argument("--size", type=int, default=300, help="calibration sample size")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--random", action="store_true",
+                        help="a simple random sample instead of the stratified calibration sample")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="userturn-calibration-")) / "run"
     folder.mkdir()
@@ -51,7 +60,10 @@ def main() -> None:
     if missing:
         sys.exit(f"{len(missing)} of the run's {len(turns)} turns are not in the corpus yet: "
                  "annotate them first (corpus/collect.py, corpus/build.py)")
-    keys = _sample_for(store, "corpus", None, args.seed, "rules", calibration=args.size)
+    if args.random:
+        keys = random.Random(args.seed).sample(sorted(t.key for t in turns), args.size)
+    else:
+        keys = _sample_for(store, "corpus", None, args.seed, "rules", calibration=args.size)
     by_key = {t.key: t for t in turns}
     store.close()
     labels = folder.parent / "calibration.csv"
@@ -62,8 +74,9 @@ def main() -> None:
             if key in by_key:
                 t = by_key[key]
                 writer.writerow([key, truth[(t.query, t.answer, t.user_turn)]])
-    print(f"run copied to {folder}; calibration sample of {len(keys)} turns "
-          f"(stratified by the run's labeller), labels from the corpus")
+    how = "at random" if args.random else "stratified by the run's labeller"
+    print(f"run copied to {folder}; calibration sample of {len(keys)} turns ({how}), labels "
+          "from the corpus")
     cli(["annotate", str(folder), "--import", str(labels), "--annotator", "corpus"])
     for sources in ("rules", "rules,classifier"):
         print(f"\n=== raw rate from: {sources} ===", flush=True)
