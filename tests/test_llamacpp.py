@@ -220,3 +220,7 @@ def test_the_real_gguf_strips_what_the_transformers_tokenizer_strips(llama) -> N
     assert set(hf.all_special_tokens) <= set(llama._special)
     eos = hf.convert_tokens_to_ids("<|im_end|>")
     assert eos in llama._eos_ids
+    # The real vocabulary has several end-of-generation tokens: <|endoftext|> (the GGUF's EOT
+    # set by name, neither its EOS) ends a turn as well, as transformers' EOS list does.
+    assert hf.convert_tokens_to_ids("<|endoftext|>") in llama._eos_ids
+    assert len(llama._eos_ids) >= 2
