@@ -96,7 +96,7 @@ FAMILIES = {
                     "<|assistant|>", "<|assistant|>", "<|user|>"),
     "qwen3_coder": Family("qwen3_coder.jinja", None, "<|im_end|>", "<|im_end|>\n<|im_start|>user\n",
                           ("<|im_end|>", "<|im_start|>assistant"), "<|im_start|>assistant\n",
-                          "<|im_start|>assistant\n", "<|im_end|>"),
+                          "<|im_start|>assistant\n", "<|im_end|>", thinks=False),
     "kimi_k2_thinking": Family("kimi_k2_thinking.jinja", None, "<|im_end|>",
                                "<|im_end|><|im_user|>user<|im_middle|>",
                                ("<|im_end|>", "<|im_assistant|>assistant<|im_middle|>"),
