@@ -8,6 +8,8 @@ Goldens follow test_render_golden.py: tests/golden/<family>.<variant>.txt, regen
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from test_render_golden import ANSWER, GOLDEN, QUERY, SYSTEM, THOUGHT, compare_or_update, load
@@ -105,6 +107,38 @@ def test_format_is_read_from_the_template():
     assert thinking_format(load("gpt_oss").source) == "harmony"
     assert thinking_format(load("qwen3").source) == "think"
     assert thinking_format(load("chatml_smollm2").source) == "think"  # models may still think
+
+
+PUBLISHED = Path(__file__).parent / "fixtures" / "templates" / "published"
+
+
+@pytest.mark.parametrize("name, fmt", [("gemma4", "channel"), ("seed_oss", "seed"),
+                                       ("deepseek_v31", "think"), ("glm47_flash", "think")])
+def test_published_templates_name_their_own_thinking_tags(name, fmt):
+    assert thinking_format((PUBLISHED / f"{name}.jinja").read_text()) == fmt
+
+
+@pytest.mark.parametrize("text, fmt, expected", [
+    # Gemma 4: a thought channel names itself first; <think> means nothing to it
+    ("<|channel>thought\nThey may ask why 24.<channel|>Why did you halve 48?", "channel",
+     ("They may ask why 24.", "Why did you halve 48?")),
+    ("<think>x</think>Why?", "channel", (None, "<think>x</think>Why?")),
+    ("<|channel>thought\nStill thinking about", "channel", ("Still thinking about", "")),
+    # Seed-OSS
+    ("<seed:think>Half of 48 is 24.</seed:think>The answer is 72.", "seed",
+     ("Half of 48 is 24.", "The answer is 72.")),
+    ("<think>x</think>Why?", "seed", (None, "<think>x</think>Why?")),
+])
+def test_channel_and_seed_blocks(text, fmt, expected):
+    assert split_thinking(text, fmt) == expected
+
+
+def test_a_gemma4_prompt_that_opens_the_thought_channel():
+    # Gemma 4's generation prompt with thinking off writes an empty channel (closed): not open.
+    assert not prompt_opens_thinking("<|turn>model\n<|channel>thought\n<channel|>", "channel")
+    assert prompt_opens_thinking("<|turn>model\n<|channel>thought", "channel")
+    assert split_thinking("\nHalf of 48.<channel|>72.", "channel", opened=True) == (
+        "Half of 48.", "72.")
 
 
 # ------------------------------------------------------------------ gpt-oss stop markers

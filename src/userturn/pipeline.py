@@ -34,7 +34,7 @@ from .records import HUMAN, Generation, GenerationParams, Item, Message, Request
 from .render import Prompt, render_assistant_turn, render_user_turn
 from .labels.rules import RulesClassifier
 from .store import RunStore, generation_key
-from .thinking import prompt_opens_thinking, split_thinking, thinking_format
+from .thinking import ThinkingFormat, prompt_opens_thinking, split_thinking, thinking_format
 from .turns import StoredLabel, Turn, read_turns
 from .thinking_variants import ThinkingVariant, thinking_variants
 from .user_variants import (UserVariantBackend, answers_as, expand_user_variants, user_prompt_of,
@@ -427,7 +427,8 @@ def _generate(store: RunStore, backend: Backend, role: str, jobs: Sequence[Job],
 
 
 def _store_unit(store: RunStore, backend: Backend, role: str, unit: WorkUnit,
-                generations: Sequence[Generation], fmt: str, jobs: Mapping[str, Job]) -> int:
+                generations: Sequence[Generation], fmt: ThinkingFormat,
+                jobs: Mapping[str, Job]) -> int:
     """One unit in one transaction, leaving out keys the store already holds finished (a unit
     that ran twice lands once); returns how many of the unit's requests it accounts for."""
     have = store.finished_keys(list(unit.keys))
@@ -450,7 +451,7 @@ def _engine(backend: Backend) -> Backend:
     return backend
 
 
-def _split(generation: Generation, request: Request, fmt: str) -> Generation:
+def _split(generation: Generation, request: Request, fmt: ThinkingFormat) -> Generation:
     """Thinking out of the generated text, once for every backend: ``text`` becomes the visible
     part (what is scored, shown and labelled), ``thinking`` is kept apart, ``raw_text`` as is."""
     if generation.error is not None:
@@ -460,8 +461,8 @@ def _split(generation: Generation, request: Request, fmt: str) -> Generation:
         if marker and body.endswith(marker):
             body = body[:-len(marker)]
             break
-    thinking, visible = split_thinking(body, fmt,  # type: ignore[arg-type]
-                                       opened=prompt_opens_thinking(request.prompt))
+    thinking, visible = split_thinking(body, fmt,
+                                       opened=prompt_opens_thinking(request.prompt, fmt))
     if thinking is None and visible == body.strip():
         return generation  # nothing to split: the backend's own text stands
     return replace(generation, text=visible, thinking=thinking)

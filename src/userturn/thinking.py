@@ -1,12 +1,15 @@
 """Reasoning models: splitting a generated turn into its thinking and its visible text.
 
 Done once, centrally, on the raw text every backend returns (backends stay unaware of thinking).
-Two formats exist among the templates we claim:
+The formats among the templates we claim:
 
 - ``think``: ``<think>...</think>`` before the visible text (Qwen3, DeepSeek-R1, and models that
   emit it under a plain template). The opening tag may sit in the PROMPT (templates that open the
   block in the generation prompt): then the generation starts inside the thinking. A block that is
   never closed means the thinking ran out of tokens: nothing visible was written.
+- ``channel`` (Gemma 4): the same shape with ``<|channel>thought\n...<channel|>``; ``seed``
+  (Seed-OSS): ``<seed:think>...</seed:think>``. A ``<think>`` tag is plain text to these
+  templates, so each is split on its own tags only.
 - ``harmony`` (gpt-oss): messages on channels, ``<|channel|>analysis<|message|>...<|end|>`` then
   ``<|start|>assistant<|channel|>final<|message|>...``. The final channel, or a message without a
   channel (a user message), is visible; every other channel (analysis, commentary) is thinking.
@@ -19,10 +22,15 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-ThinkingFormat = Literal["think", "harmony"]
+ThinkingFormat = Literal["think", "harmony", "channel", "seed"]
 
 _THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
-_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
+# The tag pair of each block format: (opening, closing, the label an opening carries first).
+TAGS: dict[str, tuple[str, str, str]] = {
+    "think": (_THINK_OPEN, _THINK_CLOSE, ""),
+    "channel": ("<|channel>", "<channel|>", "thought"),
+    "seed": ("<seed:think>", "</seed:think>", ""),
+}
 _HARMONY_START = "<|start|>"
 _HARMONY_ENDS = re.compile(r"<\|(?:end|return|call)\|>")
 _HARMONY_CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
@@ -31,13 +39,22 @@ _FUSED = re.compile(r"\s*analysis(.*?)assistantfinal(.*)", re.DOTALL)
 
 def thinking_format(template_source: str) -> ThinkingFormat:
     """The thinking format of a chat template, read from its source."""
-    return "harmony" if "<|channel|>" in template_source else "think"
+    if "<|channel|>" in template_source:
+        return "harmony"
+    if "<|channel>" in template_source:
+        return "channel"
+    if "<seed:think>" in template_source or "<seed:bos>" in template_source:
+        return "seed"
+    return "think"
 
 
-def prompt_opens_thinking(prompt: str) -> bool:
-    """The generation prompt ends inside an opened ``<think>`` block."""
+def prompt_opens_thinking(prompt: str, fmt: ThinkingFormat = "think") -> bool:
+    """The generation prompt ends inside an opened thinking block of ``fmt``."""
+    if fmt == "harmony":
+        return False
+    opening, _, label = TAGS[fmt]
     tail = prompt.rstrip()
-    return tail.endswith(_THINK_OPEN)
+    return tail.endswith(opening) or bool(label) and tail.endswith(opening + label)
 
 
 def split_thinking(text: str, fmt: ThinkingFormat, *, opened: bool = False
@@ -50,23 +67,28 @@ def split_thinking(text: str, fmt: ThinkingFormat, *, opened: bool = False
     """
     if fmt == "harmony":
         return _split_harmony(text)
-    return _split_think(text, opened)
+    return _split_block(text, opened, *TAGS[fmt])
 
 
-def _split_think(text: str, opened: bool) -> tuple[str | None, str]:
-    if opened and _THINK_OPEN not in text.split(_THINK_CLOSE, 1)[0]:
-        text = _THINK_OPEN + text  # the block was opened by the prompt
-    thoughts = [m.group(1).strip() for m in _THINK_BLOCK.finditer(text)]
-    rest = _THINK_BLOCK.sub("", text)
-    if _THINK_CLOSE in rest:  # opened in a prompt we were not told about: all before is thinking
-        before, rest = rest.split(_THINK_CLOSE, 1)
-        thoughts.insert(0, before.strip())
-    if _THINK_OPEN in rest:  # never closed: the thinking ran out of tokens
-        rest, unclosed = rest.split(_THINK_OPEN, 1)
-        thoughts.append(unclosed.strip())
+def _split_block(text: str, opened: bool, opening: str, closing: str,
+                 label: str) -> tuple[str | None, str]:
+    if opened and opening not in text.split(closing, 1)[0]:
+        text = opening + text  # the block was opened by the prompt
+    block = re.compile(re.escape(opening) + "(.*?)" + re.escape(closing), re.DOTALL)
+    thoughts = [m.group(1) for m in block.finditer(text)]
+    rest = block.sub("", text)
+    if closing in rest:  # opened in a prompt we were not told about: all before is thinking
+        before, rest = rest.split(closing, 1)
+        thoughts.insert(0, before)
+    if opening in rest:  # never closed: the thinking ran out of tokens
+        rest, unclosed = rest.split(opening, 1)
+        thoughts.append(unclosed)
     if not thoughts:
         return None, text.strip()
-    return "\n\n".join(t for t in thoughts if t), rest.strip()
+    # A channel opening names itself first ("<|channel>thought\n..."): not part of the thought.
+    thoughts = [t.strip()[len(label):] if label and t.strip().startswith(label) else t
+                for t in thoughts]
+    return "\n\n".join(t.strip() for t in thoughts if t.strip()), rest.strip()
 
 
 def _split_harmony(text: str) -> tuple[str | None, str]:
@@ -105,4 +127,8 @@ def thinking_block(fmt: ThinkingFormat, thinking: str) -> tuple[str, str]:
         final = "<|channel|>final<|message|>"
         return (f"<|channel|>analysis<|message|>{thinking}<|end|><|start|>assistant{final}",
                 final)
+    if fmt == "channel":
+        return f"<|channel>thought\n{thinking}<channel|>", ""
+    if fmt == "seed":
+        return f"<seed:think>{thinking}</seed:think>", ""
     return f"<think>\n{thinking}\n</think>\n\n", ""
