@@ -65,5 +65,13 @@ def test_the_judge_sends_its_schema_to_constrained_backends_only():
         (label,) = Judge(BackendChatClient(backend), concurrency=1).classify_many([case])
         assert label.label == "generic"
         (request,) = backend.requests
-        expected = json.dumps(VERDICT_SCHEMA) if constrained else None
-        assert request.constraint == expected
+        if not constrained:
+            assert request.constraint is None
+            continue
+        # The verdict schema, with the rationale bounded inside the token budget (a grammar
+        # would otherwise let a long rationale run into the budget and be cut mid-string).
+        sent = json.loads(request.constraint)
+        assert sent["required"] == VERDICT_SCHEMA["required"]
+        assert sent["properties"]["label"] == VERDICT_SCHEMA["properties"]["label"]
+        bound = sent["properties"]["rationale"]["maxLength"]
+        assert 40 <= bound <= 3 * request.params.max_tokens // 2

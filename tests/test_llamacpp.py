@@ -224,3 +224,16 @@ def test_the_real_gguf_strips_what_the_transformers_tokenizer_strips(llama) -> N
     # set by name, neither its EOS) ends a turn as well, as transformers' EOS list does.
     assert hf.convert_tokens_to_ids("<|endoftext|>") in llama._eos_ids
     assert len(llama._eos_ids) >= 2
+
+
+@needs_llama
+def test_a_local_judge_under_the_verdict_grammar_always_answers_in_format(llama) -> None:
+    # SmolLM2 is no judge (its labels mean little), but under the grammar every verdict parses:
+    # before the rationale was bounded, one ran to the token budget and was cut mid-string.
+    from userturn.labels.judge import BackendChatClient, Judge
+    from userturn.records import LABELS, Case
+
+    judge = Judge(BackendChatClient(llama), concurrency=1, max_tokens=120)
+    label = judge.classify(Case("Ann has 3 apples and buys 2. How many?",
+                                "3 + 2 = 5. The answer is 5.", "Why did you add 2?"))
+    assert label.error is None and label.label in LABELS and label.rationale

@@ -121,6 +121,14 @@ VERDICT_SCHEMA: dict[str, Any] = {
 }
 
 
+def bounded_verdict_schema(max_tokens: int) -> dict[str, Any]:
+    """The verdict schema with the rationale bounded to what ``max_tokens`` leaves after the
+    label and the JSON around it (about three characters a token, half the budget)."""
+    rationale = {"type": "string", "maxLength": max(40, 3 * max_tokens // 2 - 60)}
+    return {**VERDICT_SCHEMA, "properties": {**VERDICT_SCHEMA["properties"],
+                                             "rationale": rationale}}
+
+
 def _format_example(query: str, answer: str, turn: str, label: str, why: str) -> str:
     verdict = json.dumps({"label": label, "rationale": why})
     return f"QUERY: {query}\nASSISTANT: {answer}\nUSER_TURN: {turn}\n-> {verdict}"
@@ -362,6 +370,10 @@ class BackendChatClient:
         prompt = render_assistant_turn(self.backend.template, messages)
         constrained = json_schema is not None and getattr(self.backend, "constrained_decoding",
                                                           False)
+        if constrained and json_schema is VERDICT_SCHEMA:
+            # A grammar keeps the verdict in format token by token, but a rationale that runs to
+            # the token budget is cut mid-string (invalid): bound it well inside the budget.
+            json_schema = bounded_verdict_schema(max_tokens)
         request = Request(prompt.text, GenerationParams(0.0, 1.0, max_tokens), prompt.stop, 0,
                           constraint=json.dumps(json_schema) if constrained else None)
         (generation,) = self.backend.complete([request])
