@@ -73,6 +73,8 @@ def _scripted_model(request) -> str:
     if prompt.rstrip().endswith("assistant"):  # an answer is asked for
         if FOLLOW_UP in prompt:
             return "Because there are 3 boxes with 12 pencils in each.<|im_end|>"
+        if "Why is it 7" in prompt:  # the other follow-up: a next answer to it too
+            return "Because 7 is what I counted.<|im_end|>"
         return (ANSWER if "pencils" in prompt else "It is 7.\n#### 7") + "<|im_end|>"
     if "pencils" in prompt:
         return (FOLLOW_UP if request.seed % 2 else DRIFT) + "<|im_end|>"
