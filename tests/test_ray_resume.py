@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from test_resume import count, stored  # the same reads: count opens the store read-only
 
 pytest.importorskip("ray", reason="pip install 'userturn[ray]'")
 pytestmark = pytest.mark.ray
@@ -29,20 +30,6 @@ def userturn(log: Path, *args: str) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "userturn.cli", "run", *ARGS, *args],
                                 stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
-
-
-def stored(folder: Path) -> dict[str, tuple[str, str]]:
-    with sqlite3.connect(folder / "userturn.db") as db:
-        rows = db.execute("SELECT key, text, raw_text FROM generations WHERE error IS NULL")
-        return {key: (text, raw) for key, text, raw in rows}
-
-
-def count(folder: Path) -> int:
-    try:
-        with sqlite3.connect(folder / "userturn.db", timeout=1) as db:
-            return db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
-    except sqlite3.Error:
-        return 0
 
 
 def test_a_killed_ray_driver_resumes(tmp_path):

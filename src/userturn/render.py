@@ -234,13 +234,6 @@ def _drop_final_eos(text: str, eos: str | None) -> str:
     return text
 
 
-def common_prefix(first: str, second: str) -> str:
-    size = 0
-    while size < min(len(first), len(second)) and first[size] == second[size]:
-        size += 1
-    return first[:size]
-
-
 def visible_text(content: str) -> str:
     """Assistant content as templates show it in history: thinking removed."""
     content = _THINK_BLOCK.sub("", content)

@@ -14,6 +14,7 @@ the shapes every published template we know writes them in otherwise (``<|x|>``,
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Iterable
 
@@ -65,7 +66,7 @@ class TokenLexer:
                 kept.append(a)
                 continue
             if not special_a and not special_b:
-                kept.append(_char_prefix(a, b))
+                kept.append(common_prefix(a, b))
             break
         return "".join(kept)
 
@@ -95,8 +96,6 @@ class TokenLexer:
         return None
 
 
-def _char_prefix(first: str, second: str) -> str:
-    size = 0
-    while size < min(len(first), len(second)) and first[size] == second[size]:
-        size += 1
-    return first[:size]
+def common_prefix(first: str, second: str) -> str:
+    """The longest common prefix, character by character (token boundaries: ``TokenLexer``)."""
+    return os.path.commonprefix([first, second])

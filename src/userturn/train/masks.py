@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
 from ..errors import TemplateError
-from ..render import (ChatTemplate, common_prefix, derive_markers, merge_system,
-                      prompt_token_ids, render_assistant_turn, render_user_turn, visible_text)
+from ..render import (ChatTemplate, derive_markers, merge_system, prompt_token_ids,
+                      render_assistant_turn, render_user_turn, visible_text)
+from ..template_tokens import common_prefix
 
 LossOn = Literal["assistant", "user", "both"]
 LOSS_ON: tuple[str, ...] = ("assistant", "user", "both")
