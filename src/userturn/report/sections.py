@@ -13,7 +13,7 @@ from ..records import LABELS
 from .numbers import decimal, label_header, p_value, percent, points, temperature
 from .numbers import temperature_axis
 from ..correction import MIN_HUMAN_LABELS, Corrected
-from ..stats import McNemar, Rate
+from ..stats import Difference, McNemar, Rate
 
 NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "
                   "judge labels them; invalid verdicts and failed generations are left out of the "
@@ -155,9 +155,7 @@ def user_variants(report: Report) -> str:
         d = v.follow_up
         rows.append([esc(v.native), f"<code>{esc(v.variant)}</code>", esc(v.dataset),
                      esc(v.perturbation), temperature(v.temperature), str(d.items),
-                     _rate_n(d.a), _rate_n(d.b),
-                     f'<span class="v">{points(d.delta, True)}</span> <span class="ci">'
-                     f'[{points(d.low, True)}, {points(d.high, True)}]</span>'])
+                     _rate_n(d.a), _rate_n(d.b), _difference_cell(d)])
     return section("user-variants", "User-turn openings vs native", intro,
                    table(headers, rows, numeric_from=4))
 
@@ -174,9 +172,7 @@ def _effects_table(report: Report, cs: Sequence[PerturbationEffect]) -> str:
         d, m = c.diff, c.mcnemar
         arrow = "↑" if c.expected == "up" else "↓"
         rows.append([esc(c.perturbation), temperature(c.temperature), str(d.items),
-                     _rate_n(d.a), _rate_n(d.b),
-                     f'<span class="v">{points(d.delta, True)}</span> <span class="ci">'
-                     f'[{points(d.low, True)}, {points(d.high, True)}]</span>',
+                     _rate_n(d.a), _rate_n(d.b), _difference_cell(d),
                      f'<span class="verdict {c.verdict}">{arrow} {_MARKS[c.verdict]}</span>',
                      _mcnemar_cell(m),
                      f"{d.dropped_a} / {d.dropped_b}"])
@@ -187,6 +183,13 @@ def _effects_table(report: Report, cs: Sequence[PerturbationEffect]) -> str:
     headings = [report.condition(c.model, c.answerer, c.dataset) for c in cs]
     return (table(headers, rows, numeric_from=1, headings=headings, cls="grouped")
             + f'<p class="note">{esc(note)}</p>')
+
+
+def _difference_cell(d: Difference) -> str:
+    """A paired difference in points with its interval, as the perturbation and variant tables
+    show it."""
+    return (f'<span class="v">{points(d.delta, True)}</span> <span class="ci">'
+            f'[{points(d.low, True)}, {points(d.high, True)}]</span>')
 
 
 def _mcnemar_cell(m: McNemar | None) -> str:
