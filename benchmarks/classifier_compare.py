@@ -10,7 +10,9 @@ shipped labellers):
   text-lr          logistic regression on hashed words and character 3-grams only
   features-lr      the shipped design: the rules' verdict and signals + hashed text (C on a grid)
   features-gbm     gradient-boosted trees on the rules' verdict and signals (no text)
-  smollm2-lr       SmolLM2-135M's frozen last hidden state (mean over the turn) + logistic head
+  smollm2-lr       SmolLM2-135M's frozen last hidden state (mean over the turn) and the turn's
+                   negative log-likelihood under it, + a logistic head
+  features+smollm2 the shipped design's features with those SmolLM2 features beside them
   cascade          rules where they decide, features-lr elsewhere
 Each row: Cohen's kappa 7-way and follow-up vs rest, macro F1, follow-up precision/recall,
 turns/s on this machine (one process, one thread), and the size of the parameters.
@@ -19,8 +21,10 @@ turns/s on this machine (one process, one thread), and the size of the parameter
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -86,42 +90,89 @@ def text_only(train: Sequence[Example], dev: Sequence[Example]):
     return labels, len(dev) / (time.perf_counter() - start), model.coef_.size * 4
 
 
-def smollm2_states(examples: Sequence[Example], tokenizer, model) -> np.ndarray:
+STATES_CACHE = Path("runs/smollm2_states.npz")  # per-turn SmolLM2 features, keyed by text
+
+
+def _key(case: Case) -> str:
+    return hashlib.sha256(f"{case.query}\x00{case.answer}\x00{case.user_turn}".encode()).hexdigest()[:20]
+
+
+def smollm2_states(examples: Sequence[Example], cache: Path = STATES_CACHE) -> np.ndarray:
+    """Per turn: SmolLM2-135M's last hidden state averaged over the turn's tokens, and the mean and
+    90th-percentile negative log-likelihood of those tokens (how coherent the turn reads to the
+    model), with the last 400 characters of the answer as context. Cached by text and saved as it
+    goes (the run is long on a CPU and resumes after a kill)."""
     import torch
-
-    out = []
-    with torch.inference_mode():
-        for ex in examples:
-            text = (f"Query: {ex.case.query[-600:]}\nAnswer: {ex.case.answer[-1200:]}\n"
-                    f"Next user turn: {ex.case.user_turn[:800]}")
-            ids = tokenizer(text, return_tensors="pt", truncation=True, max_length=512)
-            hidden = model(**ids).last_hidden_state[0]
-            start = len(tokenizer(text[:text.index("Next user turn:")])["input_ids"])
-            out.append(hidden[max(0, start - 1):].mean(0).numpy())
-    return np.stack(out)
-
-
-def smollm2_head(train: Sequence[Example], dev: Sequence[Example]):
-    import torch
-    from sklearn.linear_model import LogisticRegression
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from userturn.models import materialize_embedded
 
-    torch.set_num_threads(1)
-    folder, _ = materialize_embedded("smollm2")
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModel.from_pretrained(folder, torch_dtype=torch.float32).eval()
-    x_train = smollm2_states(train, tokenizer, model)
-    head = LogisticRegression(C=1.0, max_iter=3000, class_weight="balanced")
-    mean, std = x_train.mean(0), x_train.std(0) + 1e-6
-    head.fit((x_train - mean) / std, [ex.label for ex in train])
+    done: dict[str, np.ndarray] = {}
+    if cache.exists():
+        with np.load(cache) as data:
+            done = dict(zip(data["keys"].tolist(), data["values"]))
+    missing = [ex for ex in examples if _key(ex.case) not in done]
+    if missing:
+        torch.set_num_threads(1)
+        folder, _ = materialize_embedded("smollm2")
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for index, ex in enumerate(missing, 1):
+                prefix = tokenizer(f"Assistant: {ex.case.answer[-400:]}\nUser:")["input_ids"][-160:]
+                turn = tokenizer(" " + ex.case.user_turn[:600])["input_ids"][:128] or [tokenizer.eos_token_id]
+                ids = torch.tensor([prefix + turn])
+                out = model(input_ids=ids, output_hidden_states=True)
+                hidden = out.hidden_states[-1][0, len(prefix):]
+                logp = torch.log_softmax(out.logits[0, len(prefix) - 1:-1].float(), dim=-1)
+                nll = -logp[torch.arange(len(turn)), torch.tensor(turn)]
+                done[_key(ex.case)] = np.concatenate(
+                    [hidden.mean(0).numpy(), [float(nll.mean()), float(nll.quantile(0.9)),
+                                              float(np.log1p(len(turn)))]]).astype(np.float32)
+                if index % 50 == 0 or index == len(missing):
+                    cache.parent.mkdir(parents=True, exist_ok=True)
+                    with open(cache.with_suffix(".partial"), "wb") as handle:
+                        np.savez(handle, keys=np.array(list(done)), values=np.stack(list(done.values())))
+                    cache.with_suffix(".partial").replace(cache)
+                    rate = index / (time.perf_counter() - started)
+                    print(f"  smollm2 states: {index}/{len(missing)} ({rate:.2f} turns/s)", flush=True)
+    return np.stack([done[_key(ex.case)] for ex in examples])
+
+
+def smollm2_speed(examples: Sequence[Example]) -> float:
+    """Turns/s of the state computation alone (20 turns, uncached)."""
+    sample = list(examples[:20])
     start = time.perf_counter()
-    x_dev = smollm2_states(dev, tokenizer, model)
-    labels = list(head.predict((x_dev - mean) / std))
-    speed = len(dev) / (time.perf_counter() - start)
-    size = sum(p.numel() for p in model.parameters()) * 4 + head.coef_.size * 4
-    return labels, speed, size
+    smollm2_states(sample, cache=Path("runs/smollm2_states_timing.npz"))
+    Path("runs/smollm2_states_timing.npz").unlink(missing_ok=True)
+    return len(sample) / (time.perf_counter() - start)
+
+
+def smollm2_heads(train: Sequence[Example], dev: Sequence[Example]):
+    """Two heads on the SmolLM2 features: alone, and stacked with the shipped design's features."""
+    from scipy import sparse
+    from sklearn.linear_model import LogisticRegression
+
+    s_train, s_dev = smollm2_states(train), smollm2_states(dev)
+    mean, std = s_train.mean(0), s_train.std(0) + 1e-6
+    s_train, s_dev = (s_train - mean) / std, (s_dev - mean) / std
+    y = [ex.label for ex in train]
+    rows = []
+    for c in (0.05, 0.5):
+        head = LogisticRegression(C=c, max_iter=5000, class_weight="balanced").fit(s_train, y)
+        rows.append((f"smollm2-lr C={c:g}", list(head.predict(s_dev)), head.coef_.size * 4))
+
+    x_train, x_dev = (design_matrix([ex.case for ex in exs]) for exs in (train, dev))
+    column = np.ones(x_train.shape[1])
+    column[:N_DENSE] = 1 / np.maximum(x_train[:, :N_DENSE].toarray().std(0), 1e-3)
+    x_train, x_dev = x_train @ sparse.diags(column), x_dev @ sparse.diags(column)
+    for weight in (0.1, 0.3):  # how much the states count beside the shipped features
+        head = LogisticRegression(C=0.25, max_iter=5000, class_weight="balanced")
+        head.fit(sparse.hstack([x_train, s_train * weight]).tocsr(), y)
+        labels = list(head.predict(sparse.hstack([x_dev, s_dev * weight]).tocsr()))
+        rows.append((f"features+smollm2 w={weight:g}", labels, head.coef_.size * 4))
+    return rows
 
 
 def main() -> None:
@@ -160,8 +211,10 @@ def main() -> None:
     labels, speed, size = gbm(train, dev)
     print(row("features-gbm", labels, dev, speed, size))
     if args.smollm2:
-        labels, speed, size = smollm2_head(train, dev)
-        print(row("smollm2-lr", labels, dev, speed, size))
+        speed = smollm2_speed(dev)
+        model_size = 134_515_008 * 4  # SmolLM2-135M's parameters, fp32
+        for name, labels, size in smollm2_heads(train, dev):
+            print(row(name, labels, dev, speed, model_size + size))
     _, clf, c = best
     cascade = lambda case: (lambda r: r if r.label else clf.classify(case))(rules.classify(case))  # noqa
     labels, probs, speed = timed(cascade, dev)
