@@ -54,9 +54,10 @@ def timed(labeller: Callable[[Case], Label], examples: Sequence[Example]):
 def row(name: str, labels, examples, speed: float, size: int, probs=None) -> str:
     result = evaluate(labels, [ex.label for ex in examples], probs)
     f = result.per_label.get("follow_up", {"precision": float("nan"), "recall": float("nan")})
+    rate = f"{speed:8.0f}" if speed >= 10 else f"{speed:8.2f}"  # SmolLM2 runs below one turn/s
     return (f"| {name:<16} | {result.kappa:6.3f} | {result.kappa_follow_up:6.3f} | "
             f"{macro_f1(result.per_label):5.3f} | {f['precision']:5.2f} | {f['recall']:5.2f} | "
-            f"{speed:8.0f} | {size / 1024:7.0f} KB |")
+            f"{rate} | {size / 1024:7.0f} KB |")
 
 
 HEADER = ("| labeller         | kappa7 | kappaF | macF1 | F-P   | F-R   | turns/s  | size       |\n"
