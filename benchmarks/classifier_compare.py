@@ -55,13 +55,13 @@ def row(name: str, labels, examples, speed: float, size: int, probs=None) -> str
     result = evaluate(labels, [ex.label for ex in examples], probs)
     f = result.per_label.get("follow_up", {"precision": float("nan"), "recall": float("nan")})
     rate = f"{speed:8.0f}" if speed >= 10 else f"{speed:8.2f}"  # SmolLM2 runs below one turn/s
-    return (f"| {name:<16} | {result.kappa:6.3f} | {result.kappa_follow_up:6.3f} | "
+    return (f"| {name:<22} | {result.kappa:6.3f} | {result.kappa_follow_up:6.3f} | "
             f"{macro_f1(result.per_label):5.3f} | {f['precision']:5.2f} | {f['recall']:5.2f} | "
             f"{rate} | {size / 1024:7.0f} KB |")
 
 
-HEADER = ("| labeller         | kappa7 | kappaF | macF1 | F-P   | F-R   | turns/s  | size       |\n"
-          "|------------------|--------|--------|-------|-------|-------|----------|------------|")
+HEADER = ("| labeller               | kappa7 | kappaF | macF1 | F-P   | F-R   | turns/s  | size       |\n"
+          "|------------------------|--------|--------|-------|-------|-------|----------|------------|")
 
 
 def gbm(train: Sequence[Example], dev: Sequence[Example]):
@@ -248,7 +248,7 @@ def per_source(shipped: LearnedClassifier, cascade, examples: Sequence[Example])
     for name in LABELS:
         if name in result.per_label:
             r = result.per_label[name]
-            print(f"  {name:<16} {r['precision']:.2f} / {r['recall']:.2f} / {r['support']}")
+            print(f"  {name:<22} {r['precision']:.2f} / {r['recall']:.2f} / {r['support']}")
 
 
 if __name__ == "__main__":
