@@ -24,6 +24,7 @@ import argparse
 import functools
 import hashlib
 import io
+import re
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -226,9 +227,31 @@ def main() -> None:
         for name, labels, size in smollm2_heads(train, dev):
             print(row(name, labels, dev, speed, model_size + size))
     _, clf, c = best
+    rule_precision(train)
     cascade = lambda case: (lambda r: r if r.label else clf.classify(case))(rules.classify(case))  # noqa
     labels, probs, speed = timed(cascade, dev)
     print(row(f"cascade C={c:g}", labels, dev, speed, clf.model.weights.size * 4, probs))
+
+
+def rule_precision(examples: Sequence[Example]) -> None:
+    """How often each rule's verdict matches the adjudicated label: the cascade trusts all of them.
+    (The rules are not fit to the corpus, so the train split measures them as well as any.)"""
+    counts: dict[tuple[str, str], list[int]] = {}
+    rules = RulesClassifier()
+    for ex in examples:
+        verdict = rules.classify(ex.case)
+        if verdict.label is None:
+            continue
+        rule = re.sub(r"[\d.,%]+|\(.*?\)", "", verdict.rationale).strip()[:52]
+        tally = counts.setdefault((verdict.label, rule), [0, 0])
+        tally[0] += 1
+        tally[1] += verdict.label == ex.label
+    print(f"\nthe rules' precision by rule ({len(examples)} train turns; rules decide "
+          f"{sum(n for n, _ in counts.values())}): n, precision, label, rule")
+    for (label, rule), (n, right) in sorted(counts.items(), key=lambda kv: -kv[1][0]):
+        if n >= 5:
+            print(f"  {n:4d}  {right / n:4.2f}  {label:<16} {rule}")
+    print()
 
 
 def per_source(shipped: LearnedClassifier, cascade, examples: Sequence[Example]) -> None:
