@@ -21,6 +21,7 @@ turns/s on this machine (one process, one thread), and the size of the parameter
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import hashlib
 import io
@@ -114,9 +115,11 @@ def _smollm2():
 
 
 def smollm2_states(examples: Sequence[Example], cache: Path = STATES_CACHE) -> np.ndarray:
-    """Per turn: SmolLM2-135M's last hidden state averaged over the turn's tokens, and the mean and
-    90th-percentile negative log-likelihood of those tokens (how coherent the turn reads to the
-    model), with the last 400 characters of the answer as context. Cached by text and saved as it
+    """Per turn: SmolLM2-135M's last hidden state averaged over the turn's tokens, the mean and
+    90th-percentile negative log-likelihood of those tokens (how likely the turn reads to the model;
+    on the corpus it tracks the sampling temperature more than coherence) and log(1 + tokens), with
+    the last 400 characters of the answer as context. The key is the text alone: delete the cache
+    after changing this recipe. Cached by text and saved as it
     goes (the run is long on a CPU and resumes after a kill)."""
     import torch
 
@@ -154,9 +157,12 @@ def smollm2_speed(examples: Sequence[Example]) -> float:
     """Turns/s of the state computation alone (20 turns, uncached, the model already loaded)."""
     sample = list(examples[:20])
     _smollm2()
+    timing = Path("runs/smollm2_states_timing.npz")
+    timing.unlink(missing_ok=True)  # left by a killed run, it would make the rate meaningless
     start = time.perf_counter()
-    smollm2_states(sample, cache=Path("runs/smollm2_states_timing.npz"))
-    Path("runs/smollm2_states_timing.npz").unlink(missing_ok=True)
+    with contextlib.redirect_stdout(io.StringIO()):  # its progress line is not a table row
+        smollm2_states(sample, cache=timing)
+    timing.unlink(missing_ok=True)
     return len(sample) / (time.perf_counter() - start)
 
 
@@ -206,6 +212,10 @@ def main() -> None:
         labels, probs, speed = timed(cascade, dev)
         print(row("cascade", labels, dev, speed, size, probs))
         per_source(shipped, cascade, dev)
+        print("\n95% intervals (bootstrap over the split's queries, 1000 draws): kappa 7-way, follow-up")
+        for name, labeller in (("classifier", shipped.classify), ("cascade", cascade),
+                               ("rules", rules.classify)):
+            print(f"  {name:<10} " + clustered_interval(labeller, dev))
         return
     labels, speed, size = text_only(train, dev)
     print(row("text-lr", labels, dev, speed, size))
@@ -228,9 +238,44 @@ def main() -> None:
             print(row(name, labels, dev, speed, model_size + size))
     _, clf, c = best
     rule_precision(train)
+    decided = [ex for ex in dev if rules.classify(ex.case).label is not None]
+    print(f"on the {len(decided)} dev turns the rules decide, right: rules "
+          f"{sum(rules.classify(ex.case).label == ex.label for ex in decided)}, features-lr "
+          f"C={c:g} {sum(clf.classify(ex.case).label == ex.label for ex in decided)}")
+    errors: dict[tuple[str, str], int] = {}
+    for ex in dev:
+        guess = clf.classify(ex.case).label
+        if guess != ex.label:
+            pair = tuple(sorted((ex.label, str(guess))))
+            errors[pair] = errors.get(pair, 0) + 1  # type: ignore[index]
+    print(f"commonest errors of features-lr C={c:g} on dev ({sum(errors.values())} in all): "
+          + ", ".join(f"{a} / {b} {n}" for (a, b), n in
+                      sorted(errors.items(), key=lambda kv: -kv[1])[:4]) + "\n")
     cascade = lambda case: (lambda r: r if r.label else clf.classify(case))(rules.classify(case))  # noqa
     labels, probs, speed = timed(cascade, dev)
     print(row(f"cascade C={c:g}", labels, dev, speed, clf.model.weights.size * 4, probs))
+
+
+def clustered_interval(labeller: Callable[[Case], Label], examples: Sequence[Example],
+                       draws: int = 1000, seed: int = 0) -> str:
+    """Percentile intervals of both kappas, resampling whole queries (a query's turns move
+    together: they are not independent)."""
+    labels, _ = predict(labeller, examples)
+    groups: dict[str, list[int]] = {}
+    for index, ex in enumerate(examples):
+        groups.setdefault(ex.group, []).append(index)
+    members = list(groups.values())
+    rng = np.random.default_rng(seed)
+    k7, kf = [], []
+    for _ in range(draws):
+        picked = [i for g in rng.integers(0, len(members), len(members)) for i in members[g]]
+        result = evaluate([labels[i] for i in picked], [examples[i].label for i in picked])
+        k7.append(result.kappa)
+        kf.append(result.kappa_follow_up)
+    low7, high7 = np.nanpercentile(k7, [2.5, 97.5])
+    lowf, highf = np.nanpercentile(kf, [2.5, 97.5])
+    return (f"[{low7:.2f}, {high7:.2f}]  [{lowf:.2f}, {highf:.2f}]  "
+            f"({len(members)} queries, {len(examples)} turns)")
 
 
 def rule_precision(examples: Sequence[Example]) -> None:

@@ -96,6 +96,9 @@ def build() -> None:
                      "user_turn": turn["user_turn"], "label": label,
                      "annotations": {"A": a[k], "B": b[k]}, "how": how,
                      "split": split_of(group), "source": turn["source"]})
+    final = {row["id"]: row["label"] for row in rows}
+    for name, labels in (("A", a), ("B", b)):  # the ceiling a labeller is scored against
+        print(f"annotator {name} against the adjudicated labels:", agreement(labels, final, keys))
     with gzip.open(CORPUS_FILE, "wt", encoding="utf-8", compresslevel=9) as handle:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -53,8 +53,8 @@ def add_classifier_parsers(sub: Any, handler: Callable[..., int]) -> None:
                        "--classifier or `classifier:` in an experiment file")
     train.add_argument("--with-corpus", action="store_true", help="adapt: train on the shipped "
                        "corpus's train split plus your rows")
-    train.add_argument("--c", type=float, default=0.25, help="inverse regularisation strength "
-                       "(default 0.25: the best of the grid on the corpus dev split)")
+    train.add_argument("--c", type=float, default=0.5, help="inverse regularisation strength "
+                       "(default 0.5: the best of the grid on the corpus dev split)")
     train.add_argument("--force", action="store_true", help="overwrite --output")
     train.set_defaults(handler=handler, action=train_command)
 

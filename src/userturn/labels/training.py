@@ -111,7 +111,7 @@ def assign_splits(examples: Sequence[Example], dev: float = 0.15) -> list[Exampl
     return out
 
 
-def fit(train: Sequence[Example], *, c: float = 0.25, balanced: bool = True,
+def fit(train: Sequence[Example], *, c: float = 0.5, balanced: bool = True,
         version: str = "1") -> LinearModel:
     """Multinomial logistic regression on the design matrix (dense columns standardised)."""
     try:
