@@ -21,7 +21,7 @@ from userturn.turns import read_turns
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
 RUNS = (Path("runs/corpus/plain"), Path("runs/corpus/chats"), Path("runs/corpus/perturbed"),
-        Path("runs/corpus/llamacpp"))
+        Path("runs/corpus/llamacpp"), Path("runs/corpus/conversations"))
 AUTHORED = HERE / "authored.jsonl"
 
 

@@ -1,6 +1,6 @@
 """Generate the model-written user turns of the labelled corpus (docs/corpus.md).
 
-Three probe runs of the embedded SmolLM2-135M-Instruct over five offline datasets:
+The probe runs of the embedded SmolLM2-135M-Instruct over six offline datasets:
   runs/corpus/plain      gsm_symbolic, MATH-style, IFBench: greedy and T = 0.7, 1.0, 1.3
   runs/corpus/chats      MT-Bench (24 questions): greedy and T = 1.0, with the real second turns
                          as the human baseline
@@ -8,6 +8,8 @@ Three probe runs of the embedded SmolLM2-135M-Instruct over five offline dataset
                          at T = 1.0: truncated answer, an appended question, a wrong final number
   runs/corpus/llamacpp   the same model quantized (Q4_1 GGUF) through llama.cpp, on the tasks and
                          MT-Bench: greedy and T = 1.0, 1.3 (second round; needs llama-cpp-python)
+  runs/corpus/conversations  the GGUF model writing the user turn after the first exchange of
+                         FastChat's sample conversations (their own assistant reply; round 4)
 The perturbed run starts from a copy of the plain run's store, so the answers (and the
 unperturbed turns it shares) are not generated twice. Resumable: re-run the same command after a kill.
 
@@ -30,7 +32,7 @@ from userturn.data.conversations import mtbench_question_file
 from userturn.pipeline import run_experiment
 
 HERE = Path(__file__).resolve().parent
-RUNS = ("plain", "chats", "perturbed", "llamacpp")
+RUNS = ("plain", "chats", "perturbed", "llamacpp", "conversations")
 MATH_TASKS = ("simple_equations", "fraction_simplification", "prime_factorization", "gcd", "lcm",
               "simple_geometry", "complex_arithmetic", "basic_arithmetic", "decimal_arithmetic",
               "polynomial_equations")
@@ -93,6 +95,13 @@ def main() -> None:
         "llamacpp": Experiment(**{**common, "models": ["llamacpp/smollm2"], "batch_size": 8},
                                datasets=[*tasks, *chats], limit=args.limit,
                                temperatures=[0.0, 1.0, 1.3], output=args.output / "llamacpp"),
+        # Real multi-turn conversations (FastChat's sample conversations, Apache-2.0): the user
+        # turn after the conversation's own first assistant reply (answerers: data), GGUF model.
+        "conversations": Experiment(
+            **{**common, "models": ["llamacpp/smollm2"], "batch_size": 8},
+            datasets=[f"conversations:{conversations_file()}"], answerers=["data"],
+            context_turns=1, limit=args.limit, temperatures=[0.0, 1.0],
+            output=args.output / "conversations"),
     }
     for name in args.runs:
         if name == "perturbed":
