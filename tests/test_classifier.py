@@ -190,3 +190,27 @@ def test_train_classifier_names_a_bad_label(tmp_path, capsys):
     assert main(["train-classifier", str(labelled), "-o", str(tmp_path / "x.npz")]) == 2
     assert "line 2: field 'label' is 'followup'" in capsys.readouterr().err
     assert not (tmp_path / "x.npz").exists()
+
+
+def test_relabelling_with_retrained_parameters_replaces_the_classifiers_labels(
+        gsm_file, tmp_path, capsys):
+    exp = experiment(gsm_file, tmp_path)
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    before = generations(exp.output)
+    assert main(["label", str(exp.output)]) == 0
+    printed = capsys.readouterr().out
+    assert "0 label(s) added" in printed  # the same parameters: nothing to redo
+    assert "in progress" not in printed  # the command does not report its own lock
+    mine = tmp_path / "mine.npz"
+    assert main(["train-classifier", str(small_labelled_file(tmp_path / "mine.jsonl")),
+                 "-o", str(mine)]) == 0
+    capsys.readouterr()
+    assert main(["label", str(exp.output), "--classifier", str(mine)]) == 0
+    store = RunStore.open(exp.output)
+    turns = read_turns(store)
+    assert f"{len(turns)} label(s) added" in capsys.readouterr().out
+    learned = [lab for t in turns for lab in t.labels if lab.source == "classifier"]
+    assert len(learned) == len(turns)
+    assert {lab.version for lab in learned} == {LearnedClassifier(path=mine).version}
+    assert {lab.label for lab in learned} <= {"follow_up", "generic", "restatement"}
+    assert generations(exp.output) == before  # only labels changed

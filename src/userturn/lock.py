@@ -71,9 +71,18 @@ def holder(folder: Path) -> str | None:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
+            if _holder_pid(path) == os.getpid():
+                return None  # this command reporting on its own work is not "in progress"
             return _describe_holder(path)
         fcntl.flock(handle, fcntl.LOCK_UN)
     return None
+
+
+def _holder_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text(encoding="utf-8").split(" ", 1)[0])
+    except (OSError, ValueError):
+        return None
 
 
 def _describe_holder(path: Path) -> str:

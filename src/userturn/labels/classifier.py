@@ -15,6 +15,7 @@ scikit-learn (``pip install 'userturn[classifier]'``); labelling needs numpy alo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -134,6 +135,15 @@ class LinearModel:
             score = score + self.weights[:, ids] @ values
         return score
 
+    def fingerprint(self) -> str:
+        """A short digest of the parameters: retrained parameters are a new labeller version, so
+        `userturn label` re-labels a run that older parameters labelled."""
+        digest = hashlib.sha256()
+        for array in (self.weights, self.bias, self.scale):
+            digest.update(np.ascontiguousarray(array, dtype=np.float32).tobytes())
+        digest.update(f"{self.temperature:.6g}|{'|'.join(self.labels)}".encode())
+        return digest.hexdigest()[:12]
+
     def probabilities(self, case: Case, verdict: Label | None = None) -> np.ndarray:
         z = self.logits(case, verdict) / self.temperature
         z = np.exp(z - z.max())
@@ -154,7 +164,7 @@ class LearnedClassifier:
                                     f"`userturn train-classifier corpus/corpus.jsonl.gz`")
             model = LinearModel.load(path)
         self.model = model
-        self.version = str(model.meta.get("version", "1"))
+        self.version = f"{model.meta.get('version', '1')}-{model.fingerprint()}"
 
     def classify(self, case: Case, rules: Label | None = None) -> Label:
         """``rules``: the rules' label of the case where the caller has it (not computed twice)."""
