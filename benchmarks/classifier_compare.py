@@ -25,15 +25,16 @@ import contextlib
 import functools
 import hashlib
 import io
-import re
 import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from userturn.labels.classifier import MODEL_FILE, N_DENSE, LearnedClassifier, design_matrix, rule_features
-from userturn.labels.training import Example, calibrate, evaluate, fit, predict
+from userturn.labels.classifier import (MODEL_FILE, N_DENSE, Cascade, LearnedClassifier,
+                                        design_matrix, rule_features, rule_of)
+from userturn.labels.training import (Example, calibrate, evaluate, fit, predict,
+                                      standardised_design)
 from userturn.labels.corpus import corpus_examples
 from userturn.records import LABELS, Case, Label
 from userturn.labels.rules import RulesClassifier
@@ -118,9 +119,9 @@ def smollm2_states(examples: Sequence[Example], cache: Path = STATES_CACHE) -> n
     """Per turn: SmolLM2-135M's last hidden state averaged over the turn's tokens, the mean and
     90th-percentile negative log-likelihood of those tokens (how likely the turn reads to the model;
     on the corpus it tracks the sampling temperature more than coherence) and log(1 + tokens), with
-    the last 400 characters of the answer as context. The key is the text alone: delete the cache
-    after changing this recipe. Cached by text and saved as it
-    goes (the run is long on a CPU and resumes after a kill)."""
+    the last 400 characters of the answer as context. Cached by text and saved as it goes (the
+    run is long on a CPU and resumes after a kill); the key is the text alone, so delete the
+    cache after changing this recipe."""
     import torch
 
     done: dict[str, np.ndarray] = {}
@@ -180,10 +181,8 @@ def smollm2_heads(train: Sequence[Example], dev: Sequence[Example]):
         head = LogisticRegression(C=c, max_iter=5000, class_weight="balanced").fit(s_train, y)
         rows.append((f"smollm2-lr C={c:g}", list(head.predict(s_dev)), head.coef_.size * 4))
 
-    x_train, x_dev = (design_matrix([ex.case for ex in exs]) for exs in (train, dev))
-    column = np.ones(x_train.shape[1])
-    column[:N_DENSE] = 1 / np.maximum(x_train[:, :N_DENSE].toarray().std(0), 1e-3)
-    x_train, x_dev = x_train @ sparse.diags(column), x_dev @ sparse.diags(column)
+    x_train, scale = standardised_design([ex.case for ex in train])  # as the shipped fit
+    x_dev, _ = standardised_design([ex.case for ex in dev], scale)
     for weight in (0.1, 0.3):  # how much the states count beside the shipped features
         head = LogisticRegression(C=0.25, max_iter=5000, class_weight="balanced")
         head.fit(sparse.hstack([x_train, s_train * weight]).tocsr(), y)
@@ -208,7 +207,7 @@ def main() -> None:
         size = MODEL_FILE.stat().st_size
         labels, probs, speed = timed(shipped.classify, dev)
         print(row("classifier", labels, dev, speed, size, probs))
-        cascade = lambda c: (lambda r: r if r.label else shipped.classify(c))(rules.classify(c))  # noqa
+        cascade = Cascade(shipped).classify
         labels, probs, speed = timed(cascade, dev)
         print(row("cascade", labels, dev, speed, size, probs))
         per_source(shipped, cascade, dev)
@@ -233,26 +232,26 @@ def main() -> None:
     print(row("features-gbm", labels, dev, speed, size))
     if args.smollm2:
         speed = smollm2_speed(dev)
-        model_size = 134_515_008 * 4  # SmolLM2-135M's parameters, fp32
+        model_size = sum(p.numel() for p in _smollm2()[1].parameters()) * 4  # fp32
         for name, labels, size in smollm2_heads(train, dev):
             print(row(name, labels, dev, speed, model_size + size))
     _, clf, c = best
     rule_precision(train)
-    decided = [ex for ex in dev if rules.classify(ex.case).label is not None]
+    by_rules, _ = predict(rules.classify, dev)
+    by_clf, _ = predict(clf.classify, dev)
+    decided = [i for i, label in enumerate(by_rules) if label != "undecided"]
     print(f"on the {len(decided)} dev turns the rules decide, right: rules "
-          f"{sum(rules.classify(ex.case).label == ex.label for ex in decided)}, features-lr "
-          f"C={c:g} {sum(clf.classify(ex.case).label == ex.label for ex in decided)}")
-    errors: dict[tuple[str, str], int] = {}
-    for ex in dev:
-        guess = clf.classify(ex.case).label
+          f"{sum(by_rules[i] == dev[i].label for i in decided)}, features-lr "
+          f"C={c:g} {sum(by_clf[i] == dev[i].label for i in decided)}")
+    errors: dict[tuple[str, ...], int] = {}
+    for ex, guess in zip(dev, by_clf):
         if guess != ex.label:
             pair = tuple(sorted((ex.label, str(guess))))
-            errors[pair] = errors.get(pair, 0) + 1  # type: ignore[index]
+            errors[pair] = errors.get(pair, 0) + 1
     print(f"commonest errors of features-lr C={c:g} on dev ({sum(errors.values())} in all): "
           + ", ".join(f"{a} / {b} {n}" for (a, b), n in
                       sorted(errors.items(), key=lambda kv: -kv[1])[:4]) + "\n")
-    cascade = lambda case: (lambda r: r if r.label else clf.classify(case))(rules.classify(case))  # noqa
-    labels, probs, speed = timed(cascade, dev)
+    labels, probs, speed = timed(Cascade(clf).classify, dev)
     print(row(f"cascade C={c:g}", labels, dev, speed, clf.model.weights.size * 4, probs))
 
 
@@ -287,7 +286,7 @@ def rule_precision(examples: Sequence[Example]) -> None:
         verdict = rules.classify(ex.case)
         if verdict.label is None:
             continue
-        rule = re.sub(r"[\d.,%]+|\(.*?\)", "", verdict.rationale).strip()[:52]
+        rule = rule_of(verdict).strip()[:52]
         tally = counts.setdefault((verdict.label, rule), [0, 0])
         tally[0] += 1
         tally[1] += verdict.label == ex.label

@@ -71,23 +71,26 @@ def holder(folder: Path) -> str | None:
         try:
             fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            if _holder_pid(path) == os.getpid():
+            record = _lock_record(path)
+            if record is not None and record[0] == str(os.getpid()):
                 return None  # this command reporting on its own work is not "in progress"
             return _describe_holder(path)
         fcntl.flock(handle, fcntl.LOCK_UN)
     return None
 
 
-def _holder_pid(path: Path) -> int | None:
-    try:
-        return int(path.read_text(encoding="utf-8").split(" ", 1)[0])
-    except (OSError, ValueError):
-        return None
-
-
-def _describe_holder(path: Path) -> str:
+def _lock_record(path: Path) -> tuple[str, str] | None:
+    """(pid, command) as the holder wrote them; None where unreadable."""
     try:
         pid, _, command = path.read_text(encoding="utf-8").strip().partition(" ")
     except OSError:
+        return None
+    return pid, command
+
+
+def _describe_holder(path: Path) -> str:
+    record = _lock_record(path)
+    if record is None:
         return "pid unknown"
+    pid, command = record
     return f"pid {pid or 'unknown'}, userturn {command or 'run'}"

@@ -65,9 +65,13 @@ def design_row(case: Case, verdict: Label | None = None) -> tuple[np.ndarray, li
     """One case as (dense features, hashed token ids) – the classifier's input. The rule that
     decided (or gave up) is a token too: its rationale without the numbers in it."""
     verdict = verdict or RulesClassifier().classify(case)  # the cascade passes its own
-    rule = re.sub(r"[\d.,%]+|\(.*?\)", "", verdict.rationale)[:60]
     return (np.asarray(rule_features(case, verdict), dtype=np.float32),
-            [*text_tokens(case), _hash("r:" + rule)])
+            [*text_tokens(case), _hash("r:" + rule_of(verdict))])
+
+
+def rule_of(verdict: Label) -> str:
+    """Which rule decided (or gave up): its rationale without the numbers in it."""
+    return re.sub(r"[\d.,%]+|\(.*?\)", "", verdict.rationale)[:60]
 
 
 def design_matrix(cases: Sequence[Case]):

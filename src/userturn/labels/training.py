@@ -122,13 +122,10 @@ def fit(train: Sequence[Example], *, c: float = 0.5, balanced: bool = True,
     labels = sorted({ex.label for ex in train}, key=LABELS.index)
     if len(labels) < 2:
         raise UserturnError(f"training needs at least two labels, the data has {labels}")
-    x = design_matrix([ex.case for ex in train]).tolil()
-    dense = x[:, :N_DENSE].toarray()
-    scale = np.maximum(dense.std(axis=0), 1e-3)
-    x[:, :N_DENSE] = dense / scale
+    x, scale = standardised_design([ex.case for ex in train])
     y = np.array([labels.index(ex.label) for ex in train])
     model = LogisticRegression(C=c, max_iter=3000, class_weight="balanced" if balanced else None)
-    model.fit(x.tocsr(), y)
+    model.fit(x, y)
     weights, bias = model.coef_, model.intercept_
     if len(labels) == 2:  # scikit-learn keeps one row for two classes
         weights = np.vstack([-weights[0] / 2, weights[0] / 2])
@@ -136,6 +133,17 @@ def fit(train: Sequence[Example], *, c: float = 0.5, balanced: bool = True,
     return LinearModel(weights, bias, scale, 1.0, tuple(labels),
                        {"version": version, "c": c, "balanced": balanced,
                         "trained_on": len(train)})
+
+
+def standardised_design(cases: Sequence[Case], scale: np.ndarray | None = None):
+    """The design matrix with its dense columns divided by ``scale`` (default: their standard
+    deviation over ``cases``, floored): (CSR matrix, scale)."""
+    x = design_matrix(cases).tolil()
+    dense = x[:, :N_DENSE].toarray()
+    if scale is None:
+        scale = np.maximum(dense.std(axis=0), 1e-3)
+    x[:, :N_DENSE] = dense / scale
+    return x.tocsr(), scale
 
 
 def calibrate(model: LinearModel, dev: Sequence[Example]) -> LinearModel:
