@@ -21,7 +21,9 @@ from userturn.turns import read_turns
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"
 RUNS = (Path("runs/corpus/plain"), Path("runs/corpus/chats"), Path("runs/corpus/perturbed"),
-        Path("runs/corpus/llamacpp"), Path("runs/corpus/conversations"))
+        Path("runs/corpus/llamacpp"), Path("runs/corpus/conversations"),
+        Path("runs/corpus/qwen-tasks"), Path("runs/corpus/qwen-chats"),
+        Path("runs/corpus/qwen-perturbed"), Path("runs/corpus/qwen-conversations"))
 AUTHORED = HERE / "authored.jsonl"
 
 

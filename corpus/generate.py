@@ -10,6 +10,13 @@ The probe runs of the embedded SmolLM2-135M-Instruct over six offline datasets:
                          MT-Bench: greedy and T = 1.0, 1.3 (second round; needs llama-cpp-python)
   runs/corpus/conversations  the GGUF model writing the user turn after the first exchange of
                          FastChat's sample conversations (their own assistant reply; round 4)
+  runs/corpus/qwen-*     a second, fluent generator (round 5): Qwen2.5-Coder-1.5B-Instruct, the
+                         official Q4_K_M GGUF assembled and verified by corpus/qwen_gguf.py,
+                         through llama.cpp: tasks and MT-Bench at greedy and T = 0.7, 1.0, 1.3,
+                         the perturbations at T = 1.0, and FastChat's conversations. It writes a
+                         few tokens a second here, so ``--runs qwen`` goes in rounds of growing
+                         limits (``--qwen-limits 6 12 24``): every condition has turns early, and a
+                         kill loses at most the request in flight.
 The perturbed run starts from a copy of the plain run's store, so the answers (and the
 unperturbed turns it shares) are not generated twice. Resumable: re-run the same command after a kill.
 
@@ -32,7 +39,8 @@ from userturn.data.conversations import mtbench_question_file
 from userturn.pipeline import run_experiment
 
 HERE = Path(__file__).resolve().parent
-RUNS = ("plain", "chats", "perturbed", "llamacpp", "conversations")
+RUNS = ("plain", "chats", "perturbed", "llamacpp", "conversations", "qwen")
+QWEN_RUNS = ("qwen-tasks", "qwen-chats", "qwen-perturbed", "qwen-conversations")
 MATH_TASKS = ("simple_equations", "fraction_simplification", "prime_factorization", "gcd", "lcm",
               "simple_geometry", "complex_arithmetic", "basic_arithmetic", "decimal_arithmetic",
               "polynomial_equations")
@@ -72,6 +80,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=1, help="user turns per answer at T > 0")
     parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS),
                         help="which runs, in this order")
+    parser.add_argument("--qwen-limits", type=int, nargs="+", default=[6, 12, 24],
+                        help="items per dataset of each successive round of the qwen runs")
     args = parser.parse_args()
     math_file = math_style_file(args.output / "math_style.jsonl")
     tasks = ["gsm_symbolic", f"math500:{math_file}", "ifbench"]
@@ -104,12 +114,44 @@ def main() -> None:
             output=args.output / "conversations"),
     }
     for name in args.runs:
+        if name == "qwen":
+            for limit in args.qwen_limits:
+                for run in qwen_experiments(args.output, tasks, common, limit):
+                    db = run.output / "userturn.db"
+                    tasks_db = args.output / "qwen-tasks" / "userturn.db"
+                    if run.perturbations and not db.exists() and tasks_db.exists():
+                        db.parent.mkdir(parents=True, exist_ok=True)  # share the greedy answers
+                        shutil.copy(tasks_db, db)
+                    run_experiment(run, progress=_progress)
+            continue
         if name == "perturbed":
             perturbed_db = args.output / "perturbed" / "userturn.db"
             if not perturbed_db.exists():  # the answers are shared: start from the plain store
                 perturbed_db.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(args.output / "plain" / "userturn.db", perturbed_db)
         run_experiment(experiments[name], progress=_progress)
+
+
+def qwen_experiments(output: Path, tasks: list[str], common: dict, limit: int) -> list[Experiment]:
+    """One round of the second generator's runs, ``limit`` items per dataset (a later round with
+    a larger limit resumes each folder: the items already done cost nothing)."""
+    from qwen_gguf import DEFAULT_OUT, SIZE
+
+    if not DEFAULT_OUT.exists() or DEFAULT_OUT.stat().st_size != SIZE:
+        raise SystemExit(f"{DEFAULT_OUT} is missing: run python corpus/qwen_gguf.py first")
+    qwen = {**common, "models": [f"llamacpp/{DEFAULT_OUT}"], "batch_size": 4}
+    return [
+        Experiment(**qwen, datasets=tasks, limit=limit, temperatures=[0.0, 0.7, 1.0, 1.3],
+                   output=output / "qwen-tasks"),
+        Experiment(**qwen, datasets=["mtbench"], limit=limit, temperatures=[0.0, 1.0, 1.3],
+                   output=output / "qwen-chats"),
+        Experiment(**qwen, datasets=tasks[:2], limit=max(2, limit // 2), temperatures=[1.0],
+                   perturbations=["truncate:0.5", "append_question:specific", "wrong_answer"],
+                   output=output / "qwen-perturbed"),
+        Experiment(**qwen, datasets=[f"conversations:{conversations_file()}"],
+                   answerers=["data"], context_turns=1, limit=limit, temperatures=[0.0, 1.0],
+                   output=output / "qwen-conversations"),
+    ]
 
 
 def _progress(description: str, total: int):
