@@ -121,7 +121,7 @@ def main() -> None:
                     tasks_db = args.output / "qwen-tasks" / "userturn.db"
                     if run.perturbations and not db.exists() and tasks_db.exists():
                         db.parent.mkdir(parents=True, exist_ok=True)  # share the greedy answers
-                        shutil.copy(tasks_db, db)
+                        snapshot(tasks_db, db)
                     run_experiment(run, progress=_progress)
             continue
         if name == "perturbed":
@@ -130,6 +130,14 @@ def main() -> None:
                 perturbed_db.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(args.output / "plain" / "userturn.db", perturbed_db)
         run_experiment(experiments[name], progress=_progress)
+
+
+def snapshot(source: Path, target: Path) -> None:
+    """A consistent copy of a run store, WAL included (a plain file copy can miss the WAL)."""
+    import sqlite3
+
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
 
 
 def qwen_experiments(output: Path, tasks: list[str], common: dict, limit: int) -> list[Experiment]:
