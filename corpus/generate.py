@@ -80,6 +80,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=1, help="user turns per answer at T > 0")
     parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(RUNS),
                         help="which runs, in this order")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="llama.cpp threads of the qwen runs (default: every core)")
     parser.add_argument("--qwen-limits", type=int, nargs="+", default=[6, 12, 24],
                         help="items per dataset of each successive round of the qwen runs")
     args = parser.parse_args()
@@ -116,7 +118,7 @@ def main() -> None:
     for name in args.runs:
         if name == "qwen":
             for limit in args.qwen_limits:
-                for run in qwen_experiments(args.output, tasks, common, limit):
+                for run in qwen_experiments(args.output, tasks, common, limit, args.threads):
                     db = run.output / "userturn.db"
                     tasks_db = args.output / "qwen-tasks" / "userturn.db"
                     if run.perturbations and not db.exists() and tasks_db.exists():
@@ -140,14 +142,16 @@ def snapshot(source: Path, target: Path) -> None:
         src.backup(dst)
 
 
-def qwen_experiments(output: Path, tasks: list[str], common: dict, limit: int) -> list[Experiment]:
+def qwen_experiments(output: Path, tasks: list[str], common: dict, limit: int,
+                     threads: int | None = None) -> list[Experiment]:
     """One round of the second generator's runs, ``limit`` items per dataset (a later round with
     a larger limit resumes each folder: the items already done cost nothing)."""
     from qwen_gguf import DEFAULT_OUT, SIZE
 
     if not DEFAULT_OUT.exists() or DEFAULT_OUT.stat().st_size != SIZE:
         raise SystemExit(f"{DEFAULT_OUT} is missing: run python corpus/qwen_gguf.py first")
-    qwen = {**common, "models": [f"llamacpp/{DEFAULT_OUT}"], "batch_size": 4}
+    qwen = {**common, "models": [f"llamacpp/{DEFAULT_OUT}"], "batch_size": 4,
+            "backend_args": {"n_threads": threads} if threads else {}}
     return [
         Experiment(**qwen, datasets=tasks, limit=limit, temperatures=[0.0, 0.7, 1.0, 1.3],
                    output=output / "qwen-tasks"),
