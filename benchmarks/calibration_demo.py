@@ -30,11 +30,11 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from userturn.cli import main as cli
+from userturn.cli.main import main as cli
 from userturn.labels.annotate import _sample_for
 from userturn.labels.corpus import corpus_examples
-from userturn.store import RunStore
-from userturn.turns import read_turns
+from userturn.store.database import RunStore
+from userturn.store.turns import read_turns
 
 
 def main() -> None:

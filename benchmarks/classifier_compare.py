@@ -31,13 +31,19 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from userturn.labels.classifier import (MODEL_FILE, N_DENSE, Cascade, LearnedClassifier,
-                                        design_matrix, rule_features, rule_of)
-from userturn.labels.training import (Example, calibrate, evaluate, fit, predict,
-                                      standardised_design)
+from userturn.labels.classifier import (
+    MODEL_FILE,
+    N_DENSE,
+    Cascade,
+    LearnedClassifier,
+    design_matrix,
+    rule_features,
+    rule_of,
+)
 from userturn.labels.corpus import corpus_examples
-from userturn.records import LABELS, Case, Label
 from userturn.labels.rules import RulesClassifier
+from userturn.labels.training import Example, calibrate, evaluate, fit, predict, standardised_design
+from userturn.records import LABELS, Case, Label
 
 
 def macro_f1(per_label: dict) -> float:
@@ -107,7 +113,7 @@ def _smollm2():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from userturn.models import materialize_embedded
+    from userturn.backends.models import materialize_embedded
 
     torch.set_num_threads(1)
     folder, _ = materialize_embedded("smollm2")

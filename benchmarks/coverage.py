@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from designs import clustered_hits  # noqa: E402
 
-from userturn.intervals import clustered_interval  # noqa: E402
+from userturn.stats.intervals import clustered_interval  # noqa: E402
 
 
 def bootstrap_interval(hits: np.ndarray, sizes: np.ndarray, rng: np.random.Generator,

@@ -26,7 +26,7 @@ def build_model(folder: Path) -> Path:
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from userturn.tiny import build_tiny_model
+    from userturn.backends.tiny import build_tiny_model
 
     tiny = build_tiny_model(folder / "tiny")
     tokenizer = AutoTokenizer.from_pretrained(tiny)
@@ -57,8 +57,8 @@ def main() -> int:
 
     from userturn.backends import BackendSpec
     from userturn.config import Experiment
-    from userturn.pipeline import run_experiment
-    from userturn.ray_executor import RayExecutor
+    from userturn.probe.pipeline import run_experiment
+    from userturn.probe.ray_executor import RayExecutor
 
     root = Path(tempfile.mkdtemp(prefix="userturn-gpu-ray-"))
     model = f"vllm/{build_model(root)}"

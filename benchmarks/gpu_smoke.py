@@ -32,10 +32,10 @@ def main() -> int:
 
     from userturn.backends import load_backend
     from userturn.backends.hf import TransformersBackend
-    from userturn.models import resolve_model
+    from userturn.backends.models import resolve_model
+    from userturn.backends.tiny import build_tiny_model
+    from userturn.chat.render import render_user_turn
     from userturn.records import GenerationParams, Request
-    from userturn.render import render_user_turn
-    from userturn.tiny import build_tiny_model
 
     if not torch.cuda.is_available():
         print("no CUDA device: nothing checked")

@@ -41,8 +41,8 @@ def main() -> int:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from userturn.render import ChatTemplate
-    from userturn.tiny import CHATML_TEMPLATE
+    from userturn.backends.tiny import CHATML_TEMPLATE
+    from userturn.chat.render import ChatTemplate
     from userturn.train.masks import IGNORE, loss_spans
 
     if args.device == "cuda" and not torch.cuda.is_available():

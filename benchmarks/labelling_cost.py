@@ -14,10 +14,10 @@ import argparse
 import time
 
 from userturn.backends import load_backend
+from userturn.chat.render import render_user_turn
 from userturn.data import load_dataset
 from userturn.labels.classifier import Cascade
 from userturn.records import Case, GenerationParams, Request
-from userturn.render import render_user_turn
 
 
 def main() -> None:

@@ -26,11 +26,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 from userturn.backends import load_backend  # noqa: E402
+from userturn.chat.render import render_assistant_turn  # noqa: E402
 from userturn.data import load_dataset  # noqa: E402
-from userturn.pipeline import Job, _generate  # noqa: E402
+from userturn.probe.pipeline import Job, _generate  # noqa: E402
 from userturn.records import GenerationParams, Request  # noqa: E402
-from userturn.render import render_assistant_turn  # noqa: E402
-from userturn.store import RunStore  # noqa: E402
+from userturn.store.database import RunStore  # noqa: E402
 
 TASK = """task: userturn_gsm_local
 dataset_path: json

@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 
 from userturn.backends import load_backend
+from userturn.chat.render import prompt_token_ids, render_user_turn
 from userturn.data import load_dataset
-from userturn.pipeline import Job, _generate
+from userturn.probe.pipeline import Job, _generate
 from userturn.records import GenerationParams, Request
-from userturn.render import prompt_token_ids, render_user_turn
-from userturn.store import RunStore
+from userturn.store.database import RunStore
 
 
 def probe_prompts(backend, items: int) -> list[str]:

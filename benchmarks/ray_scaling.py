@@ -29,8 +29,8 @@ def main() -> None:
 
     from userturn.backends import BackendSpec
     from userturn.config import Experiment
-    from userturn.pipeline import run_experiment
-    from userturn.ray_executor import RayExecutor
+    from userturn.probe.pipeline import run_experiment
+    from userturn.probe.ray_executor import RayExecutor
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     root = Path(tempfile.mkdtemp(prefix="userturn-ray-scaling-"))

@@ -59,12 +59,12 @@ def script(request) -> str:  # type: ignore[no-untyped-def]
 
 def child(args: argparse.Namespace) -> int:
     """One attempt: run the experiment (faults on unless --clean), then judge every user turn."""
-    from userturn import store as store_module
     from userturn.backends.fake import ScriptedBackend
-    from userturn.cli import main
+    from userturn.cli.main import main
     from userturn.labels.judge import Judge, OpenAIChatClient
-    from userturn.lock import RunLock
-    from userturn.pipeline import judge_turns, run_experiment
+    from userturn.probe.pipeline import judge_turns, run_experiment
+    from userturn.store import database as store_module
+    from userturn.store.lock import RunLock
 
     rng = random.Random(args.seed)
     log = open(args.log, "a", encoding="utf-8")
@@ -251,7 +251,7 @@ def soak(kills: int = 20, items: int = 40, samples: int = 4, seed: int = 0,
     lost = len(set(want) - set(got))
     extra = len(set(got) - set(want))
     changed = sum(1 for key in set(want) & set(got) if want[key] != got[key])
-    from userturn.cli import main
+    from userturn.cli.main import main
 
     doctor = main(["doctor", str(soaked)])
     figures = {

@@ -15,8 +15,8 @@ import random
 import sys
 from pathlib import Path
 
-from userturn.store import RunStore
-from userturn.turns import read_turns
+from userturn.store.database import RunStore
+from userturn.store.turns import read_turns
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "work"

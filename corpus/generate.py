@@ -36,7 +36,7 @@ from pathlib import Path
 
 from userturn.config import Experiment
 from userturn.data.conversations import mtbench_question_file
-from userturn.pipeline import run_experiment
+from userturn.probe.pipeline import run_experiment
 
 HERE = Path(__file__).resolve().parent
 RUNS = ("plain", "chats", "perturbed", "llamacpp", "conversations", "qwen")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from userturn.backends.hf import TransformersBackend
-from userturn.models import resolve_model
+from userturn.backends.models import resolve_model
 
 # The tests are offline (as CI is): a hub id must fail at once, not after minutes of retries.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

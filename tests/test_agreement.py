@@ -9,14 +9,22 @@ import math
 import pytest
 from rich.console import Console
 
-from userturn.labels.agreement import (NOTHING_TO_COMPARE, Agreement, cohen_kappa, confusion_matrix,
-                                kappa_interval, order_sources, pairwise_agreement, per_label,
-                                print_agreement)
 from userturn.backends.fake import ScriptedBackend
 from userturn.config import Experiment
-from userturn.pipeline import run_experiment
+from userturn.labels.agreement import (
+    NOTHING_TO_COMPARE,
+    Agreement,
+    cohen_kappa,
+    confusion_matrix,
+    kappa_interval,
+    order_sources,
+    pairwise_agreement,
+    per_label,
+    print_agreement,
+)
+from userturn.probe.pipeline import run_experiment
 from userturn.records import Label, Request
-from userturn.turns import read_turns
+from userturn.store.turns import read_turns
 
 F, G, N = "follow_up", "generic", "new_query"
 

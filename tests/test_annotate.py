@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from userturn.labels.annotate import DEFINITIONS, AnnotationError, AnnotationServer, build_sample
 from userturn.backends.fake import ScriptedBackend
 from userturn.config import Experiment
-from userturn.pipeline import run_experiment
+from userturn.labels.annotate import DEFINITIONS, AnnotationError, AnnotationServer, build_sample
+from userturn.probe.pipeline import run_experiment
 from userturn.records import LABELS, Label, Request
-from userturn.store import RunStore
-from userturn.turns import read_turns
+from userturn.store.database import RunStore
+from userturn.store.turns import read_turns
 
 PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 ITEMS, SAMPLES = 6, 2

@@ -9,9 +9,9 @@ import socket
 import pytest
 from test_annotate import call, human_labels, make_run
 
+from userturn.cli.main import main
 from userturn.labels.annotate import AnnotationServer
-from userturn.cli import main
-from userturn.store import RunStore
+from userturn.store.database import RunStore
 
 
 def raw_post(server: AnnotationServer, path: str, headers: dict[str, str], body: bytes) -> bytes:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import userturn
-from userturn.cli import main
+from userturn.cli.main import main
 from userturn.errors import ConfigError, StoreError
 from userturn.records import Label
-from userturn.store import RunStore
-from userturn.turns import COLUMNS, read_turns
+from userturn.store.database import RunStore
+from userturn.store.turns import COLUMNS, read_turns
 
 ROOT = Path(__file__).resolve().parents[1]
 

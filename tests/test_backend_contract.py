@@ -26,12 +26,12 @@ from openai_fake import Answer, Drop, Fail, FakeOpenAI, Garbage, Hang, Recorded,
 
 from userturn.backends import load_backend
 from userturn.backends.fake import ScriptedBackend
+from userturn.backends.models import resolve_model
 from userturn.backends.openai import OpenAICompletionsBackend
+from userturn.chat.render import prompt_token_ids, render_user_turn
 from userturn.errors import ModelError
-from userturn.models import resolve_model
 from userturn.records import GenerationParams, Request
-from userturn.render import prompt_token_ids, render_user_turn
-from userturn.turns import read_turns
+from userturn.store.turns import read_turns
 
 KEY = "sk-test-SECRET-0123456789"
 FAIL_SEED = 99  # the request every fault-capable harness fails
@@ -481,7 +481,7 @@ def test_transformers_serve_writes_the_same_greedy_user_turn(tiny_backend, tmp_p
         assert remote[2].raw_text.endswith(marker) and local[2].raw_text.endswith(marker)
         # A whole probe run through the server writes the same greedy user turns as in process.
         from userturn.config import Experiment
-        from userturn.pipeline import run_experiment
+        from userturn.probe.pipeline import run_experiment
 
         turns = {}
         for name, spec, extra in (("local", "tiny", {}), ("served", f"openai/{folder}", {
@@ -507,7 +507,7 @@ def test_transformers_serve_writes_the_same_greedy_user_turn(tiny_backend, tmp_p
 # --- `userturn render` of a served model and of a GGUF ------------------------------------------
 
 def _render(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
-    from userturn.cli import main
+    from userturn.cli.main import main
 
     code = main(["render", *args, "--query", "What is 6 x 7?", "--answer", "42."])
     captured = capsys.readouterr()
@@ -549,8 +549,8 @@ def two_end_tokens(tmp_path_factory: pytest.TempPathFactory, tiny_backend: Any) 
     user turn (where the tiny model writes a plain word)."""
     import shutil
 
-    from userturn.models import ModelRef
-    from userturn.tiny import add_end_token
+    from userturn.backends.models import ModelRef
+    from userturn.backends.tiny import add_end_token
 
     (free,) = tiny_backend.complete([request(tiny_backend, GenerationParams(0.0, 1.0, 8))])
     ids = tiny_backend.tokenizer(free.raw_text, add_special_tokens=False)["input_ids"]

@@ -14,8 +14,8 @@ from test_cli import assert_one_line_error, run_cli
 
 from userturn.labels.calibration import calibration_sample, inclusion_probabilities
 from userturn.records import Label
-from userturn.store import RunStore
-from userturn.turns import read_turns
+from userturn.store.database import RunStore
+from userturn.store.turns import read_turns
 
 
 @pytest.fixture

@@ -14,13 +14,13 @@ from test_judge_pipeline import script
 from test_pipeline import ITEMS, SAMPLES, experiment
 
 from userturn.backends.fake import ScriptedBackend
+from userturn.cli.main import main
 from userturn.labels.classifier import LearnedClassifier, LinearModel
-from userturn.cli import main
 from userturn.labels.corpus import corpus_examples
-from userturn.pipeline import run_experiment
+from userturn.probe.pipeline import run_experiment
 from userturn.records import LABELS, Case
-from userturn.store import RunStore
-from userturn.turns import read_turns
+from userturn.store.database import RunStore
+from userturn.store.turns import read_turns
 
 GSM_QUERY = ("Liam buys 4 boxes of pencils with 12 pencils in each box. He gives 15 pencils to "
              "his friends. How many pencils does he have left?")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from userturn.cli import main
+from userturn.backends.models import resolve_model
+from userturn.cli.main import main
 from userturn.config import Experiment, load_experiment
 from userturn.errors import ConfigError
-from userturn.models import resolve_model
 
 TINY = ["--model", "tiny", "--limit", "2", "--samples", "1", "--max-tokens", "8",
         "--user-max-tokens", "8"]
@@ -130,7 +130,7 @@ def test_report_on_a_folder_that_is_not_a_run(capsys, tmp_path):
 
 
 def test_help_explains_the_commands():
-    result = subprocess.run([sys.executable, "-m", "userturn.cli", "--help"],
+    result = subprocess.run([sys.executable, "-m", "userturn.cli.main", "--help"],
                             capture_output=True, text=True, check=True)
     for word in ("run", "render", "report", "export", "smollm2"):
         assert word in result.stdout

@@ -9,13 +9,13 @@ import pytest
 from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn
 
 from userturn.backends.fake import ScriptedBackend
-from userturn.cli import main
-from userturn.report.compare import compare_runs
+from userturn.cli.main import main
 from userturn.errors import StoreError
-from userturn.pipeline import run_experiment
+from userturn.probe.pipeline import run_experiment
 from userturn.records import Request
-from userturn.store import RunStore
-from userturn.turns import read_turns
+from userturn.report.compare import compare_runs
+from userturn.store.database import RunStore
+from userturn.store.turns import read_turns
 
 
 def answers(request: Request) -> str:

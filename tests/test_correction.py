@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from userturn.correction import Observation, corrected_rate, ppi_arrays, rogan_gladen
+from userturn.stats.correction import Observation, corrected_rate, ppi_arrays, rogan_gladen
 
 TRUE_RATE, SENSITIVITY, SPECIFICITY = 0.15, 0.6, 0.95
 
@@ -105,7 +105,7 @@ def test_rogan_gladen_by_hand():
 def test_corrected_paired_difference_covers():
     """Perturbed vs original on the same 200 items x 2 turns; the item's propensity is shared by
     both sides (paired) and 100 turns of each side are labelled by a person."""
-    from userturn.correction import corrected_difference
+    from userturn.stats.correction import corrected_difference
 
     rng = np.random.default_rng(5)
     true_delta, covered, runs = 0.10, 0, 300
@@ -125,7 +125,7 @@ def test_corrected_paired_difference_covers():
 
 
 def test_corrected_difference_needs_labels_on_both_sides():
-    from userturn.correction import corrected_difference
+    from userturn.stats.correction import corrected_difference
 
     a = [Observation(i, False, False, 0.5) for i in range(40)]
     b = [Observation(i, False, None) for i in range(40)]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from designs import clustered_hits, paired_hits
 
-from userturn.intervals import clustered_interval, paired_interval
+from userturn.stats.intervals import clustered_interval, paired_interval
 
 ITEMS, SAMPLES = (20, 50, 100, 200), (1, 2, 4, 8)
 RATES, SPREADS = (0.01, 0.02, 0.05, 0.15, 0.5), (0.0, 0.05, 0.2)

@@ -7,13 +7,13 @@ import json
 import pytest
 from test_pipeline import is_user_turn
 
-from userturn.backends.fake import ScriptedBackend
-from userturn.cli import main
-from userturn.config import Experiment
-from userturn.pipeline import run_experiment
-from userturn.records import Request
-from userturn.turns import read_answers, read_turns
 from userturn import load_run
+from userturn.backends.fake import ScriptedBackend
+from userturn.cli.main import main
+from userturn.config import Experiment
+from userturn.probe.pipeline import run_experiment
+from userturn.records import Request
+from userturn.store.turns import read_answers, read_turns
 
 CONVERSATIONS = [
     {"id": "c1", "conversations": [

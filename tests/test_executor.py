@@ -12,7 +12,7 @@ from openai_fake import Answer, FakeOpenAI
 
 from userturn.backends.openai import OpenAICompletionsBackend
 from userturn.config import load_experiment
-from userturn.executor import cut_units
+from userturn.probe.executor import cut_units
 from userturn.records import GenerationParams, Request
 
 RUN = ["run", "--model", "fake/probe", "--dataset", "gsm_symbolic", "--limit", "2",
@@ -39,7 +39,7 @@ def test_units_keep_each_item_on_one_lane_in_every_stage():
 
 
 def test_the_local_executor_never_imports_ray(tmp_path):
-    code = ("import sys; from userturn.cli import main; code = main(sys.argv[1:]); "
+    code = ("import sys; from userturn.cli.main import main; code = main(sys.argv[1:]); "
             "assert 'ray' not in sys.modules, 'ray was imported'; sys.exit(code)")
     done = subprocess.run([sys.executable, "-c", code, *RUN, "--output", str(tmp_path / "r")],
                           capture_output=True, text=True, timeout=300)
@@ -47,7 +47,7 @@ def test_the_local_executor_never_imports_ray(tmp_path):
 
 
 def test_executor_ray_without_ray_is_one_clear_error(tmp_path):
-    code = ("import sys; sys.modules['ray'] = None; from userturn.cli import main; "
+    code = ("import sys; sys.modules['ray'] = None; from userturn.cli.main import main; "
             "sys.exit(main(sys.argv[1:]))")
     done = subprocess.run([sys.executable, "-c", code, *RUN, "--executor", "ray",
                            "--output", str(tmp_path / "r")],

@@ -8,11 +8,11 @@ from openai_fake import Answer, Fail, FakeOpenAI
 from test_judge_pipeline import script
 from test_pipeline import ITEMS, SAMPLES, experiment
 
-from userturn.turns import read_turns
 from userturn.backends.fake import ScriptedBackend
-from userturn.cli import main
-from userturn.pipeline import run_experiment
-from userturn.store import RunStore
+from userturn.cli.main import main
+from userturn.probe.pipeline import run_experiment
+from userturn.store.database import RunStore
+from userturn.store.turns import read_turns
 
 JUDGED = ITEMS * (1 + SAMPLES)
 

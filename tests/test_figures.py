@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
 from test_report import build_run
+
 from userturn import load_run
-from userturn.cli import main
+from userturn.cli.main import main
 
 pytest.importorskip("matplotlib", reason="pip install 'userturn[figures]'")
 

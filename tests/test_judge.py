@@ -12,8 +12,15 @@ from openai_fake import Answer, Drop, Fail, FakeOpenAI, Garbage, Hang, Recorded
 
 from userturn.errors import ConfigError
 from userturn.labels.judge import (
-    CORRECTION, RUBRIC_VERSION, Judge, OpenAIChatClient, VerdictError, _retry_after,
-    case_message, judge_from_spec, parse_verdict,
+    CORRECTION,
+    RUBRIC_VERSION,
+    Judge,
+    OpenAIChatClient,
+    VerdictError,
+    _retry_after,
+    case_message,
+    judge_from_spec,
+    parse_verdict,
 )
 from userturn.records import LABELS, Case, Label
 

@@ -7,12 +7,12 @@ import sqlite3
 from openai_fake import Drop, FakeOpenAI
 from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn
 
-from userturn.backends.fake import ScriptedBackend
-from userturn.cli import main
-from userturn.pipeline import run_experiment
-from userturn.records import Request
-from userturn.turns import read_turns
 from userturn import load_run
+from userturn.backends.fake import ScriptedBackend
+from userturn.cli.main import main
+from userturn.probe.pipeline import run_experiment
+from userturn.records import Request
+from userturn.store.turns import read_turns
 
 
 def script(request: Request) -> str:
@@ -99,7 +99,7 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
     out = capsys.readouterr().out
     assert "judge:openai/judge-c@rubric1" in out and "rules" in out
     from userturn.labels.agreement import pairwise_agreement
-    from userturn.store import RunStore
+    from userturn.store.database import RunStore
 
     (pair,) = pairwise_agreement(read_turns(RunStore.open(exp.output)),
                                  sources=["rules", "judge:openai/judge-c@rubric1"])

@@ -11,13 +11,13 @@ from test_judge_pipeline import script
 from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn
 
 from userturn.backends.fake import ScriptedBackend
-from userturn.cli import main
+from userturn.chat.render import prompt_token_ids
+from userturn.cli.main import main
 from userturn.data import files, load_dataset
 from userturn.errors import DatasetError
-from userturn.pipeline import run_experiment
+from userturn.probe.pipeline import run_experiment
 from userturn.records import GenerationParams, Request
-from userturn.render import prompt_token_ids
-from userturn.store import RunStore
+from userturn.store.database import RunStore
 
 
 @pytest.mark.parametrize("flag, value, words", [

@@ -9,10 +9,10 @@ import pytest
 from conftest import QUESTIONS
 
 from userturn.backends import load_backend, load_template
+from userturn.backends.models import resolve_model, smollm2_gguf
+from userturn.chat.render import prompt_token_ids, render_user_turn
 from userturn.errors import ModelError
-from userturn.models import resolve_model, smollm2_gguf
 from userturn.records import GenerationParams, Request
-from userturn.render import prompt_token_ids, render_user_turn
 
 HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 needs_llama = pytest.mark.skipif(not HAS_LLAMA, reason="llama-cpp-python is not installed "
@@ -169,7 +169,7 @@ class FakeLlama:
 
 def fake_backend(script: list[str]):
     from userturn.backends.llamacpp import LlamaCppBackend
-    from userturn.models import ModelRef
+    from userturn.backends.models import ModelRef
 
     llama = FakeLlama(script)
     ref = ModelRef("llamacpp/fake.gguf", "llamacpp", "fake.gguf", "fake.gguf", "sha256:0")

@@ -5,11 +5,16 @@ from __future__ import annotations
 import pytest
 from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn, run, script
 
+from userturn import load_run
 from userturn.backends.fake import ScriptedBackend
 from userturn.errors import ConfigError
-from userturn.perturb import GENERIC_QUESTION, REFUSAL, parse_perturbation, parse_perturbations
-from userturn.turns import read_turns
-from userturn import load_run
+from userturn.probe.perturb import (
+    GENERIC_QUESTION,
+    REFUSAL,
+    parse_perturbation,
+    parse_perturbations,
+)
+from userturn.store.turns import read_turns
 
 ANSWER = "He had 3 * 12 = 36 pencils. After giving away 10 he has 36 - 10 = 26.\n#### 26"
 OTHERS = {"a": "answer A", "b": ANSWER, "c": "answer C"}
@@ -90,7 +95,7 @@ def test_reference_and_other_model_answerers(gsm_file, tmp_path):
                             spec="fake/other")
     exp = experiment(gsm_file, tmp_path, models=["fake/prober"],
                      answerers=["self", "reference", "fake/other"])
-    from userturn.pipeline import run_experiment
+    from userturn.probe.pipeline import run_experiment
 
     store = run_experiment(exp, backends={"fake/prober": prober, "fake/other": other})
     turns = read_turns(store)

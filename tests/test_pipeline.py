@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from userturn import load_run
 from userturn.backends.fake import ScriptedBackend
 from userturn.config import Experiment
-from userturn.export import export_user_turns
-from userturn.pipeline import run_experiment
+from userturn.probe.pipeline import run_experiment
 from userturn.records import Request
-from userturn.store import RunStore
-from userturn.turns import read_turns
-from userturn import load_run
+from userturn.store.database import RunStore
+from userturn.store.export import export_user_turns
+from userturn.store.turns import read_turns
 
 ITEMS = 6
 SAMPLES = 3

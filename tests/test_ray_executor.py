@@ -12,7 +12,7 @@ import pytest
 
 from userturn.backends import BackendSpec
 from userturn.config import Experiment
-from userturn.pipeline import run_experiment
+from userturn.probe.pipeline import run_experiment
 
 ray = pytest.importorskip("ray", reason="pip install 'userturn[ray]'")
 pytestmark = pytest.mark.ray
@@ -52,7 +52,7 @@ def stored(folder: Path) -> dict[str, list[tuple]]:
 
 
 def ray_run(exp: Experiment, specs: list[BackendSpec], **settings) -> dict:
-    from userturn.ray_executor import RayExecutor
+    from userturn.probe.ray_executor import RayExecutor
 
     with RayExecutor(specs, **settings) as executor:
         run_experiment(exp, backends=executor.backends, executor=executor).close()
@@ -121,7 +121,7 @@ def test_a_unit_that_always_fails_is_stored_as_errors_and_the_run_goes_on(tmp_pa
 
 def test_a_model_no_replica_can_build_is_one_clear_error():
     from userturn.errors import ModelError
-    from userturn.ray_executor import RayExecutor
+    from userturn.probe.ray_executor import RayExecutor
 
     with pytest.raises(ModelError, match="a replica of no-such-model could not build its "
                        "backend: .*unknown model 'no-such-model'"):

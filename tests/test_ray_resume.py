@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_resume import count, stored  # the same reads: count opens the store read-only
 
 pytest.importorskip("ray", reason="pip install 'userturn[ray]'")
@@ -27,7 +26,7 @@ TOTAL = 8 * (1 + 1 + 3)
 def userturn(log: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"}
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "userturn.cli", "run", *ARGS, *args],
+        return subprocess.Popen([sys.executable, "-m", "userturn.cli.main", "run", *ARGS, *args],
                                 stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
 

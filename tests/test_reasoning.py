@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from test_render_golden import ANSWER, GOLDEN, QUERY, SYSTEM, THOUGHT, compare_or_update, load
+
+from userturn.chat.render import render_assistant_turn, render_user_turn
+from userturn.chat.thinking import prompt_opens_thinking, split_thinking, thinking_format
 from userturn.errors import TemplateError
-from userturn.render import render_assistant_turn, render_user_turn
-from userturn.thinking import prompt_opens_thinking, split_thinking, thinking_format
 
 # What gpt-oss writes after "<|start|>assistant" (the generation prompt), up to its stop marker.
 HARMONY_ANSWER = (

@@ -7,20 +7,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import QUESTIONS
 from test_render_golden import load
+
+from userturn import load_run
 from userturn.backends.fake import ScriptedBackend
-from userturn.report.compare import compare_runs
 from userturn.config import Experiment
 from userturn.errors import ConfigError
 from userturn.labels.judge import Judge
-from userturn.pipeline import run_experiment
+from userturn.probe.pipeline import run_experiment
 from userturn.records import Case, Request
+from userturn.report.compare import compare_runs
 from userturn.report.page import browser_data
-from userturn.store import RunStore
-from userturn.turns import read_turns, read_answers
-from userturn import load_run
+from userturn.store.database import RunStore
+from userturn.store.turns import read_answers, read_turns
 
 ITEMS = 3
 BOXES, APPLES, PAGES = (q for q, _ in QUESTIONS[:ITEMS])

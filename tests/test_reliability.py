@@ -47,8 +47,8 @@ def test_rare_label_kappa_drops_where_ac1_does_not():
 
 
 def test_against_the_libraries_on_random_labels():
-    from sklearn.metrics import cohen_kappa_score
     import krippendorff
+    from sklearn.metrics import cohen_kappa_score
 
     rng = np.random.default_rng(4)
     a = rng.choice(LABELS, size=200, p=[0.1, 0.5, 0.1, 0.1, 0.1, 0.05, 0.05])

@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from userturn.errors import TemplateError
-from userturn.render import (
+from userturn.chat.render import (
     ChatTemplate,
     prompt_token_ids,
     render_assistant_turn,
     render_user_turn,
     visible_text,
 )
+from userturn.errors import TemplateError
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "fixtures" / "templates"

@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from userturn.errors import TemplateError
-from userturn.render import (
+from userturn.chat.render import (
     SYSTEM_KEPT,
     SYSTEM_MERGED_BY_TEMPLATE,
     SYSTEM_MOVED,
@@ -31,6 +30,7 @@ from userturn.render import (
     render_assistant_turn,
     render_user_turn,
 )
+from userturn.errors import TemplateError
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "fixtures" / "templates" / "published"
@@ -243,7 +243,7 @@ def test_a_template_that_drops_the_system_text_says_so():
 
 def test_the_old_character_cut_would_have_been_refused():
     # A stop that ends inside a known token is refused loudly, naming the model and the token.
-    from userturn.template_tokens import TokenLexer
+    from userturn.chat.template_tokens import TokenLexer
 
     lexer = TokenLexer(["<|assistant|>", "<think>"])
     assert lexer.ends_inside_token("<|assistant|><") == "<think>"
@@ -268,8 +268,8 @@ def test_the_tokenizer_s_own_tokens_decide_the_boundaries():
 
 
 def test_a_stop_cut_inside_a_token_is_refused_naming_the_model():
-    from userturn.render import _check_whole_tokens
-    from userturn.template_tokens import TokenLexer
+    from userturn.chat.render import _check_whole_tokens
+    from userturn.chat.template_tokens import TokenLexer
 
     with pytest.raises(TemplateError, match="chat template of m: .*'<think>'"):
         _check_whole_tokens("m", TokenLexer(["<think>"]), ("<|assistant|><",))

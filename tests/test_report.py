@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 from conftest import QUESTIONS
 
+from userturn import load_run
 from userturn.backends.fake import ScriptedBackend
 from userturn.config import Experiment
-from userturn.pipeline import run_experiment
+from userturn.probe.pipeline import run_experiment
 from userturn.records import Label, Request
 from userturn.report import export_tables, write_html_report
 from userturn.report.markup import json_for_script
-from userturn.stats import paired_difference
-from userturn.store import RunStore
-from userturn.turns import read_turns
-from userturn import load_run
+from userturn.stats.rates import paired_difference
+from userturn.store.database import RunStore
+from userturn.store.turns import read_turns
 
 MODELS = ["fake/alpha", "fake/beta"]
 TEMPERATURES = [0.0, 0.7, 1.0]

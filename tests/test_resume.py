@@ -20,7 +20,7 @@ def userturn(log: Path, *args: str) -> subprocess.Popen:
     # Output goes to a file: an unread pipe fills up and blocks the child.
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     with log.open("ab") as out:
-        return subprocess.Popen([sys.executable, "-m", "userturn.cli", "run", *ARGS, *args],
+        return subprocess.Popen([sys.executable, "-m", "userturn.cli.main", "run", *ARGS, *args],
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
 
 

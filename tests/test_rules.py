@@ -16,8 +16,8 @@ from typing import NamedTuple
 
 import pytest
 
-from userturn.records import LABELS, Case
 from userturn.labels.rules import RulesClassifier
+from userturn.records import LABELS, Case
 
 CHATML = "<|im_start|>assistant"
 

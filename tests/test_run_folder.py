@@ -18,16 +18,17 @@ import pytest
 from test_judge_pipeline import script
 from test_pipeline import experiment
 
-from userturn.turns import read_turns
-from userturn import atomic, store as store_module
 from userturn.backends.fake import ScriptedBackend
-from userturn.cli import main
+from userturn.cli.main import main
 from userturn.errors import StoreError
-from userturn.pipeline import run_experiment
+from userturn.probe.pipeline import run_experiment
+from userturn.store import atomic
+from userturn.store import database as store_module
+from userturn.store.turns import read_turns
 
 HOLD = """
 import sys, time
-from userturn.lock import RunLock
+from userturn.store.lock import RunLock
 with RunLock(sys.argv[1], "run"):
     print("held", flush=True)
     time.sleep(60)

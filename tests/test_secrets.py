@@ -10,9 +10,9 @@ import urllib.parse
 import pytest
 from openai_fake import Answer, Fail, FakeOpenAI, Recorded
 
-from userturn.turns import read_turns
 from userturn import credentials
-from userturn.cli import main
+from userturn.cli.main import main
+from userturn.store.turns import read_turns
 
 KEY = "sk-proj-Zq7Lm2Vb9Tn4Wc8Rd1Ke6Hs3Yp5Xa0"
 FORMS = {
@@ -82,7 +82,7 @@ def test_the_key_in_every_form_reaches_no_stored_or_printed_text(form, tmp_path,
     for path in files:
         assert leaks(path.read_bytes().decode("latin-1")) == [], path
     # The echoes did arrive (so the test sees something to scrub): the store holds them redacted.
-    from userturn.store import RunStore
+    from userturn.store.database import RunStore
 
     store = RunStore.open(run)
     texts = [t.user_turn for t in read_turns(store)] + [

@@ -8,12 +8,12 @@ from test_judge_pipeline import script
 from test_pipeline import experiment
 
 from userturn.backends.fake import ScriptedBackend
-from userturn.cli import main
+from userturn.cli.main import main
 from userturn.config import load_experiment
 from userturn.errors import ConfigError
 from userturn.labels.judge import Judge, OpenAIChatClient, judge_from_spec
-from userturn.pipeline import judge_turns, run_experiment
-from userturn.store import RunStore
+from userturn.probe.pipeline import judge_turns, run_experiment
+from userturn.store.database import RunStore
 
 
 def one_line_error(capsys, code: int, words: str) -> None:

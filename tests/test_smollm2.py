@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from userturn.config import Experiment
-from userturn.models import resolve_model
-from userturn.pipeline import run_experiment
-from userturn.turns import read_turns
 from userturn import load_run
+from userturn.backends.models import resolve_model
+from userturn.config import Experiment
+from userturn.probe.pipeline import run_experiment
+from userturn.store.turns import read_turns
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,6 @@ import socket
 import threading
 
 import pytest
-
 from conftest import NetworkUse
 
 

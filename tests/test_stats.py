@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from userturn.stats import (
+from userturn.stats.rates import (
     Correlation,
     Difference,
     McNemar,
@@ -54,7 +54,7 @@ def test_hits_in_few_items_are_not_taken_for_independent_turns():
     # 100 items of 8 turns, one hit in one item: the residuals look like independent turns
     # (n_eff = 800), but one item cannot show how alike an item's turns are, so n_eff is pulled
     # toward the items: 800 * 1 / 4 = 200. At 2 and 3 hit items: 400 and 600; at 4, no pull.
-    from userturn.intervals import effective_n
+    from userturn.stats.intervals import effective_n
 
     for hit_items, expected in ((1, 200), (2, 400), (3, 600), (4, 800)):
         hits = np.zeros(100)
@@ -325,7 +325,7 @@ def test_joint_table_empty_stratum_and_mixed_items():
 
 
 def test_direction_and_single_sample_mcnemar():
-    from userturn.stats import direction, paired_difference, single_sample_mcnemar
+    from userturn.stats.rates import direction, paired_difference, single_sample_mcnemar
 
     up = paired_difference([(i, False) for i in range(10)], [(i, i < 8) for i in range(10)])
     assert direction(up) == "expected" and direction(up, "down") == "opposite"

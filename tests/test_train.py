@@ -12,7 +12,7 @@ pytest.importorskip("trl", reason="pip install 'userturn[train]'")
 pytest.importorskip("peft", reason="pip install 'userturn[train]'")
 
 from userturn.backends.fake import ScriptedBackend  # noqa: E402
-from userturn.cli import main  # noqa: E402
+from userturn.cli.main import main  # noqa: E402
 from userturn.data import load_dataset  # noqa: E402
 from userturn.errors import DatasetError  # noqa: E402
 from userturn.records import Item  # noqa: E402
@@ -183,7 +183,7 @@ def test_sft_two_steps_on_the_tiny_model_then_before_after(tmp_path: Path, gsm_f
     manifest = json.loads((out / "manifest.json").read_text())
     training = manifest["training"]
     assert training["steps"] == 2 and training["loss_first"] > 0
-    from userturn.models import resolve_model
+    from userturn.backends.models import resolve_model
 
     assert manifest["base_model"] == "tiny"
     assert manifest["base_revision"] == resolve_model("tiny").revision
@@ -350,7 +350,7 @@ def test_the_saved_checkpoint_keeps_the_base_end_of_sequence(tiny_backend) -> No
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from userturn.models import resolve_model
+    from userturn.backends.models import resolve_model
     from userturn.train.trainers import _restore_stop, _stop_on
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model("tiny").path)

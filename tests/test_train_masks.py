@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from userturn.chat.render import ChatTemplate
 from userturn.errors import TemplateError
-from userturn.render import ChatTemplate
 from userturn.train.masks import IGNORE, build_example, loss_spans
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "templates"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from userturn.chat.render import render_user_turn
 from userturn.records import GenerationParams, Request
-from userturn.render import render_user_turn
 
 GREEDY = GenerationParams(temperature=0.0, max_tokens=12)
 HOT = GenerationParams(temperature=1.0, max_tokens=12)

@@ -8,25 +8,24 @@ paired difference against native.
 from __future__ import annotations
 
 import csv
-
 import json
 from pathlib import Path
 
 import pytest
 
-from userturn.cli import main
+from userturn.chat.render import SYSTEM_MOVED, ChatTemplate
+from userturn.cli.main import main
 from userturn.config import Experiment, load_experiment
 from userturn.errors import ConfigError
-from userturn.pipeline import run_experiment
-from userturn.render import SYSTEM_MOVED, ChatTemplate
-from userturn.turns import read_answers, read_turns
-from userturn.user_variants import (
+from userturn.probe.pipeline import run_experiment
+from userturn.probe.user_variants import (
     WARMUP,
     parse_user_variant,
     split_variant_spec,
     user_turn_prompt,
     variant_comparisons,
 )
+from userturn.store.turns import read_answers, read_turns
 
 HERE = Path(__file__).parent
 PUBLISHED = HERE / "fixtures" / "templates" / "published"
@@ -75,7 +74,7 @@ def test_a_template_whose_generation_prompt_opens_the_user_header(tmp_path):
     override.write_text(CHATML.replace("<|im_start|>assistant\n{% endif %}",
                                        "<|im_start|>user name=Alex\n{% endif %}"))
     variant = parse_user_variant(f"template:{override}")
-    from userturn.template_file import load_template_file
+    from userturn.chat.template_file import load_template_file
 
     prompt = user_turn_prompt(ChatTemplate(CHATML, "chatml"), MESSAGES, variant,
                               override=load_template_file(override))

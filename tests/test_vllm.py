@@ -17,8 +17,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed (pip install 'userturn
 from conftest import QUESTIONS  # noqa: E402
 
 from userturn.backends import load_backend  # noqa: E402
+from userturn.chat.render import prompt_token_ids, render_user_turn  # noqa: E402
 from userturn.records import GenerationParams, Request  # noqa: E402
-from userturn.render import prompt_token_ids, render_user_turn  # noqa: E402
 
 ANSWERS = ["The answer is 26.", "135 apples in total.", "She reads 120 pages.",
            "It goes 180 km.", "He has $32 left.", "There are 56 chairs."]

@@ -11,9 +11,9 @@ The Python API (docs/api.md)::
 
 __version__ = "0.1.0"
 
-from .api import Run, classify, load_run, render_user_turn, run  # noqa: E402
-from .errors import UserturnError  # noqa: E402
-from .turns import COLUMNS, Answer, Turn  # noqa: E402
+from userturn.api import Run, classify, load_run, render_user_turn, run  # noqa: E402
+from userturn.errors import UserturnError  # noqa: E402
+from userturn.store.turns import COLUMNS, Answer, Turn  # noqa: E402
 
 __all__ = ["COLUMNS", "Answer", "Run", "Turn", "UserturnError", "__version__", "classify", "load_run",
            "render_user_turn", "run"]

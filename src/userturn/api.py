@@ -10,16 +10,16 @@ from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from .errors import ConfigError, UserturnError
-from .records import Case, Label, Message
-from .store import RunStore
-from .turns import COLUMNS, Answer, Turn, label_sources, read_answers, read_turns
+from userturn.errors import ConfigError, UserturnError
+from userturn.records import Case, Label, Message
+from userturn.store.database import RunStore
+from userturn.store.turns import COLUMNS, Answer, Turn, label_sources, read_answers, read_turns
 
 if TYPE_CHECKING:
-    from .config import Experiment
-    from .render import Prompt
-    from .report.compute import Report
-    from .report.summary import SummaryRow
+    from userturn.chat.render import Prompt
+    from userturn.config import Experiment
+    from userturn.report.compute import Report
+    from userturn.report.summary import SummaryRow
 
 Labels = str | Sequence[str] | None
 
@@ -64,9 +64,8 @@ class Run:
     def summary(self, labels: Labels = None) -> list[SummaryRow]:
         """The rows of ``userturn report``'s table: the follow-up rate with its interval, label
         counts, undecided / invalid / failed turns and task accuracy per condition."""
-        from .report.summary import summarize
-
-        from .labels.calibration import inclusion_probabilities
+        from userturn.labels.calibration import inclusion_probabilities
+        from userturn.report.summary import summarize
 
         with self._open() as store:
             turns = read_turns(store, labels)
@@ -74,10 +73,9 @@ class Run:
 
     def report(self, labels: Labels = None) -> Report:
         """Every number of the HTML report (perturbation effects, accuracy panels, ...)."""
-        from .report.compute import build_report
-
-        from .labels.calibration import inclusion_probabilities
-        from .runstate import run_state
+        from userturn.labels.calibration import inclusion_probabilities
+        from userturn.report.compute import build_report
+        from userturn.store.runstate import run_state
 
         with self._open() as store:
             sources = label_sources(store, labels)
@@ -123,8 +121,8 @@ def run(experiment: Experiment | Mapping[str, Any] | str | Path | None = None,
     YAML file; keyword arguments override single settings, e.g.
     ``run(models=["tiny"], limit=3, output="runs/try")``. A finished run re-run makes no model
     calls."""
-    from .config import Experiment, load_experiment
-    from .pipeline import run_experiment
+    from userturn.config import Experiment, load_experiment
+    from userturn.probe.pipeline import run_experiment
 
     if isinstance(experiment, Experiment):
         exp = load_experiment(None, {**experiment.model_dump(), **overrides})
@@ -141,8 +139,8 @@ def render_user_turn(model: str, messages: Sequence[Message], *,
     """The exact probe prompt of ``model`` after ``messages`` (``[system?, user, assistant]``):
     the model's own chat template with an open user turn. ``Prompt.text`` is the prompt,
     ``Prompt.stop`` the markers that end the user turn, as ``userturn render`` prints them."""
-    from .backends import load_template
-    from .render import render_user_turn as render
+    from userturn.backends import load_template
+    from userturn.chat.render import render_user_turn as render
 
     return render(load_template(model, tokenizer), messages)
 
@@ -158,7 +156,7 @@ def classify(cases: Iterable[CaseLike], labeller: str = "rules") -> list[Label]:
     the rest undecided (``Label.label`` None)."""
     if labeller != "rules":
         raise ConfigError(f"unknown labeller {labeller!r}: the labellers are: rules")
-    from .labels.rules import RulesClassifier
+    from userturn.labels.rules import RulesClassifier
 
     rules = RulesClassifier()
     return [rules.classify(_case(case)) for case in cases]

@@ -10,7 +10,7 @@ from typing import Any, Literal, Mapping
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError
+from userturn.errors import ConfigError
 
 MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise; inf/nan break every backend
 MAX_ITEMS = 1_000_000
@@ -175,14 +175,14 @@ class Experiment(BaseModel):
     @field_validator("perturbations")
     @classmethod
     def _perturbations(cls, values: list[str]) -> list[str]:
-        from .perturb import parse_perturbations
+        from userturn.probe.perturb import parse_perturbations
 
         return [p.spec for p in parse_perturbations(values)]
 
     @field_validator("user_turn_variants")
     @classmethod
     def _user_turn_variants(cls, values: list[str]) -> list[str]:
-        from .user_variants import parse_user_variants
+        from userturn.probe.user_variants import parse_user_variants
 
         return [v.spec for v in parse_user_variants(values)]
 

@@ -14,7 +14,7 @@ import os
 import re
 import threading
 
-from .errors import ConfigError
+from userturn.errors import ConfigError
 
 REDACTED = "[redacted]"
 MIN_PARTIAL = 8  # this many leading characters of a key are taken for the key

@@ -12,10 +12,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-from ..errors import ModelError
-from ..models import resolve_model
-from ..records import Generation, Request
-from ..render import ChatTemplate
+from userturn.backends.models import resolve_model
+from userturn.chat.render import ChatTemplate
+from userturn.errors import ModelError
+from userturn.records import Generation, Request
 
 
 class Backend(Protocol):
@@ -75,27 +75,27 @@ def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
         if not base_url:
             raise ModelError(f"{spec} needs the server's address: --base-url "
                              "http://HOST:PORT/v1 (an OpenAI-compatible /v1/completions server)")
-        from .openai import OpenAICompletionsBackend
+        from userturn.backends.openai import OpenAICompletionsBackend
 
         return OpenAICompletionsBackend(spec.split("/", 1)[1], base_url=base_url,
                                         tokenizer=tokenizer, prompt_as=prompt_as,  # type: ignore[arg-type]
                                         concurrency=endpoint_concurrency)
     ref = resolve_model(spec)
     if ref.backend == "fake":
-        from .fake import ScriptedBackend, probe_script
+        from userturn.backends.fake import ScriptedBackend, probe_script
 
         return ScriptedBackend(probe_script, spec=spec, chunk_size=batch_size)
     if ref.backend == "vllm":
-        from .vllm import VLLMBackend
+        from userturn.backends.vllm import VLLMBackend
 
         return VLLMBackend(ref, options=_engine_args(ref.backend, backend_args),
                            chunk_size=max(batch_size, 64))
     if ref.backend == "llamacpp":
-        from .llamacpp import LlamaCppBackend
+        from userturn.backends.llamacpp import LlamaCppBackend
 
         return LlamaCppBackend(ref, options=_engine_args(ref.backend, backend_args),
                                chunk_size=batch_size)
-    from .hf import TransformersBackend
+    from userturn.backends.hf import TransformersBackend
 
     return TransformersBackend(ref, batch_size=batch_size, device=device)
 
@@ -120,7 +120,7 @@ def load_template(spec: str, tokenizer: str | None = None) -> ChatTemplate:
     """The chat template of a model, without loading its weights. ``openai/MODEL`` takes it from
     ``tokenizer`` (a local folder, embedded name or hub id; default MODEL), as its backend does."""
     if spec.startswith("openai/"):
-        from .openai import load_tokenizer
+        from userturn.backends.openai import load_tokenizer
 
         loaded, _ = load_tokenizer(tokenizer or spec.split("/", 1)[1])
         return ChatTemplate.from_tokenizer(loaded, spec)
@@ -128,11 +128,11 @@ def load_template(spec: str, tokenizer: str | None = None) -> ChatTemplate:
         raise ModelError("--tokenizer is for openai/MODEL models: other models bring their own")
     ref = resolve_model(spec)
     if ref.backend == "fake":
-        from .fake import fake_template
+        from userturn.backends.fake import fake_template
 
         return fake_template(spec)
     if ref.backend == "llamacpp":
-        from .llamacpp import read_gguf_template
+        from userturn.backends.llamacpp import read_gguf_template
 
         return read_gguf_template(ref.path, spec)
     from transformers import AutoTokenizer

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from typing import Callable, Sequence
 
-from ..records import Generation, Request
-from ..render import ChatTemplate
-from ..tiny import CHATML_TEMPLATE
+from userturn.backends.tiny import CHATML_TEMPLATE
+from userturn.chat.render import ChatTemplate
+from userturn.records import Generation, Request
 
 Script = Callable[[Request], str]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..errors import ModelError
-from ..models import ModelRef
-from ..records import Generation, GenerationParams, Request
-from ..render import ChatTemplate, prompt_token_ids
-from .turns import as_list, finish_turn, specials_longest_first, split_stops
+from userturn.backends.models import ModelRef
+from userturn.backends.turns import as_list, finish_turn, specials_longest_first, split_stops
+from userturn.chat.render import ChatTemplate, prompt_token_ids
+from userturn.errors import ModelError
+from userturn.records import Generation, GenerationParams, Request
 
 
 class TransformersBackend:

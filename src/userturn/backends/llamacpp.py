@@ -24,12 +24,12 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import ModelError
-from ..models import ModelRef
-from ..records import Generation, Request
-from ..render import ChatTemplate
-from .constraints import llama_grammar
-from .turns import finish_turn, specials_longest_first, split_stops
+from userturn.backends.constraints import llama_grammar
+from userturn.backends.models import ModelRef
+from userturn.backends.turns import finish_turn, specials_longest_first, split_stops
+from userturn.chat.render import ChatTemplate
+from userturn.errors import ModelError
+from userturn.records import Generation, Request
 
 DEFAULTS: dict[str, Any] = {"n_ctx": 4096, "verbose": False}
 

@@ -43,11 +43,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-from ..errors import ModelError
-from ..models import EMBEDDED, resolve_model
-from ..openai_http import APIError, OpenAIHTTP
-from ..records import Generation, Request
-from ..render import ChatTemplate, prompt_token_ids
+from userturn.backends.models import EMBEDDED, resolve_model
+from userturn.backends.openai_http import APIError, OpenAIHTTP
+from userturn.chat.render import ChatTemplate, prompt_token_ids
+from userturn.errors import ModelError
+from userturn.records import Generation, Request
 
 PromptAs = Literal["tokens", "text"]
 WHAT_WORKS = ("user turns need a server that completes raw prompts at /v1/completions (vLLM, "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
 
-from ..records import Generation
+from userturn.records import Generation
 
 Decode = Callable[[Sequence[int]], str]  # token ids -> text, special tokens kept
 

@@ -32,12 +32,12 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import ModelError
-from ..models import ModelRef
-from ..records import Generation, Request
-from ..render import ChatTemplate, prompt_token_ids
-from .constraints import vllm_structured
-from .turns import as_list, finish_turn, specials_longest_first, split_stops
+from userturn.backends.constraints import vllm_structured
+from userturn.backends.models import ModelRef
+from userturn.backends.turns import as_list, finish_turn, specials_longest_first, split_stops
+from userturn.chat.render import ChatTemplate, prompt_token_ids
+from userturn.errors import ModelError
+from userturn.records import Generation, Request
 
 
 class VLLMBackend:

@@ -455,7 +455,10 @@ def _sympy_expression(text: str) -> Any:
     try:
         import sympy
         from sympy.parsing.sympy_parser import (
-            convert_xor, implicit_multiplication_application, parse_expr, standard_transformations,
+            convert_xor,
+            implicit_multiplication_application,
+            parse_expr,
+            standard_transformations,
         )
 
         letters = set(re.findall(r"(?<![a-zA-Z])[a-zA-Z](?![a-zA-Z])", converted))

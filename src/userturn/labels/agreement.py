@@ -32,11 +32,11 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from ..records import LABELS
-from ..report.numbers import decimal, label_header, percent
-from ..stats import check_bootstrap, percentiles
-from ..turns import Turn
-from .reliability import constant_baseline, gwet_ac1, pabak
+from userturn.labels.reliability import constant_baseline, gwet_ac1, pabak
+from userturn.records import LABELS
+from userturn.report.numbers import decimal, label_header, percent
+from userturn.stats.rates import check_bootstrap, percentiles
+from userturn.store.turns import Turn
 
 _NAN = float("nan")
 _CHUNK = 256  # bootstrap resamples evaluated at once (bounds memory on large runs)

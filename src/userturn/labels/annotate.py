@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import urlsplit
 
-from ..errors import UserturnError
-from ..records import LABELS, Label
-from ..store import RunStore
-from ..turns import Turn, read_turns
-from ..correction import MIN_HUMAN_LABELS
-from .calibration import calibration_sample
+from userturn.errors import UserturnError
+from userturn.labels.calibration import calibration_sample
+from userturn.records import LABELS, Label
+from userturn.stats.correction import MIN_HUMAN_LABELS
+from userturn.store.database import RunStore
+from userturn.store.turns import Turn, read_turns
 
 DEFAULT_SIZE = 100
 DEFAULT_SEED = 0

@@ -1,4 +1,4 @@
-"""The human-labelled calibration sample behind corrected rates (:mod:`userturn.correction`).
+"""The human-labelled calibration sample behind corrected rates (:mod:`userturn.stats.correction`).
 
 - :func:`calibration_sample`: ``userturn annotate RUN --calibration N``: turns drawn at random,
   stratified by the labeller's predicted label (follow-up or not), half of the slots on the
@@ -23,10 +23,10 @@ import random
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import UserturnError
-from ..records import LABELS, Label
-from ..store import RunStore
-from ..turns import Turn, read_turns
+from userturn.errors import UserturnError
+from userturn.records import LABELS, Label
+from userturn.store.database import RunStore
+from userturn.store.turns import Turn, read_turns
 
 HUMAN_PREFIX = "human:"
 PREDICTED = ("follow_up", "other")  # the calibration strata

@@ -26,8 +26,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..records import LABELS, Case, Label
-from .rules import RulesClassifier, signals_of
+from userturn.labels.rules import RulesClassifier, signals_of
+from userturn.records import LABELS, Case, Label
 
 MODEL_FILE = Path(__file__).with_name("classifier_model.npz")
 HASH_BITS = 14
@@ -109,7 +109,7 @@ class LinearModel:
     meta: dict
 
     def save(self, path: Path) -> None:
-        from ..atomic import write_file
+        from userturn.store.atomic import write_file
 
         def write(temporary: Path) -> None:
             with open(temporary, "wb") as handle:  # a handle: numpy adds no ".npz" to its name
@@ -162,7 +162,7 @@ class LearnedClassifier:
     def __init__(self, model: LinearModel | None = None, path: Path = MODEL_FILE) -> None:
         if model is None:
             if not Path(path).exists():
-                from ..errors import UserturnError
+                from userturn.errors import UserturnError
 
                 raise UserturnError(f"no classifier parameters at {path}: train them with "
                                     f"`userturn train-classifier corpus/corpus.jsonl.gz`")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .training import Example, read_examples
+from userturn.labels.training import Example, read_examples
 
 CORPUS_FILE = Path(__file__).with_name("corpus.jsonl.gz")
 

@@ -15,10 +15,10 @@ import urllib.parse
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable, Generator, Protocol, Sequence
 
-from ..errors import ConfigError
-from ..openai_http import APIError, OpenAIHTTP, retry_after
-from ..records import LABELS, Case, Label
-from .rules import thinking_only
+from userturn.backends.openai_http import APIError, OpenAIHTTP, retry_after
+from userturn.errors import ConfigError
+from userturn.labels.rules import thinking_only
+from userturn.records import LABELS, Case, Label
 
 RUBRIC_VERSION = "1"  # bump whenever the rubric or the parser changes: stored beside labels
 
@@ -364,8 +364,8 @@ class BackendChatClient:
 
     def chat(self, messages: list[dict], *, max_tokens: int,
              json_schema: dict | None = None) -> str:
-        from ..records import GenerationParams, Request
-        from ..render import render_assistant_turn
+        from userturn.chat.render import render_assistant_turn
+        from userturn.records import GenerationParams, Request
 
         prompt = render_assistant_turn(self.backend.template, messages)
         constrained = json_schema is not None and getattr(self.backend, "constrained_decoding",
@@ -392,7 +392,7 @@ def judge_from_spec(spec: str, *, base_url: str | None = None,
     if not model.strip() or any(c.isspace() for c in model):
         raise ConfigError(f"unknown judge {spec!r}: expected openai/MODEL, "
                           "for example openai/gpt-5.4-mini")
-    from ..config import check_url
+    from userturn.config import check_url
 
     client = OpenAIChatClient(model, base_url=check_url(base_url), api_key=api_key)
     if urllib.parse.urlparse(client.base_url).hostname == OPENAI_HOST and not client.has_key:
@@ -402,8 +402,8 @@ def judge_from_spec(spec: str, *, base_url: str | None = None,
 
 
 def _local_judge(spec: str) -> Judge:
-    from ..backends import load_backend
-    from ..errors import ModelError
+    from userturn.backends import load_backend
+    from userturn.errors import ModelError
 
     try:
         backend = load_backend(spec, batch_size=1)

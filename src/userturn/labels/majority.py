@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from ..records import Label
-from ..store import RunStore
-from ..turns import read_turns
+from userturn.records import Label
+from userturn.store.database import RunStore
+from userturn.store.turns import read_turns
 
 MAJORITY = "judges:majority"
 

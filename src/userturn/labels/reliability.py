@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from ..records import LABELS
+from userturn.records import LABELS
 
 Pair = tuple[str, str]
 _NAN = float("nan")
@@ -134,7 +134,7 @@ def print_against_people(results: Sequence[Any], ratings: Mapping[str, Mapping[s
                          console: Any) -> None:
     from rich.table import Table
 
-    from ..report.numbers import decimal
+    from userturn.report.numbers import decimal
 
     rows = against_people(results)
     people = {s: r for s, r in ratings.items() if s.startswith("human:")}

@@ -31,7 +31,7 @@ import zlib
 from collections import Counter
 from typing import Callable, Iterable, Optional, Tuple
 
-from ..records import Case, Label
+from userturn.records import Case, Label
 
 Verdict = Tuple[Optional[str], str]  # (label, or None for undecided; which rule fired)
 

@@ -16,10 +16,10 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import UserturnError
-from ..records import LABELS, Case
-from .agreement import cohen_kappa, confusion_matrix, per_label
-from .classifier import N_DENSE, LinearModel, design_matrix
+from userturn.errors import UserturnError
+from userturn.labels.agreement import cohen_kappa, confusion_matrix, per_label
+from userturn.labels.classifier import N_DENSE, LinearModel, design_matrix
+from userturn.records import LABELS, Case
 
 REQUIRED = ("query", "answer", "user_turn")
 

@@ -5,8 +5,8 @@ out as one self-contained page, ``export_tables`` writes its tables, and
 ``figures.write_figures`` draws its plots for papers.
 """
 
-from .compute import Report, build_report
-from .page import write_html_report
-from .tables import export_tables
+from userturn.report.compute import Report, build_report
+from userturn.report.page import write_html_report
+from userturn.report.tables import export_tables
 
 __all__ = ["Report", "build_report", "export_tables", "write_html_report"]

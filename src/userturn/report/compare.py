@@ -5,7 +5,7 @@ matched by id. A run with one model is compared with the other run's one model w
 names (the usual base-vs-checkpoint case); with several models, models pair by name. Differences
 are B minus A, with paired score intervals over shared items (clustered by item), and an exact
 McNemar test where each item has a single greedy sample. Where the runs hold human labels, the
-difference corrected for the labeller's errors is given beside it (:mod:`userturn.correction`).
+difference corrected for the labeller's errors is given beside it (:mod:`userturn.stats.correction`).
 """
 
 from __future__ import annotations
@@ -17,15 +17,21 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from ..correction import CorrectedDifference, Observation, corrected_difference
-from ..errors import StoreError
-from ..labels.calibration import human_label, inclusion_probabilities, is_human
-from ..records import HUMAN
-from ..stats import Difference, McNemar, direction, mcnemar_exact, paired_difference
-from ..stats import single_sample_mcnemar
-from ..store import RunStore
-from ..turns import Answer, Turn, read_answers, read_turns
-from .numbers import difference, percent, temperature, temperature_label
+from userturn.errors import StoreError
+from userturn.labels.calibration import human_label, inclusion_probabilities, is_human
+from userturn.records import HUMAN
+from userturn.report.numbers import difference, percent, temperature, temperature_label
+from userturn.stats.correction import CorrectedDifference, Observation, corrected_difference
+from userturn.stats.rates import (
+    Difference,
+    McNemar,
+    direction,
+    mcnemar_exact,
+    paired_difference,
+    single_sample_mcnemar,
+)
+from userturn.store.database import RunStore
+from userturn.store.turns import Answer, Turn, read_answers, read_turns
 
 Unit = tuple[str, str, str, str, float]  # model pairing, dataset, answerer, perturbation, T
 
@@ -255,7 +261,7 @@ def comparison_html(comparisons: Sequence[Comparison], accuracy: Sequence[Accura
     plain text shown under the run names (escaped)."""
     from html import escape
 
-    from . import plots
+    from userturn.report import plots
 
     rows = [plots.ForestRow(
         group=f"{c.model_a} → {c.model_b} · {c.dataset}" + (

@@ -4,7 +4,7 @@ the perturbation effects, accuracy vs follow-up panels and the right-vs-wrong ta
 ``build_report`` computes; :mod:`.tables` writes the numbers as CSV and Parquet, :mod:`.page` lays
 them out as one self-contained HTML file, :mod:`.figures` draws them for papers. The numbers are
 the ones ``summarize`` and ``stats`` give: a turn counts towards a follow-up rate as
-:attr:`~userturn.turns.Turn.counts_toward_rate` says.
+:attr:`~userturn.store.turns.Turn.counts_toward_rate` says.
 """
 
 from __future__ import annotations
@@ -14,12 +14,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..perturb import EXPECTED
-from ..records import LABELS
-from ..stats import Correlation, Difference, McNemar, Rate, direction, joint_table
-from ..stats import paired_difference, rank_correlation, single_sample_mcnemar
-from ..turns import STATUSES, Answer, Turn
-from .summary import SummaryRow, assistant_errors, summarize
+from userturn.probe.perturb import EXPECTED
+from userturn.records import LABELS
+from userturn.report.summary import SummaryRow, assistant_errors, summarize
+from userturn.stats.rates import (
+    Correlation,
+    Difference,
+    McNemar,
+    Rate,
+    direction,
+    joint_table,
+    paired_difference,
+    rank_correlation,
+    single_sample_mcnemar,
+)
+from userturn.store.turns import STATUSES, Answer, Turn
 
 # The stacked categories of the label plot and the browser's filter: labels, then statuses.
 CATEGORIES = [(label, label.replace("_", " ")) for label in LABELS] + [
@@ -87,12 +96,12 @@ def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Pa
     """Every number of the report. ``turns`` are read with ``sources`` (the label sources in
     priority order); ``meta`` is the run's stored metadata; ``inclusion`` the human-labelled
     turns' inclusion probabilities (as :func:`.summary.summarize` takes them); ``state`` the
-    run's :class:`~userturn.runstate.RunState` for the header."""
+    run's :class:`~userturn.store.runstate.RunState` for the header."""
     rows = summarize(turns, answers, inclusion)
     ordered = sorted(turns, key=_turn_order)
     models = list(dict.fromkeys(meta.get("config", {}).get("models", [])))
     models += sorted({r.model for r in rows} - set(models))
-    from ..user_variants import variant_comparisons
+    from userturn.probe.user_variants import variant_comparisons
 
     return Report(Path(folder).resolve(), meta, list(sources), rows, _comparisons(ordered),
                   _panels(rows), _joints(ordered), ordered, models, assistant_errors(answers), state,

@@ -11,10 +11,10 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..errors import UserturnError
-from . import charts, plots
-from .compute import CATEGORIES, Report
-from .numbers import temperature_axis
+from userturn.errors import UserturnError
+from userturn.report import charts, plots
+from userturn.report.compute import CATEGORIES, Report
+from userturn.report.numbers import temperature_axis
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

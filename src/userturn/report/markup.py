@@ -13,8 +13,8 @@ import time
 from html import escape
 from typing import Any, Sequence
 
-from ..stats import Rate
-from .numbers import interval_digits, percent
+from userturn.report.numbers import interval_digits, percent
+from userturn.stats.rates import Rate
 
 
 def json_for_script(data: Any) -> str:

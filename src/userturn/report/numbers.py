@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..stats import Difference, Rate
+    from userturn.stats.rates import Difference, Rate
 
 # Short column names of the labels, for narrow tables.
 LABEL_HEADERS = {"follow_up": "follow-up", "generic": "generic", "new_query": "new",

@@ -14,11 +14,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..atomic import make_folder, refuse_to_replace, write_text
-from . import plots, sections
-from .compute import CATEGORIES, Report
-from .markup import esc, fill, json_for_script, now
-from .tables import export_tables
+from userturn.report import plots, sections
+from userturn.report.compute import CATEGORIES, Report
+from userturn.report.markup import esc, fill, json_for_script, now
+from userturn.report.tables import export_tables
+from userturn.store.atomic import make_folder, refuse_to_replace, write_text
 
 # The sample browser's long texts, stored once in the page and referred to by index.
 SHARED_TEXTS = ("query", "answer", "prompt")
@@ -147,7 +147,7 @@ def _template() -> str:
 
 
 def browser_data(report: Report) -> dict[str, Any]:
-    """The sample browser's data: each turn as a row of :data:`~userturn.turns.COLUMNS` (the
+    """The sample browser's data: each turn as a row of :data:`~userturn.store.turns.COLUMNS` (the
     export's columns) with every label of every source; long texts (queries, answers, prompts)
     are stored once and the row holds their index."""
     texts: dict[str, int] = {}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from html import escape
 from typing import Sequence
 
-from .numbers import percent, temperature_axis
+from userturn.report.numbers import percent, temperature_axis
 
 MODEL_COLOURS = ("#3b6ea8", "#d4803a", "#4c956c", "#b5464b", "#7a68a6", "#8c6d53", "#c5719d",
                  "#6b7b8c", "#a89a3c", "#4aa3b5")

@@ -6,14 +6,21 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from . import charts, plots
-from .compute import CATEGORIES, PerturbationEffect, Report
-from .markup import count, esc, group_starts, rate_html, section, table
-from ..records import LABELS
-from .numbers import decimal, label_header, p_value, percent, points, temperature
-from .numbers import temperature_axis
-from ..correction import MIN_HUMAN_LABELS, Corrected
-from ..stats import Difference, McNemar, Rate
+from userturn.records import LABELS
+from userturn.report import charts, plots
+from userturn.report.compute import CATEGORIES, PerturbationEffect, Report
+from userturn.report.markup import count, esc, group_starts, rate_html, section, table
+from userturn.report.numbers import (
+    decimal,
+    label_header,
+    p_value,
+    percent,
+    points,
+    temperature,
+    temperature_axis,
+)
+from userturn.stats.correction import MIN_HUMAN_LABELS, Corrected
+from userturn.stats.rates import Difference, McNemar, Rate
 
 NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "
                   "judge labels them; invalid verdicts and failed generations are left out of the "
@@ -257,8 +264,8 @@ def export(links: Sequence[str]) -> str:
 def agreement(report: Report) -> str:
     """Every pair of label sources that labelled the same turns (kappa, AC1, PABAK, the constant
     baseline), each labeller against the people, and each judge's labels and invalid rate."""
-    from ..labels.agreement import pairwise_agreement
-    from ..labels.reliability import against_people
+    from userturn.labels.agreement import pairwise_agreement
+    from userturn.labels.reliability import against_people
 
     results = [r for r in pairwise_agreement(report.turns) if r.n >= 2]
     judges = _judge_rows(report)

@@ -11,12 +11,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..correction import Corrected, Observation, corrected_rate
-from ..labels.calibration import human_label, is_human
-from ..records import HUMAN, LABELS
-from ..stats import Rate, clustered_rate
-from ..turns import Answer, Turn
-from .numbers import LABEL_HEADERS, f1, interval_text, percent, rate_interval, temperature
+from userturn.labels.calibration import human_label, is_human
+from userturn.records import HUMAN, LABELS
+from userturn.report.numbers import (
+    LABEL_HEADERS,
+    f1,
+    interval_text,
+    percent,
+    rate_interval,
+    temperature,
+)
+from userturn.stats.correction import Corrected, Observation, corrected_rate
+from userturn.stats.rates import Rate, clustered_rate
+from userturn.store.turns import Answer, Turn
 
 NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors", "accuracy",
            "vs real turn")
@@ -42,7 +49,7 @@ class SummaryRow:
     # the data has one (None otherwise).
     similarity: float | None = None
     # The follow-up rate corrected for the labeller's errors with the human labels among the
-    # row's turns (PPI++, userturn.correction); None with the reason in ``correction_note``
+    # row's turns (PPI++, userturn.stats.correction); None with the reason in ``correction_note``
     # when there are too few, and both None when no person labelled a turn of the row.
     corrected: Corrected | None = None
     correction_note: str | None = None
@@ -209,8 +216,8 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
 
 def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> None:
     """IFEval/IFBench runs: the four accuracies the benchmarks define, per model and dataset."""
-    from ..data.instructions import aggregate
-    from ..records import Score
+    from userturn.data.instructions import aggregate
+    from userturn.records import Score
 
     groups: dict[tuple[str, str], list[Score]] = defaultdict(list)
     for answer in answers:

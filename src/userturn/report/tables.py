@@ -1,5 +1,5 @@
 """Every table of the run report as flat records, written as CSV (and Parquet when pyarrow is
-installed). The ``user_turns`` table has the columns of :data:`userturn.turns.COLUMNS`, as the
+installed). The ``user_turns`` table has the columns of :data:`userturn.store.turns.COLUMNS`, as the
 export and the sample browser do."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from ..atomic import make_folder, write_file
-from ..records import LABELS
-from ..stats import Rate
-from .compute import CATEGORIES, PerturbationEffect, Report
-from .summary import SummaryRow
+from userturn.records import LABELS
+from userturn.report.compute import CATEGORIES, PerturbationEffect, Report
+from userturn.report.summary import SummaryRow
+from userturn.stats.rates import Rate
+from userturn.store.atomic import make_folder, write_file
 
 
 def _rate_cols(prefix: str, rate: Rate | None) -> dict[str, Any]:

@@ -22,17 +22,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..backends import Backend
-from ..config import Experiment
-from ..data import Dataset, load_dataset
-from ..data.conversations import CONVERSATION_KEYS, CONVERSATION_SUFFIXES, content_at, role_at
-from ..data.files import RowError, check_file, read_rows
-from ..errors import DatasetError
-from ..pipeline import Progress, run_experiment
-from ..records import GenerationParams, Request
-from ..render import render_assistant_turn
-from ..turns import read_answers, read_turns
-from .masks import check_roles
+from userturn.backends import Backend
+from userturn.chat.render import render_assistant_turn
+from userturn.config import Experiment
+from userturn.data import Dataset, load_dataset
+from userturn.data.conversations import (
+    CONVERSATION_KEYS,
+    CONVERSATION_SUFFIXES,
+    content_at,
+    role_at,
+)
+from userturn.data.files import RowError, check_file, read_rows
+from userturn.errors import DatasetError
+from userturn.probe.pipeline import Progress, run_experiment
+from userturn.records import GenerationParams, Request
+from userturn.store.turns import read_answers, read_turns
+from userturn.train.masks import check_roles
 
 Conversation = list[dict[str, Any]]  # messages; a message may carry "loss": False
 

@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..report.compare import AccuracyComparison, Comparison, compare_runs, comparison_html
-from ..config import Experiment
-from ..data import Dataset
-from ..pipeline import Progress, run_experiment
-from ..records import Case
-from ..turns import read_turns
-from ..store import RunStore
-from .heldout import HeldOutRules
-from .settings import TrainSettings
+from userturn.config import Experiment
+from userturn.data import Dataset
+from userturn.probe.pipeline import Progress, run_experiment
+from userturn.records import Case
+from userturn.report.compare import AccuracyComparison, Comparison, compare_runs, comparison_html
+from userturn.store.database import RunStore
+from userturn.store.turns import read_turns
+from userturn.train.heldout import HeldOutRules
+from userturn.train.settings import TrainSettings
 
 GAMING_NOTE = ("The training signal came from the offline cascade, the rules then the learned "
                "classifier ({how}). Follow-up rates measured by the same cascade can rise "
@@ -80,8 +80,8 @@ def before_after(settings: TrainSettings, held_out: Dataset, checkpoint: Path, *
 
 
 def _assistant_header(model: str) -> str:
-    from ..backends import load_template
-    from ..render import derive_markers
+    from userturn.backends import load_template
+    from userturn.chat.render import derive_markers
 
     return derive_markers(load_template(model)).assistant_header.strip()
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from ..records import Case, Label
+from userturn.records import Case, Label
 
 _WORD = re.compile(r"[a-z]+|\d+(?:\.\d+)?")
 _ASKS = re.compile(r"^\W*(why|how|what|which|when|where|who|whose|can|could|would|will|should|"

@@ -18,10 +18,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Sequence
 
-from ..errors import TemplateError
-from ..render import (ChatTemplate, derive_markers, merge_system, prompt_token_ids,
-                      render_assistant_turn, render_user_turn, visible_text)
-from ..template_tokens import common_prefix
+from userturn.chat.render import (
+    ChatTemplate,
+    derive_markers,
+    merge_system,
+    prompt_token_ids,
+    render_assistant_turn,
+    render_user_turn,
+    visible_text,
+)
+from userturn.chat.template_tokens import common_prefix
+from userturn.errors import TemplateError
 
 LossOn = Literal["assistant", "user", "both"]
 LOSS_ON: tuple[str, ...] = ("assistant", "user", "both")

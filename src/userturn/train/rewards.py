@@ -18,12 +18,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Mapping, Sequence
 
-from ..backends import Backend
-from ..backends.turns import finish_turn, specials_longest_first, split_stops
-from ..data import Scorer
-from ..records import Case, GenerationParams, Item, Request
-from ..render import render_user_turn
-from ..labels.classifier import Cascade
+from userturn.backends import Backend
+from userturn.backends.turns import finish_turn, specials_longest_first, split_stops
+from userturn.chat.render import render_user_turn
+from userturn.data import Scorer
+from userturn.labels.classifier import Cascade
+from userturn.records import Case, GenerationParams, Item, Request
 
 
 class ProbeReward:

@@ -18,18 +18,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..backends.hf import TransformersBackend
-from ..backends.turns import as_list
-from ..errors import ModelError, UserturnError
-from ..models import resolve_model
-from ..pipeline import Progress, run_experiment, versions
-from ..config import Experiment
-from ..render import ChatTemplate, derive_markers, render_assistant_turn, render_user_turn
-from .data import Split, conversations_file, self_generated, split_dataset, write_conversations
-from .evaluate import BeforeAfter, before_after, summary_rows
-from ..turns import read_answers
-from .masks import build_example
-from .settings import RLSettings, SFTSettings, TrainSettings
+from userturn.backends.hf import TransformersBackend
+from userturn.backends.models import resolve_model
+from userturn.backends.turns import as_list
+from userturn.chat.render import (
+    ChatTemplate,
+    derive_markers,
+    render_assistant_turn,
+    render_user_turn,
+)
+from userturn.config import Experiment
+from userturn.errors import ModelError, UserturnError
+from userturn.probe.pipeline import Progress, run_experiment, versions
+from userturn.store.turns import read_answers
+from userturn.train.data import (
+    Split,
+    conversations_file,
+    self_generated,
+    split_dataset,
+    write_conversations,
+)
+from userturn.train.evaluate import BeforeAfter, before_after, summary_rows
+from userturn.train.masks import build_example
+from userturn.train.settings import RLSettings, SFTSettings, TrainSettings
 
 MANIFEST = "manifest.json"
 
@@ -158,9 +169,11 @@ def run_rl(settings: RLSettings, progress: Progress | None = None,
     rl_args = dict(num_generations=settings.num_generations, max_completion_length=completion,
                    beta=settings.beta, temperature=settings.rl_temperature)
     if settings.algorithm == "grpo":
-        from trl import GRPOConfig as Config, GRPOTrainer as Trainer
+        from trl import GRPOConfig as Config
+        from trl import GRPOTrainer as Trainer
     else:
-        from trl import RLOOConfig as Config, RLOOTrainer as Trainer
+        from trl import RLOOConfig as Config
+        from trl import RLOOTrainer as Trainer
     trainer = Trainer(model=model, reward_funcs=[reward], args=Config(**common, **rl_args),
                       train_dataset=rows, processing_class=tokenizer,
                       peft_config=_lora(settings))
@@ -293,7 +306,7 @@ def _free_memory() -> None:
 
 def _reward(settings: RLSettings, tokenizer: Any, backend: TransformersBackend,
             items: dict[str, Any], split: Split, stops: Any) -> Any:
-    from .rewards import CollabReward, ProbeReward
+    from userturn.train.rewards import CollabReward, ProbeReward
 
     if settings.reward == "probe":
         header = derive_markers(backend.template).assistant_header.strip()

@@ -6,7 +6,7 @@ already has. Where the generations are made is the executor's business:
 
 - :class:`LocalExecutor`: in this process, one unit after the other, on the backends the pipeline
   loaded (the path userturn always had: units are the backend's ``chunk_size``).
-- ``userturn.ray_executor.RayExecutor``: Ray actors, each holding one backend (``executor: ray``).
+- ``userturn.probe.ray_executor.RayExecutor``: Ray actors, each holding one backend (``executor: ray``).
 
 An executor never opens the run store: only the driver writes it, so a killed driver, a dead
 actor or a unit that ran twice never leaves half a unit or a duplicate behind.
@@ -18,8 +18,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Protocol, Sequence
 
-from .backends import Backend
-from .records import Generation, Request
+from userturn.backends import Backend
+from userturn.records import Generation, Request
 
 
 @dataclass(frozen=True)

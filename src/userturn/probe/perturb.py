@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from .errors import ConfigError
+from userturn.errors import ConfigError
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 GENERIC_QUESTION = "Does that make sense, or would you like me to explain any step in more detail?"

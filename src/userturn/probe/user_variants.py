@@ -29,12 +29,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from .errors import ConfigError, UserturnError
-from .records import Generation, Message, Request
-from .render import ChatTemplate, Prompt, derive_markers, render_user_turn
+from userturn.chat.render import ChatTemplate, Prompt, derive_markers, render_user_turn
+from userturn.errors import ConfigError, UserturnError
+from userturn.records import Generation, Message, Request
 
 if TYPE_CHECKING:
-    from .turns import Turn
+    from userturn.store.turns import Turn
 
 KINDS = ("native", "prefill", "system", "template", "warmup")
 # Synthetic earlier exchanges for warmup:K: short, unambiguous, closed (no open question).
@@ -158,7 +158,7 @@ class UserVariantBackend:
         self.template: ChatTemplate = base.template
         self.override: ChatTemplate | None = None
         if variant.kind == "template":
-            from .template_file import load_template_file
+            from userturn.chat.template_file import load_template_file
 
             self.override = load_template_file(variant.value, bos=base.template.bos_token,
                                                eos=base.template.eos_token)
@@ -248,7 +248,7 @@ def variant_comparisons(turns: Sequence[Turn]) -> list[VariantComparison]:
     perturbation and temperature."""
     from collections import defaultdict
 
-    from .stats import paired_difference
+    from userturn.stats.rates import paired_difference
 
     groups: dict[tuple, list[tuple[str, bool]]] = defaultdict(list)
     for t in turns:

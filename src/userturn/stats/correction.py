@@ -37,7 +37,7 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-from .intervals import wilson, z_value
+from userturn.stats.intervals import wilson, z_value
 
 MIN_HUMAN_LABELS = 30  # fewer: the correction is not shown (its variance estimate is unreliable)
 
@@ -199,7 +199,7 @@ def corrected_difference(a: Sequence[Observation], b: Sequence[Observation], *,
     """Corrected ``b - a`` on the items both sides share (perturbed vs original, trained vs
     base), each side power-tuned on its own; the interval is Wald on the paired linearised
     variance ``k/(k-1) sum_i (r_bi / N_b - r_ai / N_a)^2``, so the item effects shared by both
-    sides cancel as in :func:`~userturn.stats.paired_difference`. A reason when a side has fewer
+    sides cancel as in :func:`~userturn.stats.rates.paired_difference`. A reason when a side has fewer
     than ``minimum`` human labels on the shared items."""
     items = sorted({o.item for o in a} & {o.item for o in b}, key=str)
     shared = set(items)

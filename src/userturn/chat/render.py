@@ -16,10 +16,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .errors import TemplateError
-from .records import Message
-from .template_tokens import TokenLexer
-from .thinking import thinking_block, thinking_format
+from userturn.chat.template_tokens import TokenLexer
+from userturn.chat.thinking import thinking_block, thinking_format
+from userturn.errors import TemplateError
+from userturn.records import Message
 
 # Plain ASCII letters and digits: survives trim, escaping and every template we know unchanged.
 SENTINELS = ("qZ7userturnSentinelA", "qZ7userturnSentinelB", "qZ7userturnSentinelC")

@@ -31,7 +31,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .intervals import clustered_interval, paired_interval
+from userturn.stats.intervals import clustered_interval, paired_interval
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def paired_difference(a: Iterable[tuple[Hashable, bool]], b: Iterable[tuple[Hash
 
     Assumes items are the independent units and samples within an item are not (clustered), and
     that the two sides are measured on the same items, so item difficulty is shared (paired). The
-    interval is :func:`~userturn.intervals.paired_interval`: each side's clustered Wilson limits
+    interval is :func:`~userturn.stats.intervals.paired_interval`: each side's clustered Wilson limits
     combined through the correlation of the two sides' item residuals, so the between-item
     variation cancels in the difference instead of being counted twice, as it would be by two
     independent clustered intervals. With one greedy turn per item it is Newcombe's interval

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from .atomic import describe, make_folder
-from .errors import StoreError
+from userturn.errors import StoreError
+from userturn.store.atomic import describe, make_folder
 
 LOCK_NAME = "userturn.lock"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .records import Case, Message
-from .store import RunStore
+from userturn.records import Case, Message
+from userturn.store.database import RunStore
 
 STATUSES = ("undecided", "invalid", "failed")  # what a turn without a label is instead
 COLUMNS = ("model", "answerer", "dataset", "perturbation", "temperature", "sample_index",

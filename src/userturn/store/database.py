@@ -20,9 +20,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .credentials import scrub, scrub_value
-from .errors import StoreError
-from .records import Generation, Label, Request, Score
+from userturn.credentials import scrub, scrub_value
+from userturn.errors import StoreError
+from userturn.records import Generation, Label, Request, Score
 
 DB_NAME = "userturn.db"
 SCHEMA_VERSION = 1  # stored in meta; a store of a newer schema is refused, not misread
@@ -132,7 +132,7 @@ def _create_database(path: Path) -> None:
     except sqlite3.Error as exc:
         raise StoreError(storage_problem(exc, path)) from None
     except OSError as exc:
-        from .atomic import describe
+        from userturn.store.atomic import describe
 
         raise StoreError(describe(exc, path)) from None
     finally:
@@ -245,7 +245,7 @@ class RunStore:
 
     @classmethod
     def create(cls, folder: Path) -> RunStore:
-        from .atomic import make_folder
+        from userturn.store.atomic import make_folder
 
         make_folder(Path(folder))
         path = Path(folder) / DB_NAME
@@ -398,7 +398,7 @@ class RunStore:
     def user_turn_rows(self) -> list[dict[str, Any]]:
         """Every planned user turn joined with its generation, the answer it follows (the
         context's answer, perturbed or not) and that answer's task score, in report order.
-        ``userturn.turns.read_turns`` makes them :class:`~userturn.turns.Turn` values."""
+        ``userturn.store.turns.read_turns`` makes them :class:`~userturn.store.turns.Turn` values."""
         query = """
         SELECT p.model, p.dataset, p.item_id, p.context, p.temperature, p.sample_index,
                p.answerer, p.perturbation, p.key, g.text, g.raw_text, g.thinking,

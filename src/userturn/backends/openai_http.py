@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from typing import Any, Callable, TypeVar
 
-from . import credentials
+from userturn import credentials
 
 T = TypeVar("T")
 

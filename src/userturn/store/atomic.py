@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from .credentials import scrub
-from .errors import StoreError
+from userturn.credentials import scrub
+from userturn.errors import StoreError
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 RUN_FILES = ("userturn.db", "userturn.db-wal", "userturn.db-shm", "userturn.lock")

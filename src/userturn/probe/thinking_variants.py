@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Mapping, Sequence
 
-from .backends import Backend
-from .config import Experiment
-from .errors import ConfigError
-from .records import Generation, Message, Request
-from .render import ChatTemplate, render_assistant_turn, render_user_turn
+from userturn.backends import Backend
+from userturn.chat.render import ChatTemplate, render_assistant_turn, render_user_turn
+from userturn.config import Experiment
+from userturn.errors import ConfigError
+from userturn.records import Generation, Message, Request
 
 
 class ThinkingVariant:

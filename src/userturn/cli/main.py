@@ -9,15 +9,22 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
-from . import arguments
-from .errors import ConfigError, UserturnError
-from .models import EMBEDDED
+from userturn.backends.models import EMBEDDED
+from userturn.cli import arguments
+from userturn.errors import ConfigError, UserturnError
 
 if TYPE_CHECKING:
-    from .store import RunStore
-    from .turns import Answer, Turn
+    from userturn.store.database import RunStore
+    from userturn.store.turns import Answer, Turn
 
 def _parser() -> argparse.ArgumentParser:
     models = "; ".join(f"{name}: {text}" for name, text in EMBEDDED.items())
@@ -39,10 +46,10 @@ def _parser() -> argparse.ArgumentParser:
     arguments.add_compare(sub, _compare)
     arguments.add_export(sub, _export)
     arguments.add_doctor(sub, _doctor)
-    from .train.cli import add_train_parser
+    from userturn.cli.train import add_train_parser
 
     add_train_parser(sub, _train)
-    from .labels.commands import add_classifier_parsers
+    from userturn.cli.labels import add_classifier_parsers
 
     add_classifier_parsers(sub, _classifier)
     return parser
@@ -51,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     # Everything the command prints (tables, warnings, error lines, a traceback) passes the
     # credentials scrubber: a key a server echoed back never reaches a terminal or a CI log.
-    from .credentials import ScrubbedStream
+    from userturn.credentials import ScrubbedStream
 
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = ScrubbedStream(out), ScrubbedStream(err)
@@ -98,8 +105,8 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:  #
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    from .config import load_experiment
-    from .pipeline import run_experiment
+    from userturn.config import load_experiment
+    from userturn.probe.pipeline import run_experiment
 
     keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
             "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
@@ -110,7 +117,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
             "user_turn_variants")
     overrides = {k: getattr(args, k) for k in keys}
     if args.fields:
-        from .data.files import parse_field_mappings
+        from userturn.data.files import parse_field_mappings
 
         overrides["fields"] = parse_field_mappings(args.fields)
     experiment = load_experiment(args.config, overrides)
@@ -129,7 +136,7 @@ def _classifier(args: argparse.Namespace, console: Console) -> int:
 
 
 def _train(args: argparse.Namespace, console: Console) -> int:
-    from .train.cli import train_command
+    from userturn.cli.train import train_command
 
     with _progress_bars() as progress:
         return train_command(args, console, progress)
@@ -148,18 +155,18 @@ def _progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
 
 
 def _render(args: argparse.Namespace, console: Console) -> int:
-    from .errors import ConfigError
-    from .user_variants import UserVariantBackend, parse_user_variant
+    from userturn.errors import ConfigError
+    from userturn.probe.user_variants import UserVariantBackend, parse_user_variant
 
     if args.model is None:
-        from .template_file import load_template_file
+        from userturn.chat.template_file import load_template_file
 
         if args.tokenizer is not None:
             raise ConfigError("--tokenizer is for --model openai/MODEL, not --template")
         template = load_template_file(args.template, bos=args.bos, eos=args.eos)
         name = f"template file {args.template}"
     else:
-        from .backends import load_template
+        from userturn.backends import load_template
 
         if args.bos is not None or args.eos is not None:
             raise ConfigError("--bos and --eos are for --template: a model brings its own")
@@ -193,26 +200,26 @@ class _TemplateOnly:
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:
-    from .labels.calibration import inclusion_probabilities
-    from .store import RunStore
+    from userturn.labels.calibration import inclusion_probabilities
+    from userturn.store.database import RunStore
 
     store = RunStore.open(args.run)
     _check_sources(store, args.labels)
     turns, answers, sources = print_tables(store, console, args.labels)
     if args.html or args.figures:
-        from .report import build_report
-        from .runstate import run_state
+        from userturn.report import build_report
+        from userturn.store.runstate import run_state
 
         report = build_report(turns, answers, folder=store.folder, meta=store.meta(),
                               sources=sources, inclusion=inclusion_probabilities(store, turns),
                               state=run_state(store))
         if args.figures:
-            from .report.figures import write_figures
+            from userturn.report.figures import write_figures
 
             written = write_figures(report, args.figures)
             console.print(f"wrote {len(written)} figure files to {args.figures}")
         if args.html:
-            from .report import write_html_report
+            from userturn.report import write_html_report
 
             page = write_html_report(report, args.run / "report.html",
                                      tables_dir=args.run / "report_tables")
@@ -222,13 +229,12 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
 
 def _judge(args: argparse.Namespace, console: Console) -> int:
-    from .labels.agreement import pairwise_agreement, print_agreement
-    from .labels.judge import judge_from_spec
-    from .pipeline import judge_with_all
-    from .store import RunStore
-    from .turns import read_turns
-
-    from .lock import RunLock
+    from userturn.labels.agreement import pairwise_agreement, print_agreement
+    from userturn.labels.judge import judge_from_spec
+    from userturn.probe.pipeline import judge_with_all
+    from userturn.store.database import RunStore
+    from userturn.store.lock import RunLock
+    from userturn.store.turns import read_turns
 
     store = RunStore.open(args.run)  # before the judge: a wrong folder is the likelier mistake
     judges = [judge_from_spec(spec, base_url=args.base_url)
@@ -253,19 +259,19 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
 
 def _fail_if_all_failed(store, kind: str) -> None:  # type: ignore[no-untyped-def]
     """A command whose every request failed did nothing: say so, exit non-zero."""
-    from .errors import RequestsFailed
+    from userturn.errors import RequestsFailed
 
     if store.tally.all_failed(kind):
         raise RequestsFailed(store.tally.summary(kind))
 
 
 def _annotate(args: argparse.Namespace, console: Console) -> int:
-    from .labels.annotate import serve
+    from userturn.labels.annotate import serve
 
     if args.import_file is not None:
-        from .labels.annotate import NAME_PATTERN, AnnotationError
-        from .labels.calibration import import_labels
-        from .store import RunStore
+        from userturn.labels.annotate import NAME_PATTERN, AnnotationError
+        from userturn.labels.calibration import import_labels
+        from userturn.store.database import RunStore
 
         if not NAME_PATTERN.fullmatch(args.annotator):
             raise AnnotationError(f"annotator name {args.annotator!r}: use letters, digits, _ . -")
@@ -277,11 +283,10 @@ def _annotate(args: argparse.Namespace, console: Console) -> int:
 
 
 def _agreement(args: argparse.Namespace, console: Console) -> int:
-    from .labels.agreement import pairwise_agreement, print_agreement
-    from .store import RunStore
-    from .turns import read_turns
-
-    from .labels.reliability import print_against_people, ratings_of
+    from userturn.labels.agreement import pairwise_agreement, print_agreement
+    from userturn.labels.reliability import print_against_people, ratings_of
+    from userturn.store.database import RunStore
+    from userturn.store.turns import read_turns
 
     store = RunStore.open(args.run)
     turns = read_turns(store)
@@ -298,7 +303,7 @@ def _agreement(args: argparse.Namespace, console: Console) -> int:
 def _datasets(args: argparse.Namespace, console: Console) -> int:
     from rich.table import Table
 
-    from .data import CATALOG
+    from userturn.data import CATALOG
 
     table = Table(title="Datasets (--dataset SPEC)")
     for column in ("spec", "source", "size", "accuracy", "offline"):
@@ -310,8 +315,8 @@ def _datasets(args: argparse.Namespace, console: Console) -> int:
 
 
 def _compare(args: argparse.Namespace, console: Console) -> int:
-    from .report.compare import compare_runs, print_comparison
-    from .store import RunStore
+    from userturn.report.compare import compare_runs, print_comparison
+    from userturn.store.database import RunStore
 
     a, b = RunStore.open(args.run_a), RunStore.open(args.run_b)
     _check_sources(a, args.labels)
@@ -320,9 +325,8 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     names = (str(args.run_a), str(args.run_b))
     print_comparison(comparisons, accuracy, console, names)
     if args.html:
-        from .report.compare import comparison_html
-
-        from .atomic import write_text
+        from userturn.report.compare import comparison_html
+        from userturn.store.atomic import write_text
 
         write_text(args.html, comparison_html(comparisons, accuracy, names), force=args.force)
         console.print(f"wrote {args.html}")
@@ -345,11 +349,15 @@ def _check_sources(store, labels: Sequence[str] | None) -> None:  # type: ignore
 def print_tables(store: RunStore, console: Console, labels: Sequence[str] | None = None
                   ) -> tuple[list[Turn], list[Answer], list[str]]:
     """Print the run's tables; returns what they were read from (each run is read once)."""
-    from .report.summary import assistant_errors, print_instruction_accuracy, print_summary
-    from .labels.calibration import inclusion_probabilities
-    from .report.summary import summarize
-    from .turns import label_sources, read_answers, read_turns
-    from .user_variants import print_variant_comparisons, variant_comparisons
+    from userturn.labels.calibration import inclusion_probabilities
+    from userturn.probe.user_variants import print_variant_comparisons, variant_comparisons
+    from userturn.report.summary import (
+        assistant_errors,
+        print_instruction_accuracy,
+        print_summary,
+        summarize,
+    )
+    from userturn.store.turns import label_sources, read_answers, read_turns
 
     sources = label_sources(store, labels or None)
     turns, answers = read_turns(store, sources), read_answers(store)
@@ -365,7 +373,7 @@ def print_tables(store: RunStore, console: Console, labels: Sequence[str] | None
     counts = ", ".join(f"{source} {n}" for source, n in by.items())
     console.print(f"[dim]labels from: {', then '.join(sources)} (user turns labelled by "
                   f"{counts or 'nobody yet'})[/dim]")
-    from .runstate import run_state
+    from userturn.store.runstate import run_state
 
     state = run_state(store)
     for line in (state.skipped_line(), state.line()):
@@ -375,9 +383,9 @@ def print_tables(store: RunStore, console: Console, labels: Sequence[str] | None
 
 
 def _export(args: argparse.Namespace, console: Console) -> int:
-    from .export import export_user_turns
-    from .store import RunStore
-    from .turns import read_turns
+    from userturn.store.database import RunStore
+    from userturn.store.export import export_user_turns
+    from userturn.store.turns import read_turns
 
     store = RunStore.open(args.run)
     out = args.out or args.run / f"user_turns.{args.format}"
@@ -391,8 +399,8 @@ def _export(args: argparse.Namespace, console: Console) -> int:
 
 
 def _doctor(args: argparse.Namespace, console: Console) -> int:
-    from .runstate import doctor, run_state
-    from .store import SCHEMA_VERSION, RunStore
+    from userturn.store.database import SCHEMA_VERSION, RunStore
+    from userturn.store.runstate import doctor, run_state
 
     store = RunStore.open(args.run)  # not a store, empty, foreign, newer schema: one line, exit 2
     problems = doctor(store)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
-from .lock import holder
-from .store import RunStore
+from userturn.store.database import RunStore
+from userturn.store.lock import holder
 
 STAGE_NAMES = {"assistant": "assistant turns", "user": "user turns"}
 

@@ -19,26 +19,36 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from . import __version__
-from .backends import Backend, BackendSpec
-from .config import Experiment
-from .data import Dataset, load_dataset
-from .errors import TemplateError, UserturnError
-from .executor import Executor, LocalExecutor, WorkUnit, cut_units
-from .labels.classifier import LearnedClassifier
-from .labels.judge import Judge, judge_from_spec
-from .labels.majority import store_majority
-from .lock import RunLock
-from .perturb import Perturbation, parse_perturbations
-from .records import HUMAN, Generation, GenerationParams, Item, Message, Request
-from .render import Prompt, render_assistant_turn, render_user_turn
-from .labels.rules import RulesClassifier
-from .store import RunStore, generation_key
-from .thinking import ThinkingFormat, prompt_opens_thinking, split_thinking, thinking_format
-from .turns import StoredLabel, Turn, read_turns
-from .thinking_variants import ThinkingVariant, thinking_variants
-from .user_variants import (UserVariantBackend, answers_as, expand_user_variants, user_prompt_of,
-                            variant_meta)
+from userturn import __version__
+from userturn.backends import Backend, BackendSpec
+from userturn.chat.render import Prompt, render_assistant_turn, render_user_turn
+from userturn.chat.thinking import (
+    ThinkingFormat,
+    prompt_opens_thinking,
+    split_thinking,
+    thinking_format,
+)
+from userturn.config import Experiment
+from userturn.data import Dataset, load_dataset
+from userturn.errors import TemplateError, UserturnError
+from userturn.labels.classifier import LearnedClassifier
+from userturn.labels.judge import Judge, judge_from_spec
+from userturn.labels.majority import store_majority
+from userturn.labels.rules import RulesClassifier
+from userturn.probe.executor import Executor, LocalExecutor, WorkUnit, cut_units
+from userturn.probe.perturb import Perturbation, parse_perturbations
+from userturn.probe.thinking_variants import ThinkingVariant, thinking_variants
+from userturn.probe.user_variants import (
+    UserVariantBackend,
+    answers_as,
+    expand_user_variants,
+    user_prompt_of,
+    variant_meta,
+)
+from userturn.records import HUMAN, Generation, GenerationParams, Item, Message, Request
+from userturn.store.database import RunStore, generation_key
+from userturn.store.lock import RunLock
+from userturn.store.turns import StoredLabel, Turn, read_turns
 
 CLASSIFIER = LearnedClassifier.name
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
@@ -76,7 +86,7 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     if executor is not None:
         return _run(exp, dict(backends or {}), executor, progress, datasets)
     if backends is None and exp.executor == "ray":
-        from .ray_executor import RayExecutor
+        from userturn.probe.ray_executor import RayExecutor
 
         with RayExecutor.start(backend_specs(exp), exp) as ray_executor:
             return _run(exp, ray_executor.backends, ray_executor, progress, datasets)
@@ -510,7 +520,7 @@ def label_turns(store: RunStore, labeller: str = "cascade",
 
 def _assistant_header(backend: Backend) -> str:
     try:
-        from .render import derive_markers
+        from userturn.chat.render import derive_markers
 
         return derive_markers(backend.template).assistant_header.strip()
     except TemplateError:

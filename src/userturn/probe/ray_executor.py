@@ -28,12 +28,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
-from .backends import BackendSpec
-from .config import Experiment
-from .errors import ConfigError, ModelError
-from .executor import UnitResult, WorkUnit
-from .records import Generation, Request
-from .render import ChatTemplate
+from userturn.backends import BackendSpec
+from userturn.chat.render import ChatTemplate
+from userturn.config import Experiment
+from userturn.errors import ConfigError, ModelError
+from userturn.probe.executor import UnitResult, WorkUnit
+from userturn.records import Generation, Request
 
 IN_FLIGHT = 2  # units per actor: one running, one queued behind it
 PROBES = 10  # failed probes in a row before a restarting actor counts as gone

@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .errors import TemplateError
-from .render import ChatTemplate
+from userturn.chat.render import ChatTemplate
+from userturn.errors import TemplateError
 
 
 def load_template_file(path: str | Path, *, bos: str | None = None, eos: str | None = None,

@@ -11,8 +11,8 @@ from typing import Any, Callable
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 
-from ..errors import ConfigError
-from .settings import RLSettings, SFTSettings
+from userturn.errors import ConfigError
+from userturn.train.settings import RLSettings, SFTSettings
 
 SFT_HELP = ("Supervised fine-tuning toward collaboration (TRL SFTTrainer, LoRA by default). "
             "Default data: self-generated collaboration conversations (the model answers "
@@ -70,7 +70,7 @@ def _floats(text: str) -> list[float]:
 
 
 def settings_from(args: argparse.Namespace) -> BaseModel:
-    from ..config import read_yaml
+    from userturn.config import read_yaml
 
     model: type[BaseModel] = args.settings_model
     data: dict[str, Any] = read_yaml(args.config) if args.config else {}
@@ -85,8 +85,8 @@ def settings_from(args: argparse.Namespace) -> BaseModel:
 
 
 def train_command(args: argparse.Namespace, console: Console, progress: Any) -> int:
-    from ..report.compare import print_comparison
-    from .trainers import evaluate_checkpoint, run_rl, run_sft
+    from userturn.report.compare import print_comparison
+    from userturn.train.trainers import evaluate_checkpoint, run_rl, run_sft
 
     log = lambda text: console.print(text)  # noqa: E731
     if args.train_command == "eval":

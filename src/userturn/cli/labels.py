@@ -12,10 +12,10 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from ..atomic import refuse_to_replace, write_text
-from ..errors import UserturnError
-from ..lock import RunLock
-from ..records import LABELS, Case, Label
+from userturn.errors import UserturnError
+from userturn.records import LABELS, Case, Label
+from userturn.store.atomic import refuse_to_replace, write_text
+from userturn.store.lock import RunLock
 
 LABELLERS = ("cascade", "classifier", "rules")
 
@@ -68,8 +68,8 @@ def _labeller_options(parser: argparse.ArgumentParser) -> None:
 
 def offline_labeller(labeller: str, classifier: Path | None = None) -> Callable[[Case], Label]:
     """One function that labels a case the way a run's offline labeller would."""
-    from .classifier import Cascade, LearnedClassifier
-    from .rules import RulesClassifier
+    from userturn.labels.classifier import Cascade, LearnedClassifier
+    from userturn.labels.rules import RulesClassifier
 
     if labeller == "rules":
         return RulesClassifier().classify
@@ -78,7 +78,7 @@ def offline_labeller(labeller: str, classifier: Path | None = None) -> Callable[
 
 
 def classify_command(args: argparse.Namespace, console: Console) -> int:
-    from .training import case_of, read_rows
+    from userturn.labels.training import case_of, read_rows
 
     if args.out is not None:
         refuse_to_replace(args.out, args.force)
@@ -106,15 +106,15 @@ def classify_command(args: argparse.Namespace, console: Console) -> int:
 
 
 def label_command(args: argparse.Namespace, console: Console) -> int:
-    from ..pipeline import label_turns
-    from ..store import RunStore
+    from userturn.probe.pipeline import label_turns
+    from userturn.store.database import RunStore
 
     with RunLock(args.run, "label"):  # no run, judge or other label writes meanwhile
         store = RunStore.open(args.run)
         try:
             count = label_turns(store, args.labeller, classifier_path=args.classifier)
             console.print(f"{count} label(s) added ({args.labeller}); nothing generated")
-            from ..cli import print_tables
+            from userturn.cli.main import print_tables
 
             print_tables(store, console)
         finally:
@@ -123,13 +123,20 @@ def label_command(args: argparse.Namespace, console: Console) -> int:
 
 
 def train_command(args: argparse.Namespace, console: Console) -> int:
-    from .classifier import LearnedClassifier
-    from .training import assign_splits, calibrate, evaluate, fit, predict, read_examples
+    from userturn.labels.classifier import LearnedClassifier
+    from userturn.labels.training import (
+        assign_splits,
+        calibrate,
+        evaluate,
+        fit,
+        predict,
+        read_examples,
+    )
 
     refuse_to_replace(args.output, args.force)
     examples = assign_splits(read_examples(args.labelled))
     if args.with_corpus:
-        from .corpus import corpus_examples
+        from userturn.labels.corpus import corpus_examples
 
         examples = [*corpus_examples("train"), *examples]
     train = [ex for ex in examples if ex.split == "train"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .errors import ModelError
+from userturn.errors import ModelError
 
 BACKENDS = ("transformers", "vllm", "llamacpp", "fake")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -141,7 +141,7 @@ def _build_into(name: str, folder: Path) -> None:
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
         if name == "tiny":
-            from .tiny import build_tiny_model
+            from userturn.backends.tiny import build_tiny_model
 
             build_tiny_model(staging)
             revision = "tiny-v1"
@@ -168,7 +168,6 @@ def _convert_smollm2(folder: Path) -> str:
     """GGUF -> fp32 safetensors. fp32 on purpose: a bf16 copy changed greedy outputs."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

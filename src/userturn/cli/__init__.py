@@ -1,0 +1,1 @@
+"""The ``userturn`` command line: parses arguments and calls library functions."""

@@ -1,0 +1,1 @@
+"""The run folder: the database with all of its SQL, the read model, run state, lock, atomic writes, export."""
