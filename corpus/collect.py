@@ -2,6 +2,11 @@
 
     .venv/bin/python corpus/collect.py pool      # shipped corpus + runs + people -> corpus/work/pool.jsonl
     .venv/bin/python corpus/collect.py slice N   # the next N pooled turns no slice holds yet
+    .venv/bin/python corpus/collect.py snapshot  # runs/corpus/qwen-* -> corpus/runs/*.db.gz (committed)
+
+The second generator's run stores are committed as gzipped snapshots (corpus/runs/), so a later
+session on a fresh machine pools their turns and resumes their generation where it stopped
+(generate.py restores a missing store from its snapshot).
 
 The pool starts from the shipped corpus (src/userturn/labels/corpus.jsonl.gz), so a machine without
 the earlier rounds' run folders still pools every labelled turn under its id, and adds the turns of
@@ -40,10 +45,50 @@ def turn_id(query: str, answer: str, user_turn: str) -> str:
     return "t" + digest[:12]
 
 
+SNAPSHOTS = HERE / "runs"
+
+
+def snapshot() -> None:
+    """A consistent gzipped copy of each qwen run store (safe while its generation runs)."""
+    import gzip
+    import sqlite3
+    import tempfile
+
+    SNAPSHOTS.mkdir(exist_ok=True)
+    for folder in RUNS:
+        db = folder / "userturn.db"
+        if not folder.name.startswith("qwen") or not db.exists():
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / "userturn.db"
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as src, sqlite3.connect(copy) as dst:
+                src.backup(dst)
+            with sqlite3.connect(copy) as dst:
+                dst.execute("PRAGMA journal_mode=DELETE")
+                turns = dst.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+            target = SNAPSHOTS / f"{folder.name}.db.gz"
+            with gzip.open(target, "wb", compresslevel=9, mtime=0) as out:
+                out.write(copy.read_bytes())
+        print(f"{target}: {turns} generations, {target.stat().st_size // 1024} KB")
+
+
+def restore(folder: Path) -> bool:
+    """Put a committed snapshot back where its run writes, if the store is missing."""
+    import gzip
+
+    target = SNAPSHOTS / f"{folder.name}.db.gz"
+    if (folder / "userturn.db").exists() or not target.exists():
+        return (folder / "userturn.db").exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    with gzip.open(target, "rb") as handle:
+        (folder / "userturn.db").write_bytes(handle.read())
+    return True
+
+
 def generated_rows() -> list[dict]:
     rows = []
     for folder in RUNS:
-        if not (folder / "userturn.db").exists():
+        if not restore(folder):
             continue
         store = RunStore.open(folder)
         for turn in read_turns(store):
@@ -186,6 +231,8 @@ def labelled_twice(row: dict, slice_number: int) -> bool:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["pool"]:
         pool()
+    elif sys.argv[1:2] == ["snapshot"]:
+        snapshot()
     elif sys.argv[1:2] == ["slice"] and len(sys.argv) == 3:
         cut_slice(int(sys.argv[2]))
     else:

@@ -119,6 +119,7 @@ def main() -> None:
         if name == "qwen":
             for limit in args.qwen_limits:
                 for run in qwen_experiments(args.output, tasks, common, limit, args.threads):
+                    restore(run.output)  # a committed snapshot, on a fresh machine
                     db = run.output / "userturn.db"
                     tasks_db = args.output / "qwen-tasks" / "userturn.db"
                     if run.perturbations and not db.exists() and tasks_db.exists():
@@ -132,6 +133,9 @@ def main() -> None:
                 perturbed_db.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(args.output / "plain" / "userturn.db", perturbed_db)
         run_experiment(experiments[name], progress=_progress)
+
+
+from collect import restore  # noqa: E402  (corpus/ scripts import each other by file)
 
 
 def snapshot(source: Path, target: Path) -> None:
