@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 import userturn
 from userturn.cli import arguments
+from userturn.cli.flags import Flag, add_flags
 from userturn.cli.main import main
 from userturn.cli.train import add_train_parser, settings_from
 from userturn.config import Experiment, JudgeSpec
@@ -209,3 +211,13 @@ def test_a_judge_spec_is_what_an_experiment_holds():
     assert exp.judge_spec == JudgeSpec(judge="openai/a", judge_scope="all", judge_concurrency=4)
     assert JudgeSpec().model_dump() == {name: getattr(Experiment(), name)
                                         for name in JudgeSpec.model_fields}
+
+
+def test_a_setting_without_a_command_line_form_fails_when_the_parser_is_built():
+    class Odd(BaseModel):
+        weights: dict[str, float] = {}
+
+    with pytest.raises(TypeError, match="Odd.weights: no command-line form"):
+        add_flags(argparse.ArgumentParser(), Odd)
+    with pytest.raises(TypeError, match="names no field of Odd"):
+        add_flags(argparse.ArgumentParser(), Odd, {"weight": Flag(repeat=True)})

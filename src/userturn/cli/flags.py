@@ -44,21 +44,18 @@ def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel],
     for name, field in model.model_fields.items():
         flag = table.get(name, Flag())
         names = flag.names or ("--" + name.replace("_", "-"),)
-        repeated = flag.repeat or typing.get_origin(field.annotation) is dict
         kwargs: dict[str, Any] = {"dest": name, "default": None,
-                                  "help": _help(field, repeated)}
+                                  "help": _help(field, flag.repeat)}
         if flag.metavar:
             kwargs["metavar"] = flag.metavar
         if flag.required:
             kwargs["required"] = True
+        if flag.parse is None and not flag.repeat:
+            kwargs.update(_by_type(model, name, field.annotation))
         if flag.parse is not None:
             kwargs["type"] = flag.parse
-            if flag.repeat:
-                kwargs["action"] = "append"
-        elif flag.repeat:
+        if flag.repeat:
             kwargs["action"] = "append"
-        else:
-            kwargs.update(_by_type(model, name, field.annotation))
         if "choices" not in kwargs and kwargs.get("action") is not argparse.BooleanOptionalAction:
             kwargs.setdefault("metavar", names[0].lstrip("-").replace("-", "_").upper())
         parser.add_argument(*names, **kwargs)
@@ -90,10 +87,8 @@ def _by_type(model: type[BaseModel], name: str, annotation: Any) -> dict[str, An
         item = typing.get_args(kinds[0])[0]
         if item in (float, bool, str):
             return {"type": {float: numbers, bool: on_off, str: names}[item]}
-    if len(kinds) == 1 and typing.get_origin(kinds[0]) is dict:
-        return {"action": "append", "type": str, "metavar": "KEY=VALUE"}
     raise TypeError(f"{model.__name__}.{name}: no command-line form for {annotation}; give it "
-                    "a Flag entry")
+                    "a Flag entry (e.g. repeated KEY=VALUE collected by key_values)")
 
 
 def _is_union(annotation: Any) -> bool:
