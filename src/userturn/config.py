@@ -108,9 +108,9 @@ class Experiment(BaseModel):
                                  description="generated user turn budget")
     seed: int = Field(default=0, ge=0, description="run seed; every sample's seed derives from it")
     batch_size: int = Field(default=8, ge=1, le=4096,
-                            description="prompts per backend call (local engines)")
-    system_prompt: str | None = Field(default=None, description="a system message before the "
-                                      "query (the dataset's own, if it has one, wins)")
+                            description="prompts per backend batch")
+    system_prompt: str | None = Field(default=None, description="a system message put before "
+                                      "every item's conversation")
     answerers: list[str] = Field(
         default_factory=lambda: ["self"], min_length=1,
         description="where the assistant answer comes from: self (the probed model), reference "
