@@ -6,6 +6,7 @@ in use. Heavy libraries (torch, pandas, polars) are imported only by the calls t
 
 from __future__ import annotations
 
+import typing
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -148,18 +149,27 @@ def render_user_turn(model: str, messages: Sequence[Message], *,
 CaseLike = Case | Turn | Mapping[str, Any]
 
 
-def classify(cases: Iterable[CaseLike], labeller: str = "rules") -> list[Label]:
-    """Label user turns. ``cases`` are ``Case`` values, ``Turn``s of a run, or dicts with the
-    fields ``query``, ``answer`` and ``user_turn`` (as ``userturn export`` writes them).
+def classify(cases: Iterable[CaseLike], labeller: str = "rules",
+             classifier: str | Path | None = None) -> list[Label]:
+    """Label user turns, as ``userturn classify`` does. ``cases`` are ``Case`` values,
+    ``Turn``s of a run, or dicts with the fields ``query``, ``answer`` and ``user_turn`` (as
+    ``userturn export`` writes them).
 
-    ``labeller="rules"`` is the offline rule classifier: it decides the clear cases and leaves
-    the rest undecided (``Label.label`` None)."""
-    if labeller != "rules":
-        raise ConfigError(f"unknown labeller {labeller!r}: the labellers are: rules")
-    from userturn.labels.rules import RulesClassifier
+    ``labeller``: ``rules`` decides the clear cases and leaves the rest undecided
+    (``Label.label`` None); ``classifier`` labels every turn with a probability; ``cascade``
+    takes the rules' label where they decide and the classifier's elsewhere (each label's
+    ``source`` says which). ``classifier``: parameters from ``userturn train-classifier``
+    (default: the shipped ones)."""
+    from userturn.config import Labeller
+    from userturn.labels.classifier import offline_labeller
 
-    rules = RulesClassifier()
-    return [rules.classify(_case(case)) for case in cases]
+    known = typing.get_args(Labeller)
+    if labeller not in known:
+        raise ConfigError(f"unknown labeller {labeller!r}: the labellers are: "
+                          f"{', '.join(known)}")
+    label = offline_labeller(typing.cast(Labeller, labeller),
+                             Path(classifier) if classifier else None)
+    return [label(_case(case)) for case in cases]
 
 
 def _case(value: CaseLike) -> Case:

@@ -105,22 +105,9 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:  #
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    from userturn.config import load_experiment
     from userturn.probe.pipeline import run_experiment
 
-    keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
-            "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
-            "judge_scope", "judge_base_url", "answerers", "perturbations", "skip_invalid",
-            "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking",
-            "labeller", "classifier", "judge_threshold",
-            "endpoint_concurrency", "executor", "ray_address", "replicas", "gpus_per_replica",
-            "user_turn_variants")
-    overrides = {k: getattr(args, k) for k in keys}
-    if args.fields:
-        from userturn.data.files import parse_field_mappings
-
-        overrides["fields"] = parse_field_mappings(args.fields)
-    experiment = load_experiment(args.config, overrides)
+    experiment = arguments.experiment_from(args)
     with _progress_bars() as progress:
         store = run_experiment(experiment, progress=progress)
     print_tables(store, console)
@@ -237,12 +224,13 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     from userturn.store.turns import read_turns
 
     store = RunStore.open(args.run)  # before the judge: a wrong folder is the likelier mistake
-    judges = [judge_from_spec(spec, base_url=args.base_url)
-              for spec in dict.fromkeys(args.judges)]
+    spec = arguments.judge_spec_from(args)
+    judges = [judge_from_spec(name, base_url=spec.judge_base_url) for name in spec.judges]
     for judge in judges:
-        judge.concurrency = args.concurrency
+        judge.concurrency = spec.judge_concurrency
     with RunLock(args.run, "judge"), _progress_bars() as progress:
-        sent = judge_with_all(store, judges, args.scope, progress, threshold=args.threshold)
+        sent = judge_with_all(store, judges, spec.judge_scope, progress,
+                              threshold=spec.judge_threshold)
     names = ", ".join(judge.name for judge in judges)
     failed = store.tally.failed.get("judge", 0)
     console.print(f"{names}: {sent - failed} user turn(s) judged, {failed} failed "
