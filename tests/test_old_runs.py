@@ -40,5 +40,6 @@ def test_load_run_opens_an_old_run(old_run):
     assert run.label_sources() == ["rules", "classifier"]
     assert {turn.model for turn in turns} == {"tiny", "tiny[user=prefill:So]"}
     assert sum(turn.label == "empty" for turn in turns) == 33
-    assert run.meta["config"]["models"] == ["tiny"]
+    assert run.meta.config["models"] == ["tiny"]
+    assert run.meta.labeller == "cascade" and run.meta.finished_now
     assert len(run.answers()) == 3
