@@ -144,7 +144,7 @@ def test_annotate_calibration_stores_inclusion_probabilities_the_estimator_uses(
             server.label({"key": key, "label": "generic"})
     with closing(RunStore.open(run)) as store:
         turns = read_turns(store, "rules")
-        stored = store.meta()["annotation_sample:cal"]["inclusion"]
+        stored = store.meta().annotation_samples["cal"].inclusion
         assert inclusion_probabilities(store, turns) == stored
     predicted = {t.key: t.follow_up for t in turns}
     assert sorted(stored[k] for k in stored if predicted[k]) == [pytest.approx(5 / 12)] * 5

@@ -12,7 +12,8 @@ from userturn.cli.main import main
 from userturn.config import load_experiment
 from userturn.errors import ConfigError
 from userturn.labels.judge import Judge, OpenAIChatClient, judge_from_spec
-from userturn.probe.pipeline import judge_turns, run_experiment
+from userturn.labels.stages import judge_turns
+from userturn.probe.pipeline import run_experiment
 from userturn.store.database import RunStore
 
 

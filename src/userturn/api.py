@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from userturn.errors import ConfigError, UserturnError
 from userturn.records import Case, Label, Message
 from userturn.store.database import RunStore
+from userturn.store.meta import RunMeta
 from userturn.store.turns import COLUMNS, Answer, Turn, label_sources, read_answers, read_turns
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from userturn.config import Experiment
     from userturn.report.compute import Report
     from userturn.report.summary import SummaryRow
+    from userturn.report.view import RunView
 
 Labels = str | Sequence[str] | None
 
@@ -43,7 +45,7 @@ class Run:
         return closing(RunStore.open(self.folder))
 
     @property
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> RunMeta:
         """The run's stored metadata: its experiment config, models, versions, label sources."""
         with self._open() as store:
             return store.meta()
@@ -65,25 +67,19 @@ class Run:
     def summary(self, labels: Labels = None) -> list[SummaryRow]:
         """The rows of ``userturn report``'s table: the follow-up rate with its interval, label
         counts, undecided / invalid / failed turns and task accuracy per condition."""
-        from userturn.labels.calibration import inclusion_probabilities
-        from userturn.report.summary import summarize
-
-        with self._open() as store:
-            turns = read_turns(store, labels)
-            return summarize(turns, read_answers(store), inclusion_probabilities(store, turns))
+        return self.view(labels).summary()
 
     def report(self, labels: Labels = None) -> Report:
         """Every number of the HTML report (perturbation effects, accuracy panels, ...)."""
-        from userturn.labels.calibration import inclusion_probabilities
-        from userturn.report.compute import build_report
-        from userturn.store.runstate import run_state
+        return self.view(labels).report()
+
+    def view(self, labels: Labels = None) -> RunView:
+        """The run read once: meta, label sources, turns, answers, run state; ``summary`` and
+        ``report`` are computed from it."""
+        from userturn.report.view import read_run
 
         with self._open() as store:
-            sources = label_sources(store, labels)
-            turns = read_turns(store, sources)
-            return build_report(turns, read_answers(store), folder=self.folder, meta=store.meta(),
-                                sources=sources, inclusion=inclusion_probabilities(store, turns),
-                                state=run_state(store))
+            return read_run(store, labels)
 
     def records(self, labels: Labels = None) -> list[dict[str, Any]]:
         """One flat dict per user turn, with the columns of ``userturn export``."""

@@ -7,7 +7,7 @@ Messages are plain ``{"role": ..., "content": ...}`` dicts, as every chat templa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 Message = Mapping[str, str]
 
@@ -19,6 +19,13 @@ LABELS: tuple[str, ...] = (
 )
 FinishReason = Literal["stop", "length", "error"]
 HUMAN = "human"  # the pseudo-model whose user turns are the data's real next user turns
+# How a long stage reports progress: (description, total) -> advance(n); the CLI draws bars.
+Progress = Callable[[str, int], Callable[[int], None]]
+
+
+def silent_progress(description: str, total: int) -> Callable[[int], None]:
+    """Progress that shows nothing (the library's default)."""
+    return lambda n: None
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,10 @@ class Item:
     messages: tuple[Message, ...]
     reference: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    data_answer: str | None = None
+    """The data's own assistant reply to the last user message, where the data has one."""
+    next_user_turn: str | None = None
+    """The real next user message, where the data has one: the human baseline."""
 
     @property
     def query(self) -> str:

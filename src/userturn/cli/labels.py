@@ -99,7 +99,7 @@ def classify_command(args: argparse.Namespace, console: Console) -> int:
 
 
 def label_command(args: argparse.Namespace, console: Console) -> int:
-    from userturn.probe.pipeline import label_turns
+    from userturn.labels.stages import label_turns
     from userturn.store.database import RunStore
 
     with RunLock(args.run, "label"):  # no run, judge or other label writes meanwhile
@@ -107,9 +107,10 @@ def label_command(args: argparse.Namespace, console: Console) -> int:
         try:
             count = label_turns(store, args.labeller, classifier_path=args.classifier)
             console.print(f"{count} label(s) added ({args.labeller}); nothing generated")
-            from userturn.cli.main import print_tables
+            from userturn.report.terminal import print_run
+            from userturn.report.view import read_run
 
-            print_tables(store, console)
+            print_run(read_run(store), console)
         finally:
             store.close()
     return 0

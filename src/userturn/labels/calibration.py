@@ -21,11 +21,12 @@ import csv
 import json
 import random
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from userturn.errors import UserturnError
 from userturn.records import LABELS, Label
 from userturn.store.database import RunStore
+from userturn.store.meta import AnnotationSample
 from userturn.store.turns import Turn, read_turns
 
 HUMAN_PREFIX = "human:"
@@ -84,27 +85,27 @@ def inclusion_probabilities(store: RunStore, turns: Sequence[Turn]) -> dict[str,
     eligible = [t for t in turns if t.counts_toward_rate]
     out: dict[str, float] = {}
     for source, keys in by_source.items():
-        sample = meta.get(f"annotation_sample:{source[len(HUMAN_PREFIX):]}") or {}
-        stored = sample.get("inclusion")
+        sample = meta.annotation_samples.get(source[len(HUMAN_PREFIX):])
+        stored = sample.inclusion if sample is not None else None
         if stored and keys <= set(stored):
             out.update({key: float(stored[key]) for key in keys})
-        elif sample.get("strata_source") and keys <= set(sample.get("keys", ())):
+        elif sample is not None and sample.strata_source and keys <= set(sample.keys):
             out.update(_stratified_inclusion(store, sample, keys))
         else:
             out.update(dict.fromkeys(keys, min(1.0, len(keys) / max(1, len(eligible)))))
     return out
 
 
-def _stratified_inclusion(store: RunStore, sample: Mapping[str, Any],
+def _stratified_inclusion(store: RunStore, sample: AnnotationSample,
                           keys: set[str]) -> dict[str, float]:
     """An annotation sample stratified by a source's seven labels: slots over stratum size."""
     stratum_of = {t.key: t.label or "undecided"
-                  for t in read_turns(store, sample["strata_source"]) if t.error is None}
+                  for t in read_turns(store, sample.strata_source) if t.error is None}
     sizes: dict[str, int] = {}
     for stratum in stratum_of.values():
         sizes[stratum] = sizes.get(stratum, 0) + 1
     slots: dict[str, int] = {}
-    for key in sample["keys"]:
+    for key in sample.keys:
         if key in stratum_of:
             slots[stratum_of[key]] = slots.get(stratum_of[key], 0) + 1
     return {key: slots[stratum_of[key]] / sizes[stratum_of[key]] for key in keys
