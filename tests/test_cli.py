@@ -159,6 +159,35 @@ def test_perturbation_and_answerer_flags(tmp_path):
         load_experiment(None, {"perturbations": ["shuffle"]})
 
 
+def test_an_ndjson_dataset_runs_like_jsonl(capsys, tmp_path, gsm_file):
+    ndjson = tmp_path / "mini_gsm.ndjson"
+    shutil.copy(gsm_file, ndjson)
+    out = tmp_path / "run"
+    code, printed, err = run_cli(capsys, "run", "--model", "fake/probe", "--dataset", str(ndjson),
+                                 "--limit", "2", "--samples", "1", "--output", str(out))
+    assert code == 0, err
+    row = next(line for line in printed.splitlines() if "fake/probe" in line and "greedy" in line)
+    assert row.split("│")[1:6] == [" fake/probe ", " mini_gsm ", " greedy ", "     2 ", "     2 "]
+
+
+def test_datasets_lists_every_registered_dataset(capsys):
+    code, printed, _ = run_cli(capsys, "datasets")
+    rows: list[list[str]] = []
+    for line in printed.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if cells and cells[0]:
+            rows.append(cells)
+        elif cells:  # a cell wrapped onto the next line: join it to its row
+            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells)]
+    assert code == 0
+    assert [cells[0] for cells in rows] == [
+        "gsm_symbolic", "gsm8k[:FILE]", "ifeval[:FILE]", "ifbench", "math500[:FILE]",
+        "mtbench[:FILE]", "conversations:FILE", "healthbench:FILE", "coval:FILE", "FILE"]
+    assert rows[-1] == [
+        "FILE", ".jsonl .ndjson .json .parquet .csv .tsv; --field query=COL answer=COL", "file",
+        "GSM8K numeric match when it has an answer column", "yes"]
+
+
 def test_fake_backend_runs_every_reading_command_without_a_model(capsys, tmp_path, gsm_file):
     """fake/NAME is the scripted backend: the whole command line runs with no model and no torch."""
     out = tmp_path / "run"

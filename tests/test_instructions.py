@@ -397,7 +397,7 @@ def test_local_file_errors(tmp_path) -> None:
         file_items(dupes)
     listed = tmp_path / "rows.json"
     listed.write_text(json.dumps(ROWS), encoding="utf-8")
-    with pytest.raises(DatasetError, match=r"must be a \.jsonl file"):
+    with pytest.raises(DatasetError, match=r"must be a \.jsonl or \.ndjson file"):
         file_items(listed)
 
 

@@ -236,7 +236,7 @@ def test_file_errors(tmp_path) -> None:
         file_items(dupes)
     csv = tmp_path / "table.csv"
     csv.write_text("problem,answer\n", encoding="utf-8")
-    with pytest.raises(DatasetError, match=".jsonl or .json"):
+    with pytest.raises(DatasetError, match=r"must be a \.jsonl, \.ndjson or \.json file"):
         file_items(csv)
 
 

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from userturn.data import spec_file
 from userturn.errors import ConfigError
 
 MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise; inf/nan break every backend
@@ -286,12 +287,6 @@ def load_settings(model: type[Settings], path: Path | None,
         raise ConfigError(f"invalid config ({where}): {first['msg']}") from None
 
 
-# Dataset specs whose argument after ``NAME:`` is a file (see ``userturn datasets``).
-_FILE_ARGUMENTS = ("gsm8k", "ifeval", "math500", "mtbench", "conversations", "healthbench",
-                   "coval")
-_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".csv", ".tsv")
-
-
 def _with_file_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
     for name in ("dataset", "datasets"):
         specs = data.get(name)
@@ -303,12 +298,11 @@ def _with_file_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 def _resolve_spec(spec: str, folder: Path) -> str:
-    head, colon, argument = spec.strip().partition(":")
-    if colon and head in _FILE_ARGUMENTS and argument:
-        return f"{head}:{_resolve(argument, folder)}"
-    if not colon and spec.strip().lower().endswith(_FILE_SUFFIXES):
-        return _resolve(spec.strip(), folder)
-    return spec
+    named = spec_file(spec)
+    if named is None:
+        return spec
+    before, file = named
+    return before + _resolve(file, folder)
 
 
 def _resolve(path: str, folder: Path) -> str:

@@ -55,6 +55,7 @@ from userturn.data.files import (
     text_value,
     utf8_reason,
 )
+from userturn.data.rows import FileFormat, suffixes_of
 from userturn.errors import DatasetError
 from userturn.records import Item, Message
 
@@ -68,7 +69,8 @@ MTBENCH_LOCATIONS = (
 )
 MTBENCH_SIZE = 80
 
-CONVERSATION_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet")
+CONVERSATION_FORMATS: tuple[FileFormat, ...] = ("jsonl", "json", "parquet")
+CONVERSATION_SUFFIXES = suffixes_of(CONVERSATION_FORMATS)
 _ROLES = {
     "human": "user", "user": "user",
     "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant", "bard": "assistant",
@@ -114,7 +116,8 @@ def mtbench_items(limit: int | None = None, *, path: str | Path | None = None) -
     """
     if limit is not None and limit < 1:
         raise DatasetError(f"dataset limit must be at least 1, got {limit}")
-    file = check_file(path, (".jsonl",)) if path is not None else mtbench_question_file()
+    file = check_file(path, ("jsonl",), "MT-Bench data") if path is not None \
+        else mtbench_question_file()
     rows, _ = read_rows(file)
     collector = RowCollector(file, skip_invalid=False, limit=limit)
     collector.collect(rows, _mtbench_item, "question_id")
@@ -169,7 +172,7 @@ def conversation_items(
             f"context_turns must be a whole number of at least 1, got {context_turns!r}")
     if limit is not None and limit < 1:
         raise DatasetError(f"dataset limit must be at least 1, got {limit}")
-    file = check_file(path, CONVERSATION_SUFFIXES)
+    file = check_file(path, CONVERSATION_FORMATS, "conversation data")
     rows, recovered = read_rows(file, allow_truncated=allow_truncated)
     stem = name or file.stem
     collector = RowCollector(file, skip_invalid, limit)
@@ -318,7 +321,7 @@ def healthbench_items(
     """
     if limit is not None and limit < 1:
         raise DatasetError(f"dataset limit must be at least 1, got {limit}")
-    file = check_file(path, (".jsonl", ".ndjson", ".json"))
+    file = check_file(path, ("jsonl", "json"), "HealthBench data")
     rows, _ = read_rows(file)
     collector = RowCollector(file, skip_invalid, limit)
     collector.collect(rows, _healthbench_item, "prompt_id")

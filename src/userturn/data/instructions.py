@@ -38,6 +38,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from userturn.data.hub import hub_rows
 from userturn.data.rows import (
     existing_file,
+    file_format,
     items_from_rows,
     jsonl_rows,
     required,
@@ -438,8 +439,7 @@ def file_items(path: Path, limit: int | None = None, benchmark: str = "ifeval"
     every instruction). Errors name the file, the 1-based line and the field.
     """
     existing_file(path)
-    if path.suffix.lower() != ".jsonl":
-        raise DatasetError(f"{path}: IFEval-format data must be a .jsonl file")
+    file_format(path, ("jsonl",), "IFEval-format data")
     return _items_from_rows(islice(jsonl_rows(path), limit), benchmark, str(path), "line",
                             require_key=False)
 

@@ -39,6 +39,7 @@ from typing import Any
 from userturn.data.hub import hub_rows
 from userturn.data.rows import (
     existing_file,
+    file_format,
     items_with_default_ids,
     json_rows,
     jsonl_rows,
@@ -537,13 +538,10 @@ def file_items(path: Path, limit: int | None = None, prefix: str | None = None
     """
     existing_file(path)
     prefix = prefix or path.stem
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
+    if file_format(path, ("jsonl", "json"), "MATH-format data") == "jsonl":
         rows, unit = jsonl_rows(path), "line"
-    elif suffix == ".json":
-        rows, unit = json_rows(path), "row"
     else:
-        raise DatasetError(f"{path}: MATH-format data must be a .jsonl or .json file")
+        rows, unit = json_rows(path), "row"
     return items_with_default_ids(islice(rows, limit), prefix, str(path), unit, _row_item)
 
 

@@ -18,11 +18,11 @@ cascade of them): the turns' resolved label, so any label source works the same 
 from __future__ import annotations
 
 import csv
-import json
 import random
 from pathlib import Path
 from typing import Sequence
 
+from userturn.data.rows import json_lines, suffixes_of
 from userturn.errors import UserturnError
 from userturn.records import LABELS, Label
 from userturn.store.database import RunStore
@@ -31,6 +31,8 @@ from userturn.store.turns import Turn, read_turns
 
 HUMAN_PREFIX = "human:"
 PREDICTED = ("follow_up", "other")  # the calibration strata
+# Human labels come as JSON Lines (a .json file too, one object a line) or else as CSV.
+JSONL_SUFFIXES = (*suffixes_of(("jsonl",)), ".json")
 
 
 class CalibrationError(UserturnError):
@@ -126,12 +128,7 @@ def import_labels(store: RunStore, path: Path, annotator: str) -> int:
     Every row is checked first; an unknown key or label is named with its line, and nothing is
     stored then. Returns the number of labels stored."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CalibrationError(f"cannot read {path}: {exc.strerror or exc}") from None
-    rows = _jsonl_rows(path, text) if path.suffix.lower() in (".jsonl", ".json") \
-        else _csv_rows(path, text)
+    rows = _jsonl_rows(path) if path.suffix.lower() in JSONL_SUFFIXES else _csv_rows(path)
     known = {row["key"] for row in store.user_turn_rows()}
     labels = []
     for line, key, label in rows:
@@ -149,7 +146,12 @@ def import_labels(store: RunStore, path: Path, annotator: str) -> int:
     return len(labels)
 
 
-def _csv_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
+def _csv_rows(path: Path) -> list[tuple[int, str, str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CalibrationError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
+                               ) from None
     reader = csv.DictReader(text.splitlines())
     if not reader.fieldnames or not {"key", "label"} <= set(reader.fieldnames):
         raise CalibrationError(f"{path} line 1: a CSV header with key and label is needed")
@@ -157,16 +159,12 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
             for row in reader]
 
 
-def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
+def _jsonl_rows(path: Path) -> list[tuple[int, str, str]]:
     rows = []
-    for line, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError:
-            raise CalibrationError(f"{path} line {line}: not a JSON object") from None
-        if not isinstance(record, dict):
-            raise CalibrationError(f"{path} line {line}: not a JSON object")
-        rows.append((line, str(record.get("key", "")), str(record.get("label", ""))))
+    for line in json_lines(path):
+        if line.error is not None or not isinstance(line.value, dict):
+            raise CalibrationError(f"{path} line {line.number}: "
+                                   f"{line.error or 'not a JSON object'}")
+        record = line.value
+        rows.append((line.number, str(record.get("key", "")), str(record.get("label", ""))))
     return rows

@@ -20,7 +20,12 @@ from typing import Any, Mapping, Sequence
 
 from userturn import __version__
 from userturn.backends import Backend, BackendSpec
-from userturn.chat.render import Prompt, render_assistant_turn, render_user_turn
+from userturn.chat.render import (
+    Prompt,
+    render_assistant_turn,
+    render_user_turn,
+    with_placeholder_answer,
+)
 from userturn.chat.thinking import (
     ThinkingFormat,
     prompt_opens_thinking,
@@ -117,7 +122,7 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
     first = _conversation(datasets[0].items[0], exp)
     backends, probers = thinking_variants(backends, first, exp)
     backends, probers = expand_user_variants(
-        backends, probers, exp.user_turn_variants, [*first, {"role": "assistant", "content": "42"}])
+        backends, probers, exp.user_turn_variants, with_placeholder_answer(first))
     answer_models = _answer_models(exp, [answers_as(backends[spec]) for spec in probers])
     judges = _judges(exp)
     for dataset in datasets:
@@ -225,7 +230,7 @@ def _conversation(item: Item, exp: Experiment) -> list[Message]:
 def _check_renders(backend: Backend, item: Item, exp: Experiment) -> None:
     messages = _conversation(item, exp)
     render_assistant_turn(backend.template, messages)
-    render_user_turn(backend.template, [*messages, {"role": "assistant", "content": "42"}])
+    render_user_turn(backend.template, with_placeholder_answer(messages))
 
 
 def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, exp: Experiment,
@@ -424,8 +429,7 @@ def _model_meta(backends: Mapping[str, Backend], conversation: Sequence[Message]
 def _system_verdict(backend: Backend, conversation: Sequence[Message]) -> str:
     """What the probe prompt does with the run's system message, in plain words."""
     try:
-        return user_prompt_of(backend, [*conversation, {"role": "assistant", "content": "42"}],
-                            None).system
+        return user_prompt_of(backend, with_placeholder_answer(conversation), None).system
     except TemplateError as exc:
         return f"not rendered: {exc}"
 
