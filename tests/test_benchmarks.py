@@ -88,10 +88,9 @@ def _cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def _params():
-    for name, smoke in sorted(SMOKES.items()):
-        marks = [pytest.mark.gpu] if smoke.gpu else []
-        yield pytest.param(name, marks=marks, id=name.removesuffix(".py"))
+def _params() -> list:
+    return [pytest.param(name, marks=[pytest.mark.gpu] if smoke.gpu else [],
+                         id=name.removesuffix(".py")) for name, smoke in sorted(SMOKES.items())]
 
 
 def run_script(name: str, args: tuple[str, ...], cwd: Path) -> subprocess.CompletedProcess[str]:
