@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from userturn import load_run
 from userturn.backends.models import resolve_model
 from userturn.cli.main import main
 from userturn.config import Experiment, load_experiment
 from userturn.errors import ConfigError
+from userturn.report.numbers import rate_interval, temperature
 
 TINY = ["--model", "tiny", "--limit", "2", "--samples", "1", "--max-tokens", "8",
         "--user-max-tokens", "8"]
@@ -118,7 +120,16 @@ def test_run_report_and_export_end_to_end(capsys, tmp_path, tiny_backend):
     assert code == 0
     assert "Genuine follow-up rate" in printed and "greedy" in printed
     code, reported, _ = run_cli(capsys, "report", str(out))
-    assert code == 0 and "Genuine follow-up rate" in reported
+    assert code == 0
+    # Every row of the API's summary is printed whole, cell for cell, in the report's table.
+    printed_rows = [[cell.strip() for cell in line.strip().strip("│").split("│")]
+                    for line in reported.splitlines() if line.count("│") > 2]
+    rows = load_run(out).summary()
+    assert {row.temperature for row in rows} == {0.0, 1.0}
+    for row in rows:
+        assert [row.model, row.dataset, temperature(row.temperature), str(row.items),
+                str(row.turns), rate_interval(row.follow_up), str(row.undecided),
+                str(row.invalid), str(row.errors), rate_interval(row.accuracy)] in printed_rows
     code, exported, _ = run_cli(capsys, "export", str(out), "--format", "jsonl")
     assert code == 0 and "wrote 4 user turns" in exported
     assert len((out / "user_turns.jsonl").read_text().splitlines()) == 4
