@@ -32,8 +32,8 @@ from userturn.data.instructions import (  # noqa: E402
     ifbench_path,
     looks_like_ifeval,
     loose_variants,
-    sentence_splitter,
 )
+from userturn.data.verifiers import sentence_splitter  # noqa: E402
 
 HAS_IFBENCH = importlib.util.find_spec("ifbench") is not None
 needs_ifbench = pytest.mark.skipif(

@@ -9,17 +9,14 @@ import types
 
 import pytest
 
-from userturn.data.math import (
-    MathScorer,
+from userturn.data.latex import latex_to_sympy
+from userturn.data.math import MathScorer, file_items, hub_items, looks_like_math
+from userturn.data.math_answers import (
     as_fraction,
     equivalence,
     extract_answer,
     extract_boxed,
-    file_items,
-    hub_items,
     is_equivalent,
-    latex_to_sympy,
-    looks_like_math,
     normalize_answer,
 )
 from userturn.errors import DatasetError
