@@ -156,8 +156,8 @@ def classify(cases: Iterable[CaseLike], labeller: str = "rules",
     takes the rules' label where they decide and the classifier's elsewhere (each label's
     ``source`` says which). ``classifier``: parameters from ``userturn train-classifier``
     (default: the shipped ones)."""
-    from userturn.config import Labeller
     from userturn.labels.classifier import offline_labeller
+    from userturn.records import Labeller
 
     known = typing.get_args(Labeller)
     if labeller not in known:

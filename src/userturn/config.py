@@ -21,6 +21,7 @@ from pydantic import (
 
 from userturn.data import spec_file
 from userturn.errors import ConfigError
+from userturn.records import JudgeScopeName, Labeller
 
 MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise; inf/nan break every backend
 MAX_ITEMS = 1_000_000
@@ -28,9 +29,6 @@ MAX_TOKENS = 1_000_000  # a budget; each backend also clamps it to what its cont
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_DATASET = "gsm_symbolic"
-
-Labeller = Literal["cascade", "classifier", "rules"]
-
 
 def _checked_url(value: str | None) -> str | None:
     try:
@@ -46,7 +44,7 @@ JudgeModels = Annotated[str | list[str] | None, Field(
     description="e.g. openai/gpt-5.4-mini, or a list of judges (each stored "
     "under its own source, their majority deciding); key from OPENAI_API_KEY, never from a "
     "file")]
-JudgeScope = Annotated[Literal["undecided", "uncertain", "all"], Field(
+JudgeScope = Annotated[JudgeScopeName, Field(
     description="judge what the rules leave undecided, only the turns "
     "the classifier is unsure of (probability below the judge threshold), or all")]
 JudgeThreshold = Annotated[float, Field(

@@ -7,7 +7,7 @@ Messages are plain ``{"role": ..., "content": ...}`` dicts, as every chat templa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, get_args
 
 Message = Mapping[str, str]
 
@@ -18,6 +18,11 @@ LABELS: tuple[str, ...] = (
     "follow_up", "generic", "new_query", "restatement", "assistant_drift", "meta", "empty"
 )
 FinishReason = Literal["stop", "length", "error"]
+# The offline labellers a run can name; labels.sources.source_order says where each decides.
+Labeller = Literal["cascade", "classifier", "rules"]
+LABELLERS: tuple[Labeller, ...] = get_args(Labeller)
+# Which turns a judge is asked about (labels.stages).
+JudgeScopeName = Literal["undecided", "uncertain", "all"]
 HUMAN = "human"  # the pseudo-model whose user turns are the data's real next user turns
 # How a long stage reports progress: (description, total) -> advance(n); the CLI draws bars.
 Progress = Callable[[str, int], Callable[[int], None]]

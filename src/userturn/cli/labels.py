@@ -14,9 +14,8 @@ from rich.console import Console
 from rich.table import Table
 
 from userturn.cli.flags import number
-from userturn.config import Labeller
 from userturn.errors import UserturnError
-from userturn.records import LABELS
+from userturn.records import LABELS, Labeller
 from userturn.store.atomic import refuse_to_replace, write_text
 from userturn.store.lock import RunLock
 

@@ -30,7 +30,7 @@ from userturn.labels.rules import RulesClassifier, signals_of
 from userturn.records import LABELS, Case, Label
 
 if TYPE_CHECKING:
-    from userturn.config import Labeller
+    from userturn.records import Labeller
 
 MODEL_FILE = Path(__file__).with_name("classifier_model.npz")
 HASH_BITS = 14

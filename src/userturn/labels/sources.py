@@ -7,15 +7,15 @@ training (:mod:`userturn.train.evaluate`) all take the order from :func:`source_
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Sequence
 
-from userturn.store.meta import Labeller
+from userturn.records import JudgeScopeName as JudgeScope
+from userturn.records import Labeller
 
 RULES = "rules"
 CLASSIFIER = "classifier"
 MAJORITY = "judges:majority"
 OFFLINE = (RULES, CLASSIFIER)
-JudgeScope = Literal["undecided", "uncertain", "all"]
 
 
 def source_order(labeller: Labeller, judges: Sequence[str] = (),

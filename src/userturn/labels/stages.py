@@ -22,15 +22,13 @@ from userturn.labels.sources import (
     judge_sources,
     source_order,
 )
-from userturn.records import Case, Label, Progress, silent_progress
+from userturn.records import LABELLERS, Case, Label, Labeller, Progress, silent_progress
 from userturn.store.database import RunStore
-from userturn.store.meta import Labeller
 from userturn.store.turns import StoredLabel, Turn, read_turns
 
 if TYPE_CHECKING:
     from userturn.backends import Backend
 
-LABELLERS: tuple[Labeller, ...] = ("cascade", "classifier", "rules")
 
 
 class Classifier(Protocol):

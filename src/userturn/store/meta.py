@@ -10,11 +10,12 @@ extra fields, written back unchanged).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Labeller = Literal["cascade", "classifier", "rules"]
+from userturn.records import Labeller
+
 SAMPLE_PREFIX = "annotation_sample:"
 
 
