@@ -29,7 +29,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 from userturn.backends import load_backend  # noqa: E402
 from userturn.chat.render import render_assistant_turn  # noqa: E402
 from userturn.data import load_dataset  # noqa: E402
-from userturn.probe.pipeline import generate  # noqa: E402
+from userturn.probe.generation import generate  # noqa: E402
 from userturn.records import GenerationParams, Request  # noqa: E402
 from userturn.store.database import RunStore  # noqa: E402
 

@@ -7,7 +7,7 @@
 Prints the wall time of each side and their ratio (userturn / bare; target <= 1.10). userturn's
 side is the real generation stage: chunking, rendering-aware tokenization, per-row seeded
 sampling, stop handling, decoding and committing every chunk to the run store
-(``userturn.probe.pipeline.generate``).
+(``userturn.probe.generation.generate``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 from userturn.backends import load_backend
 from userturn.chat.render import prompt_token_ids, render_user_turn
 from userturn.data import load_dataset
-from userturn.probe.pipeline import generate
+from userturn.probe.generation import generate
 from userturn.records import GenerationParams, Request
 from userturn.store.database import RunStore
 
