@@ -52,6 +52,8 @@ SMOKES = {
     # The test split: the shipped labellers (the dev split fits every family, minutes on a CPU).
     "classifier_compare.py": Smoke(("--split", "test", "--limit", "60"),
                                    rf"^  cascade +\[{NUMBER}, {NUMBER}\] +\[{NUMBER}, {NUMBER}\]"),
+    "leave_one_model_out.py": Smoke(("--limit", "150", "--bootstrap", "5"),
+                                    rf"^\| smollm2 \| cascade \| \d+ \| {NUMBER} \[{NUMBER}, {NUMBER}\]"),
     "calibration_demo.py": Smoke(("--size", "3"), rf"^gsm +none +T=0 +{NUMBER}% +\(\d+ of 4\)$"),
     "soak.py": Smoke(("--kills", "1", "--items", "2", "--samples", "1", "--max-delay", "1"),
                      r'^  "ok": true$'),

@@ -1,0 +1,160 @@
+"""Leave one generator out: how a labeller does on turns of a model it was never fit to.
+
+    .venv/bin/python benchmarks/leave_one_model_out.py            # every held-out group
+    .venv/bin/python benchmarks/leave_one_model_out.py --limit 300  # smoke: every k-th turn
+
+The labelled corpus (src/userturn/labels/corpus.jsonl.gz) holds turns of several generators
+(SmolLM2-135M, through transformers and as a GGUF; Qwen2.5-Coder-1.5B as a GGUF), of people, and
+authored hard cases. For each held-out group (each generator, and the human turns) every labeller
+is fit on all the other groups' train-split turns (the authored cases always among them),
+calibrated on their dev split, and scored on ALL of the held-out group's turns: none of them was
+seen in fitting, whatever its split. Printed per labeller and group: Cohen's kappa 7-way and
+follow-up vs rest with 95% intervals over queries (bootstrap of whole queries), follow-up
+precision and recall; then, per condition of the held-out generator (dataset x temperature), the
+follow-up rate the labeller prints against the adjudicated rate. docs/classifier.md keeps the
+table this prints.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from userturn.labels.classifier import Cascade, LearnedClassifier
+from userturn.labels.corpus import CORPUS_FILE
+from userturn.labels.rules import RulesClassifier
+from userturn.labels.training import Example, calibrate, evaluate, fit, group_of, predict
+from userturn.records import Case
+
+TARGET_CONDITION_TURNS = 40  # the issue's threshold for a per-condition rate gap to count
+BOOTSTRAP = 1000
+
+
+@dataclass(frozen=True)
+class Turn:
+    example: Example
+    generator: str  # smollm2 | qwen2.5-coder-1.5b | human | authored
+    condition: str  # dataset, temperature
+
+
+def generator_of(source: dict) -> str:
+    model = str(source.get("model", ""))
+    if source.get("kind") in ("human", "authored"):
+        return str(source["kind"])
+    if "qwen" in model.lower():
+        return "qwen2.5-coder-1.5b"
+    if "smollm2" in model.lower():
+        return "smollm2"
+    return model or "unknown"
+
+
+def read_corpus(path: Path = CORPUS_FILE) -> list[Turn]:
+    turns = []
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for row in map(json.loads, handle):
+            source = row.get("source") or {}
+            case = Case(row["query"], row["answer"], row["user_turn"], row["user_turn"])
+            example = Example(case, row["label"], row["split"], group_of(row["query"]),
+                              str(source.get("kind", "")))
+            temperature = source.get("temperature")
+            condition = f"{source.get('dataset', '?')}, " + (
+                "T ?" if temperature is None else "greedy" if temperature == 0 else f"T {temperature}")
+            turns.append(Turn(example, generator_of(source), condition))
+    return turns
+
+
+Labeller = Callable[[Case], object]
+
+
+def labellers(train: Sequence[Example], dev: Sequence[Example]) -> dict[str, Labeller]:
+    """Every family, fit on ``train`` and calibrated on ``dev`` (never on the held-out group)."""
+    model = calibrate(fit(train, c=0.5), dev)
+    classifier = LearnedClassifier(model)
+    rules = RulesClassifier()
+    return {"rules": rules.classify, "classifier (features-lr)": classifier.classify,
+            "cascade": Cascade(classifier).classify}
+
+
+def kappa_interval(predicted: Sequence[str], reference: Sequence[str], groups: Sequence[str],
+                   draws: int = BOOTSTRAP, seed: int = 0) -> tuple[tuple[float, float], tuple[float, float]]:
+    """95% intervals of (kappa 7-way, kappa follow-up) resampling whole queries."""
+    by_group: dict[str, list[int]] = defaultdict(list)
+    for index, group in enumerate(groups):
+        by_group[group].append(index)
+    names = list(by_group)
+    rng = np.random.default_rng(seed)
+    seven, follow = [], []
+    for _ in range(draws):
+        drawn = [i for g in rng.choice(len(names), len(names)) for i in by_group[names[g]]]
+        e = evaluate([predicted[i] for i in drawn], [reference[i] for i in drawn])
+        seven.append(e.kappa)
+        follow.append(e.kappa_follow_up)
+    q = lambda xs: (float(np.nanpercentile(xs, 2.5)), float(np.nanpercentile(xs, 97.5)))  # noqa: E731
+    return q(seven), q(follow)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=CORPUS_FILE)
+    parser.add_argument("--limit", type=int, default=None,
+                        help="smoke: keep every k-th turn so that about this many remain")
+    parser.add_argument("--bootstrap", type=int, default=BOOTSTRAP)
+    args = parser.parse_args(argv)
+    turns = read_corpus(args.corpus)
+    if args.limit:
+        turns = turns[:: max(1, len(turns) // args.limit)]
+    held_out_groups = [g for g in ("smollm2", "qwen2.5-coder-1.5b", "human")
+                       if any(t.generator == g for t in turns)]
+    print(f"{len(turns)} turns: " + ", ".join(
+        f"{g} {sum(t.generator == g for t in turns)}"
+        for g in ("smollm2", "qwen2.5-coder-1.5b", "human", "authored")))
+    print("| held out | labeller | n | kappa7 [95% CI] | kappaF [95% CI] | F-P | F-R |")
+    print("|---|---|---|---|---|---|---|")
+    gaps: list[str] = []
+    for held in held_out_groups:
+        fit_on = [t.example for t in turns if t.generator != held]
+        train = [ex for ex in fit_on if ex.split == "train"]
+        dev = [ex for ex in fit_on if ex.split == "dev"]
+        test = [t for t in turns if t.generator == held]
+        reference = [t.example.label for t in test]
+        groups = [t.example.group for t in test]
+        for name, labeller in labellers(train, dev).items():
+            predicted, _ = predict(labeller, [t.example for t in test])
+            e = evaluate(predicted, reference)
+            (k_lo, k_hi), (f_lo, f_hi) = kappa_interval(predicted, reference, groups, args.bootstrap)
+            f = e.per_label.get("follow_up", {})
+            print(f"| {held} | {name} | {e.n} | {e.kappa:.3f} [{k_lo:.2f}, {k_hi:.2f}] | "
+                  f"{e.kappa_follow_up:.3f} [{f_lo:.2f}, {f_hi:.2f}] | "
+                  f"{f.get('precision', float('nan')):.2f} | {f.get('recall', float('nan')):.2f} |")
+            if name == "cascade":
+                gaps += rate_gaps(held, name, test, predicted)
+    print()
+    print("follow-up rate per condition of the held-out group: labeller vs adjudicated")
+    print("| held out | labeller | condition | n | printed | adjudicated | gap (points) |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(gaps))
+
+
+def rate_gaps(held: str, name: str, test: Sequence[Turn], predicted: Sequence[str]) -> list[str]:
+    by: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for turn, label in zip(test, predicted):
+        by[turn.condition].append((label, turn.example.label))
+    lines = []
+    for condition, pairs in sorted(by.items(), key=lambda kv: -len(kv[1])):
+        printed = sum(p == "follow_up" for p, _ in pairs) / len(pairs)
+        truth = sum(r == "follow_up" for _, r in pairs) / len(pairs)
+        mark = "" if len(pairs) >= TARGET_CONDITION_TURNS else " (n < 40)"
+        lines.append(f"| {held} | {name} | {condition}{mark} | {len(pairs)} | {printed:.1%} | "
+                     f"{truth:.1%} | {100 * (printed - truth):+.1f} |")
+    return lines
+
+
+if __name__ == "__main__":
+    main()
