@@ -58,3 +58,110 @@ def test_sigterm_during_judge_keeps_every_verdict_received(gsm_file, tmp_path):
     assert err.strip().splitlines()[-1].startswith(
         "userturn: terminated (SIGTERM); everything received so far is stored")
     assert judge_labels(folder) == 5
+
+
+# A writer killed with its rows still in the WAL: the run is complete in the WAL, the database
+# file itself holds only the empty tables (nothing was checkpointed).
+KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from test_judge_pipeline import script
+from test_pipeline import experiment
+from userturn.backends.fake import ScriptedBackend
+from userturn.probe.pipeline import run_experiment
+exp = experiment(Path(sys.argv[2]), Path(sys.argv[3]))
+store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+USER_TURNS = 6 * (1 + 3)  # test_pipeline's six items: one greedy and three sampled turns each
+
+
+def killed_run(gsm_file: Path, tmp_path: Path) -> Path:
+    tests = str(Path(__file__).resolve().parent)
+    writer = subprocess.run([sys.executable, "-c", KILLED_WRITER, tests, str(gsm_file),
+                             str(tmp_path)], env=offline_env(), capture_output=True, text=True)
+    assert writer.returncode == -signal.SIGKILL, writer.stderr
+    folder = tmp_path / "run"
+    assert (folder / "userturn.db-wal").stat().st_size > 0
+    with sqlite3.connect(f"{(folder / 'userturn.db').as_uri()}?immutable=1", uri=True) as db:
+        assert db.execute("SELECT COUNT(*) FROM generations").fetchone()[0] == 0  # all in the WAL
+    return folder
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folder.iterdir())}
+
+
+def read_everything(folder: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Every reader on ``folder`` sees every user turn the killed writer stored."""
+    from userturn.api import load_run
+    from userturn.cli.main import main
+
+    assert main(["report", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "incomplete run" not in out  # it finished, in the WAL
+    assert "user turns labelled by rules 6, classifier 18" in out  # all 24
+    assert main(["doctor", str(folder)]) == 0
+    assert f"user turns {USER_TURNS} of {USER_TURNS} stored" in capsys.readouterr().out
+    exported = tmp_path / "elsewhere" / "turns.jsonl"
+    assert main(["export", str(folder), "--out", str(exported), "--format", "jsonl"]) == 0
+    assert len(exported.read_text().splitlines()) == USER_TURNS
+    assert main(["compare", str(folder), str(folder)]) == 0
+    assert len(load_run(folder).turns()) == USER_TURNS
+    capsys.readouterr()
+
+
+def test_readers_see_a_killed_writers_wal_and_write_nothing_into_the_run_folder(
+        gsm_file, tmp_path, capsys):
+    folder = killed_run(gsm_file, tmp_path)
+    before = snapshot(folder)
+    mode = folder.stat().st_mode
+    folder.chmod(0o555)  # a read-only folder (root ignores it: the snapshot still checks)
+    try:
+        read_everything(folder, tmp_path, capsys)
+    finally:
+        folder.chmod(mode)
+    assert snapshot(folder) == before
+
+
+def test_a_wal_without_its_index_is_read_from_a_copy_not_hidden(gsm_file, tmp_path, capsys):
+    # SQLite reads a WAL in place only through its -shm, which it would create beside it.
+    folder = killed_run(gsm_file, tmp_path)
+    (folder / "userturn.db-shm").unlink()
+    before = snapshot(folder)
+    read_everything(folder, tmp_path, capsys)
+    assert snapshot(folder) == before
+
+
+# A live writer: holds the lock, and has committed a change that is still in its WAL.
+LIVE_WRITER = """
+import sqlite3, sys, time
+from userturn.store.lock import RunLock
+with RunLock(sys.argv[1], "run"):
+    db = sqlite3.connect(sys.argv[1] + "/userturn.db")
+    db.execute("PRAGMA wal_autocheckpoint = 0")
+    with db:
+        db.execute("DELETE FROM labels WHERE source = 'rules'")
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_a_reader_sees_a_live_writers_newest_commit(gsm_file, tmp_path, capsys):
+    from userturn.cli.main import main
+
+    folder = finished_run(gsm_file, tmp_path)
+    writer = subprocess.Popen([sys.executable, "-c", LIVE_WRITER, str(folder)],
+                              stdout=subprocess.PIPE, env=offline_env())
+    try:
+        assert writer.stdout.readline().strip() == b"held"
+        database = (folder / "userturn.db").read_bytes()
+        assert main(["report", str(folder)]) == 0
+        out = capsys.readouterr().out
+        assert f"run in progress (pid {writer.pid}" in out
+        assert "labelled by classifier 24)" in out  # the rules' labels are deleted, in the WAL
+        assert (folder / "userturn.db").read_bytes() == database
+    finally:
+        writer.kill()
+        writer.wait()

@@ -216,7 +216,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.view import read_run
     from userturn.store.database import RunStore
 
-    store = RunStore.open(args.run)
+    store = RunStore.read(args.run)
     _check_sources(store, args.labels)
     view = read_run(store, args.labels)
     print_run(view, console)
@@ -300,7 +300,7 @@ def _agreement(args: argparse.Namespace, console: Console) -> int:
     from userturn.store.database import RunStore
     from userturn.store.turns import read_turns
 
-    store = RunStore.open(args.run)
+    store = RunStore.read(args.run)
     turns = read_turns(store)
     results = pairwise_agreement(turns, sources=args.sources)
     print_agreement(results, console)
@@ -330,7 +330,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.compare import compare_runs, print_comparison
     from userturn.store.database import RunStore
 
-    a, b = RunStore.open(args.run_a), RunStore.open(args.run_b)
+    a, b = RunStore.read(args.run_a), RunStore.read(args.run_b)
     _check_sources(a, args.labels)
     _check_sources(b, args.labels)
     comparisons, accuracy = compare_runs(a, b, labels=args.labels)
@@ -363,7 +363,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     from userturn.store.export import export_user_turns
     from userturn.store.turns import read_turns
 
-    store = RunStore.open(args.run)
+    store = RunStore.read(args.run)
     out = args.out or args.run / f"user_turns.{args.format}"
     # A file the user names is theirs: replaced only with --force. The default file in the run
     # folder is userturn's own and is rewritten.
@@ -378,7 +378,7 @@ def _doctor(args: argparse.Namespace, console: Console) -> int:
     from userturn.store.database import SCHEMA_VERSION, RunStore
     from userturn.store.runstate import doctor, run_state
 
-    store = RunStore.open(args.run)  # not a store, empty, foreign, newer schema: one line, exit 2
+    store = RunStore.read(args.run)  # not a store, empty, foreign, newer schema: one line, exit 2
     problems = doctor(store)
     if problems:
         for problem in problems:

@@ -79,6 +79,21 @@ def holder(folder: Path) -> str | None:
     return None
 
 
+def held(folder: Path) -> bool:
+    """Whether any process (this one included) holds the folder's lock now."""
+    try:
+        handle = open(Path(folder) / LOCK_NAME, encoding="utf-8")
+    except OSError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
+
+
 def _lock_record(path: Path) -> tuple[str, str] | None:
     """(pid, command) as the holder wrote them; None where unreadable."""
     try:
