@@ -165,3 +165,44 @@ def test_a_reader_sees_a_live_writers_newest_commit(gsm_file, tmp_path, capsys):
     finally:
         writer.kill()
         writer.wait()
+
+
+def test_report_html_on_a_nearly_full_disk_leaves_no_partial_tables(gsm_file, tmp_path, capsys,
+                                                                     monkeypatch):
+    import errno
+
+    from userturn.cli.main import main
+    from userturn.store import atomic
+
+    folder = finished_run(gsm_file, tmp_path)
+    synced: list[int] = []
+
+    def nearly_full(fd: int) -> None:  # two files fit, the third does not
+        synced.append(fd)
+        if len(synced) > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic, "_fsync", nearly_full)
+    assert main(["report", str(folder), "--html"]) == 2
+    err = capsys.readouterr().err
+    assert "no space left on the device" in err and "Traceback" not in err
+    assert sorted(p.name for p in folder.iterdir()) == ["userturn.db", "userturn.lock"]
+
+
+def test_compare_html_on_a_full_disk_blames_the_page(gsm_file, tmp_path, capsys, monkeypatch):
+    import errno
+
+    from userturn.cli.main import main
+    from userturn.store import atomic
+
+    folder = finished_run(gsm_file, tmp_path)
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic, "_fsync", full)
+    page = tmp_path / "compare.html"
+    assert main(["compare", str(folder), str(folder), "--html", str(page)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"userturn: error: cannot write {page}: no space left")
+    assert "userturn.db" not in line and not page.exists()
