@@ -206,3 +206,63 @@ def test_compare_html_on_a_full_disk_blames_the_page(gsm_file, tmp_path, capsys,
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith(f"userturn: error: cannot write {page}: no space left")
     assert "userturn.db" not in line and not page.exists()
+
+
+def test_a_busy_folder_is_refused_before_any_dataset_or_model_loads(gsm_file, tmp_path, capsys,
+                                                                    monkeypatch):
+    from test_run_folder import hold_lock
+
+    from userturn.backends import BackendSpec
+    from userturn.cli.main import main
+    from userturn.probe import pipeline
+
+    folder = tmp_path / "busy"
+    holder = hold_lock(folder)
+
+    def loader(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("loaded before the lock was taken")
+
+    monkeypatch.setattr(pipeline, "load_dataset", loader)
+    monkeypatch.setattr(BackendSpec, "build", loader)
+    try:
+        started = time.monotonic()
+        assert main(["run", "--model", "tiny", "--dataset", str(gsm_file), "-o",
+                     str(folder)]) == 2
+        assert time.monotonic() - started < 5.0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith(f"userturn: error: {folder} is in use by another writer: "
+                                  f"pid {holder.pid}")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_full_disk_at_the_lock_is_one_line_and_leaves_no_lock_file(gsm_file, tmp_path, capsys,
+                                                                     monkeypatch):
+    import builtins
+    import errno
+
+    from userturn.cli.main import main
+    from userturn.store import lock
+
+    class FullDisk:
+        """The lock file opens (a directory entry fits) but its first write does not."""
+
+        def __init__(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            self.file = builtins.open(*args, **kwargs)
+
+        def __getattr__(self, name):  # type: ignore[no-untyped-def]
+            return getattr(self.file, name)
+
+        def write(self, text: str) -> int:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(lock, "open", FullDisk, raising=False)
+    folder = tmp_path / "new"
+    assert main(["run", "--model", "tiny", "--dataset", str(gsm_file), "-o", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (
+        f"userturn: error: cannot write {folder / 'userturn.lock'}: no space left on the device; "
+        "free some space and run the same command again (nothing half-written was left)")
+    assert not folder.exists()  # no 0-byte userturn.lock, no empty folder
