@@ -266,3 +266,24 @@ def test_a_full_disk_at_the_lock_is_one_line_and_leaves_no_lock_file(gsm_file, t
         f"userturn: error: cannot write {folder / 'userturn.lock'}: no space left on the device; "
         "free some space and run the same command again (nothing half-written was left)")
     assert not folder.exists()  # no 0-byte userturn.lock, no empty folder
+
+
+def test_a_different_experiment_into_a_used_folder_says_what_it_replaced(gsm_file, tmp_path):
+    import warnings
+
+    from userturn.cli.main import main
+
+    folder = tmp_path / "demo"
+    first = ["run", "--model", "fake/scripted", "--dataset", str(gsm_file), "--limit", "3",
+             "--temperatures", "0,1", "--samples", "1", "-o", str(folder)]
+    other = [("0" if arg == "0,1" else arg) for arg in first]  # the same at greedy only
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert main(first) == 0
+        assert main(other) == 0
+        assert main(other) == 0  # resuming the same experiment: silent
+    assert [str(w.message) for w in said] == [
+        f"{folder} held another experiment (temperatures [0.0, 1.0] -> [0.0]): its plan is "
+        "replaced by this one, so reports show this one; everything it generated stays stored, "
+        "and running it again here shows it again with no model calls (give another --output "
+        "to keep both)"]

@@ -132,6 +132,12 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
         for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
             warnings.warn(note, stacklevel=2)
     store = RunStore.create(exp.output)  # the caller holds the folder's RunLock
+    replaced = _replaced_settings(store.meta().config, exp.model_dump(mode="json"))
+    if replaced:
+        warnings.warn(f"{exp.output} held another experiment ({replaced}): its plan is replaced "
+                      "by this one, so reports show this one; everything it generated stays "
+                      "stored, and running it again here shows it again with no model calls "
+                      "(give another --output to keep both)", stacklevel=2)
     store.update_meta(config=exp.model_dump(mode="json"), versions=versions(),
                       started=time.time(), finished=None,
                       models=_model_meta(backends, first),
@@ -142,6 +148,28 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
     store.check_present()
     store.update_meta(finished=time.time())
     return store
+
+
+# The settings that make up what a run plans (and so what its report shows); the others say how
+# it runs (batch sizes, executors, servers) or how it is labelled.
+PLAN_SETTINGS = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
+                 "user_max_tokens", "seed", "system_prompt", "answerers", "perturbations",
+                 "user_turn_variants", "fields", "skip_invalid", "context_turns", "tokenizer",
+                 "prompt_as", "thinking", "enable_thinking")
+
+
+def _replaced_settings(stored: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str:
+    """What differs between the folder's experiment and this one ("" when it is the same one,
+    or the folder is new), as "limit 6 -> 3; temperatures [0.0, 1.0] -> [0.0]"."""
+    if not stored:
+        return ""
+    return "; ".join(f"{name} {_shown(stored[name])} -> {_shown(new.get(name))}"
+                     for name in PLAN_SETTINGS
+                     if name in stored and stored[name] != new.get(name))
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)[:80]
 
 
 def _run_stages(store: RunStore, exp: Experiment, datasets: Sequence[Dataset],
