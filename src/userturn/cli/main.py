@@ -77,7 +77,7 @@ def _main(argv: Sequence[str] | None) -> int:
     # 80 columns, so give it room.
     console = Console() if sys.stdout.isatty() else Console(width=160)
     formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
-    on_sigterm = _stop_on_sigterm()
+    on_sigterm = stop_on_sigterm()
     try:
         return args.handler(args, console)
     except UserturnError as exc:
@@ -108,7 +108,7 @@ def _main(argv: Sequence[str] | None) -> int:
             signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def _stop_on_sigterm() -> signal.Handlers | Callable[..., object] | int | None:
+def stop_on_sigterm() -> signal.Handlers | Callable[..., object] | int | None:
     """SIGTERM is how ``kill``, ``timeout``, SLURM and ``docker stop`` end a job: raise
     :class:`Terminated` (a KeyboardInterrupt) so every stage keeps what it received as on Ctrl-C.
     Returns the handler it replaced (None where signals cannot be handled: not the main thread)."""
