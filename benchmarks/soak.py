@@ -13,12 +13,16 @@ OpenAI-compatible server on 127.0.0.1. Faults injected:
   the client's timeout), and dropped connections;
 - a full disk: SQLite's own SQLITE_FULL, by capping the database's page count a few pages above
   its size at a random moment of some attempts;
-- SIGKILL of the attempt after a random delay, ``--kills`` times.
+- SIGKILL of the attempt after a random delay, ``--kills`` times;
+- SIGTERM while a fault-free attempt is judging (into a folder of its own): it must exit 143
+  with every verdict it received stored, then resume to the same result.
 
 Then attempts without faults run until one exits 0 with the run finished. The result is checked
 against an uninterrupted, fault-free run of the same experiment: the same generation keys and
 texts (zero lost, zero duplicated: a key is stored once or not at all), every user turn judged
-once, and `userturn doctor` exits 0. Prints the figures; exit 1 if any check fails.
+once, and `userturn doctor` exits 0; the readers (doctor, report, export elsewhere) leave the run
+folder byte for byte as it was, so they work on a full disk. Prints the figures; exit 1 if any
+check fails.
 """
 
 from __future__ import annotations
@@ -60,7 +64,8 @@ def script(request) -> str:  # type: ignore[no-untyped-def]
 def child(args: argparse.Namespace) -> int:
     """One attempt: run the experiment (faults on unless --clean), then judge every user turn."""
     from userturn.backends.fake import ScriptedBackend
-    from userturn.cli.main import main
+    from userturn.cli.main import main, stop_on_sigterm
+    from userturn.errors import Terminated
     from userturn.labels.judge import Judge, OpenAIChatClient
     from userturn.labels.stages import judge_turns
     from userturn.probe.pipeline import run_experiment
@@ -69,6 +74,7 @@ def child(args: argparse.Namespace) -> int:
 
     rng = random.Random(args.seed)
     log = open(args.log, "a", encoding="utf-8")
+    stop_on_sigterm()  # as the CLI does
 
     def note(kind: str) -> None:
         log.write(kind + "\n")
@@ -116,9 +122,14 @@ def child(args: argparse.Namespace) -> int:
     client = OpenAIChatClient("soak-judge", base_url=args.judge_url, api_key="sk-soak-unused",
                               timeout=0.5, max_attempts=3, backoff=0.01, max_backoff=0.05)
     store = RunStore.open(exp.output)
-    with RunLock(exp.output, "judge"):
-        judge_turns(store, Judge(client, concurrency=4), "all", chunk=8)
-    store.close()
+    try:
+        with RunLock(exp.output, "judge"):
+            judge_turns(store, Judge(client, concurrency=4), "all")
+    except Terminated:
+        note(f"judge_received {store.tally.sent.get('judge', 0)}")
+        return 143
+    finally:
+        store.close()
     return main(["doctor", str(exp.output)])
 
 
@@ -245,6 +256,7 @@ def soak(kills: int = 20, items: int = 40, samples: int = 4, seed: int = 0,
             if code == 0:
                 break
         final_exit = code
+        sigterm = _sigterm_while_judging(fake, base, dataset, items, samples)
         reference_run = attempt(argparse.Namespace(items=items, samples=samples), reference,
                                 dataset, fake.url, base / "reference.log", 0, clean=True)
         reference_exit = reference_run.wait(timeout=600)
@@ -257,7 +269,12 @@ def soak(kills: int = 20, items: int = 40, samples: int = 4, seed: int = 0,
     changed = sum(1 for key in set(want) & set(got) if want[key] != got[key])
     from userturn.cli.main import main
 
+    before = _snapshot(soaked)
     doctor = main(["doctor", str(soaked)])
+    readers = [main(["report", str(soaked)]),
+               main(["export", str(soaked), "--out", str(base / "turns.csv"), "--format", "csv"])]
+    reader_writes = before != _snapshot(soaked)
+    terminated, _ = stored(base / "terminated")
     figures = {
         "kills": exits["SIGKILL"], "kills_while_generating": sum(
             n < len(want) for n in at_kill), "generations_at_kills": at_kill,
@@ -266,12 +283,54 @@ def soak(kills: int = 20, items: int = 40, samples: int = 4, seed: int = 0,
         "lost": lost, "duplicated_or_extra": extra, "changed": changed,
         "judged": sum(got_labels.values()), "judged_expected": sum(want_labels.values()),
         "final_exit": final_exit, "reference_exit": reference_exit, "doctor_exit": doctor,
+        "reader_exits": readers, "readers_wrote_into_the_run": reader_writes, **sigterm,
         "seconds": round(time.monotonic() - started, 1), "folder": str(soaked),
     }
     figures["ok"] = (final_exit == 0 and reference_exit == 0 and doctor == 0 and lost == 0
                      and extra == 0 and changed == 0 and got_labels == want_labels
-                     and len(want) > 0)
+                     and len(want) > 0 and readers == [0, 0] and not reader_writes
+                     and sigterm["sigterm_exit"] == 143 and sigterm["sigterm_verdicts_lost"] == 0
+                     and sigterm["sigterm_verdicts_received"] > 0
+                     and sigterm["sigterm_resume_exit"] == 0 and terminated == want)
     return figures
+
+
+def _sigterm_while_judging(fake, base: Path, dataset: Path, items: int,  # type: ignore[no-untyped-def]
+                           samples: int) -> dict[str, int]:
+    """A fault-free attempt, SIGTERMed once it has stored some verdicts (the judge answers slowly
+    enough to be mid-way): it exits 143 having stored every verdict it received; then it
+    resumes."""
+    from openai_fake import Answer
+
+    folder, log = base / "terminated", base / "terminated.log"
+    fake.responder = lambda request: Answer(delay=0.2)
+    args = argparse.Namespace(items=items, samples=samples)
+    process = attempt(args, folder, dataset, fake.url, log, 0, clean=True)
+    deadline = time.monotonic() + 300
+    while process.poll() is None and _verdicts(folder) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    process.send_signal(signal.SIGTERM)
+    code = process.wait(timeout=120)
+    received = sum(int(line.split()[1]) for line in log.read_text().splitlines()
+                   if line.startswith("judge_received"))
+    kept = _verdicts(folder)
+    fake.responder = lambda request: Answer()
+    resumed = attempt(args, folder, dataset, fake.url, log, 0, clean=True).wait(timeout=600)
+    return {"sigterm_exit": code, "sigterm_verdicts_received": received,
+            "sigterm_verdicts_lost": received - kept, "sigterm_resume_exit": resumed}
+
+
+def _verdicts(folder: Path) -> int:
+    try:
+        with _read_only(folder) as db:
+            return db.execute("SELECT COUNT(*) FROM labels WHERE source LIKE 'judge:%'"
+                              ).fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
+    return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir()}
 
 
 def main() -> int:

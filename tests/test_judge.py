@@ -123,6 +123,17 @@ def test_429_twice_then_ok_honours_retry_after(fake: FakeOpenAI) -> None:
     assert len(fake.requests) == 3
 
 
+@pytest.mark.parametrize("garbage", ["nan", "inf", "-inf", "soon"])
+def test_429_with_a_garbage_retry_after_is_retried_with_the_normal_backoff(
+        fake: FakeOpenAI, garbage: str) -> None:
+    fake.then(Fail(429, retry_after=garbage), Fail(429, retry_after=garbage))
+    judge, sleeps = make_judge(fake, backoff=0.5, max_backoff=10.0)
+    [label] = judge.classify_many([CASE])
+    assert label.label == "generic" and label.error is None
+    assert len(fake.requests) == 3
+    assert 0.25 <= sleeps[0] <= 0.5 and 0.5 <= sleeps[1] <= 1.0  # exponential, with jitter
+
+
 def test_500_forever_is_an_error_after_bounded_attempts(fake: FakeOpenAI) -> None:
     fake.always(Fail(500))
     judge, sleeps = make_judge(fake, max_attempts=3, backoff=0.5, max_backoff=10.0)

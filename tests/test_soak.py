@@ -1,6 +1,7 @@
 """The soak test at CI size (benchmarks/soak.py has the full one): SIGKILLs at random points of
-a run under injected backend errors and exceptions, judge 429s, hangs and drops and a full disk;
-afterwards nothing is lost or duplicated, every turn is judged once and doctor passes."""
+a run under injected backend errors and exceptions, judge 429s, hangs and drops and a full disk,
+and a SIGTERM while judging; afterwards nothing is lost or duplicated, every turn is judged once,
+doctor passes and the readers wrote nothing into the run folder."""
 
 from __future__ import annotations
 
@@ -20,3 +21,6 @@ def test_a_small_soak_loses_and_duplicates_nothing(tmp_path):
     assert figures["changed"] == 0 and figures["expected"] == 8 * (2 + 2)
     assert figures["judged"] == figures["judged_expected"] == 8 * (1 + 2)
     assert figures["doctor_exit"] == 0 and figures["ok"], figures
+    assert figures["sigterm_exit"] == 143 and figures["sigterm_verdicts_received"] > 0
+    assert figures["sigterm_verdicts_lost"] == 0 and figures["sigterm_resume_exit"] == 0
+    assert figures["reader_exits"] == [0, 0] and not figures["readers_wrote_into_the_run"]

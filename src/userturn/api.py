@@ -36,13 +36,13 @@ class Run:
 
     def __init__(self, folder: str | Path | RunStore) -> None:
         self.folder = Path(folder.folder if isinstance(folder, RunStore) else folder)
-        RunStore.open(self.folder).close()  # a folder that is no run fails here, in one line
+        RunStore.read(self.folder).close()  # a folder that is no run fails here, in one line
 
     def __repr__(self) -> str:
         return f"Run({str(self.folder)!r})"
 
     def _open(self) -> closing[RunStore]:
-        return closing(RunStore.open(self.folder))
+        return closing(RunStore.read(self.folder))
 
     @property
     def meta(self) -> RunMeta:

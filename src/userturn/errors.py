@@ -31,3 +31,8 @@ class RequestsFailed(UserturnError):
     """Every request a command sent failed (a server down, a wrong key): nothing was made."""
 
     exit_code = 1
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, SLURM preemption, ``docker stop``): the command stops as
+    on Ctrl-C, so every stage keeps what it received the way it does for Ctrl-C."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import email.utils
 import http.client
 import json
+import math
 import random
 import time
 import urllib.error
@@ -110,13 +111,16 @@ class OpenAIHTTP:
 
 
 def retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header: delta-seconds or an HTTP date."""
+    """Seconds from a Retry-After header: delta-seconds or an HTTP date. Anything else (``nan``,
+    ``inf``, words) is None: the normal backoff, as if the server had given no header."""
     if not value:
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return seconds if math.isfinite(seconds) else None
     try:
         moment = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

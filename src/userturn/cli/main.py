@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sqlite3
 import sys
+import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
@@ -20,7 +22,7 @@ from rich.progress import (
 
 from userturn.backends.models import EMBEDDED
 from userturn.cli import arguments
-from userturn.errors import ConfigError, UserturnError
+from userturn.errors import ConfigError, Terminated, UserturnError
 
 if TYPE_CHECKING:
     from userturn.store.database import RunStore
@@ -75,6 +77,7 @@ def _main(argv: Sequence[str] | None) -> int:
     # 80 columns, so give it room.
     console = Console() if sys.stdout.isatty() else Console(width=160)
     formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
+    on_sigterm = stop_on_sigterm()
     try:
         return args.handler(args, console)
     except UserturnError as exc:
@@ -86,6 +89,10 @@ def _main(argv: Sequence[str] | None) -> int:
               "says what is wrong (copy out what reads, then run again into a new folder)",
               file=sys.stderr)
         return 2
+    except Terminated:
+        print("userturn: terminated (SIGTERM); everything received so far is stored: run the "
+              "same command again to resume", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("userturn: interrupted; everything finished so far is stored: run the same "
               "command again to resume", file=sys.stderr)
@@ -97,6 +104,23 @@ def _main(argv: Sequence[str] | None) -> int:
         return 1
     finally:
         warnings.formatwarning = formatwarning
+        if on_sigterm is not None:
+            signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def stop_on_sigterm() -> signal.Handlers | Callable[..., object] | int | None:
+    """SIGTERM is how ``kill``, ``timeout``, SLURM and ``docker stop`` end a job: raise
+    :class:`Terminated` (a KeyboardInterrupt) so every stage keeps what it received as on Ctrl-C.
+    Returns the handler it replaced (None where signals cannot be handled: not the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminate(signum: int, frame: object) -> None:
+        # A second SIGTERM must not cut short the commit of what was received.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    return signal.signal(signal.SIGTERM, terminate)
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]
@@ -192,7 +216,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.view import read_run
     from userturn.store.database import RunStore
 
-    store = RunStore.open(args.run)
+    store = RunStore.read(args.run)
     _check_sources(store, args.labels)
     view = read_run(store, args.labels)
     print_run(view, console)
@@ -276,7 +300,7 @@ def _agreement(args: argparse.Namespace, console: Console) -> int:
     from userturn.store.database import RunStore
     from userturn.store.turns import read_turns
 
-    store = RunStore.open(args.run)
+    store = RunStore.read(args.run)
     turns = read_turns(store)
     results = pairwise_agreement(turns, sources=args.sources)
     print_agreement(results, console)
@@ -306,7 +330,7 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.compare import compare_runs, print_comparison
     from userturn.store.database import RunStore
 
-    a, b = RunStore.open(args.run_a), RunStore.open(args.run_b)
+    a, b = RunStore.read(args.run_a), RunStore.read(args.run_b)
     _check_sources(a, args.labels)
     _check_sources(b, args.labels)
     comparisons, accuracy = compare_runs(a, b, labels=args.labels)
@@ -339,7 +363,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
     from userturn.store.export import export_user_turns
     from userturn.store.turns import read_turns
 
-    store = RunStore.open(args.run)
+    store = RunStore.read(args.run)
     out = args.out or args.run / f"user_turns.{args.format}"
     # A file the user names is theirs: replaced only with --force. The default file in the run
     # folder is userturn's own and is rewritten.
@@ -354,7 +378,7 @@ def _doctor(args: argparse.Namespace, console: Console) -> int:
     from userturn.store.database import SCHEMA_VERSION, RunStore
     from userturn.store.runstate import doctor, run_state
 
-    store = RunStore.open(args.run)  # not a store, empty, foreign, newer schema: one line, exit 2
+    store = RunStore.read(args.run)  # not a store, empty, foreign, newer schema: one line, exit 2
     problems = doctor(store)
     if problems:
         for problem in problems:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import urlsplit
 
-from userturn.errors import UserturnError
+from userturn.errors import Terminated, UserturnError
 from userturn.labels.calibration import calibration_sample
 from userturn.records import LABELS, Label
 from userturn.stats.correction import MIN_HUMAN_LABELS
@@ -395,8 +395,9 @@ def serve(folder: Path | str, annotator: str, *, size: int | None = None,
         webbrowser.open(server.url)
     try:
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, Terminated):  # every label is stored already; the CLI says so
+            raise
     finally:
         server.stop()
     return 0

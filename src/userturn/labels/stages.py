@@ -95,17 +95,18 @@ def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: JudgeScope,
 
 
 def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
-                progress: Progress | None = None, chunk: int = 32,
+                progress: Progress | None = None, chunk: int = 1,
                 threshold: float = 0.7) -> int:
     """Label the run's user turns with an LLM judge: those the rules left undecided, those the
     cascade labelled with a classifier probability below ``threshold`` (``uncertain``), or all.
 
     Cached by judge name (which carries the rubric version) and generation key: turns this judge
     already labelled successfully are not sent again; a failed verdict (an error label) is
-    retried by the next call. Verdicts are committed as they arrive, ``chunk`` at a time and
-    whatever was received when interrupted. Returns the number of turns sent; the outcome
-    (sent, failed, first error) is counted in ``store.tally``. The judge then decides the run's
-    turns in the place :func:`.sources.source_order` gives it.
+    retried by the next call. Verdicts are paid for: each is committed as it arrives (``chunk``
+    at a time; a commit costs far less than a request), and whatever was received when
+    interrupted (Ctrl-C, SIGTERM) is committed before the interrupt goes on. Returns the number
+    of turns sent; the outcome (sent, failed, first error) is counted in ``store.tally``. The
+    judge then decides the run's turns in the place :func:`.sources.source_order` gives it.
     """
     done = store.labelled_keys(judge.name, judge.version)
     candidates = [t for t in read_turns(store, judge.name) if t.error is None
@@ -123,11 +124,13 @@ def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
             received.append((turns[index].key, judge.version, label))
             store.tally.count("judge", label.error)
             if len(received) >= chunk:
+                # An interrupt inside this commit rolls it back: ``received`` still holds the
+                # verdicts and the ``finally`` stores them (storing one twice replaces it).
                 store.put_labels(received)
                 advance(len(received))
                 received = []
     finally:
-        verdicts.close()  # cancels what was not sent (Ctrl-C)
+        verdicts.close()  # cancels what was not sent (Ctrl-C, SIGTERM)
         store.put_labels(received)  # every verdict received is kept
     labeller = store.meta().offline_labeller
     store.update_meta(label_sources=source_order(labeller, [judge.name], scope))

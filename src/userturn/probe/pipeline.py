@@ -64,20 +64,24 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     ``datasets`` replaces loading ``exp.datasets`` (training draws its items from a split).
     ``executor`` with ``backends`` (its handles) replaces the executor ``exp`` names."""
     progress = progress or silent_progress
-    if datasets is None:
-        datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed, fields=exp.fields,
-                                 skip_invalid=exp.skip_invalid, context_turns=exp.context_turns)
-                    for spec in exp.datasets]
-    if executor is not None:
-        return _run(exp, dict(backends or {}), executor, progress, datasets)
-    if backends is None and exp.executor == "ray":
-        from userturn.probe.ray_executor import RayExecutor
+    # The folder first: a second run into a busy folder is refused before any dataset or model
+    # loads (which takes seconds to minutes), not after.
+    with RunLock(exp.output, "run"):
+        if datasets is None:
+            datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed, fields=exp.fields,
+                                     skip_invalid=exp.skip_invalid,
+                                     context_turns=exp.context_turns)
+                        for spec in exp.datasets]
+        if executor is not None:
+            return _run(exp, dict(backends or {}), executor, progress, datasets)
+        if backends is None and exp.executor == "ray":
+            from userturn.probe.ray_executor import RayExecutor
 
-        with RayExecutor.start(backend_specs(exp), exp) as ray_executor:
-            return _run(exp, ray_executor.backends, ray_executor, progress, datasets)
-    if backends is None:
-        backends = {spec.spec: spec.build() for spec in backend_specs(exp)}
-    return _run(exp, backends, LocalExecutor(backends), progress, datasets)
+            with RayExecutor.start(backend_specs(exp), exp) as ray_executor:
+                return _run(exp, ray_executor.backends, ray_executor, progress, datasets)
+        if backends is None:
+            backends = {spec.spec: spec.build() for spec in backend_specs(exp)}
+        return _run(exp, backends, LocalExecutor(backends), progress, datasets)
 
 
 def backend_specs(exp: Experiment) -> list[BackendSpec]:
@@ -93,7 +97,7 @@ def backend_specs(exp: Experiment) -> list[BackendSpec]:
 def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
          progress: Progress, datasets: Sequence[Dataset]) -> RunStore:
     perturbations = parse_perturbations(exp.perturbations)
-    for backend in backends.values():  # misuse fails here, before the run folder is written
+    for backend in backends.values():  # misuse fails here, before the store is written
         _check_renders(backend, datasets[0].items[0], exp)
     first = _conversation(datasets[0].items[0], exp)
     backends, probers = thinking_variants(backends, first, exp)
@@ -104,18 +108,45 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
     for dataset in datasets:
         for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
             warnings.warn(note, stacklevel=2)
-    with RunLock(exp.output, "run"):  # one writer: a second run here fails naming this one
-        store = RunStore.create(exp.output)
-        store.update_meta(config=exp.model_dump(mode="json"), versions=versions(),
-                          started=time.time(), finished=None,
-                          models=_model_meta(backends, first),
-                          skipped={d.name: d.skipped for d in datasets if d.skipped},
-                          dataset_notes={d.name: list(d.notes) for d in datasets if d.notes})
-        _run_stages(store, exp, datasets, backends, probers, answer_models, perturbations,
-                    judges, executor, progress)
-        store.check_present()
-        store.update_meta(finished=time.time())
+    store = RunStore.create(exp.output)  # the caller holds the folder's RunLock
+    replaced = _replaced_settings(store.meta().config, exp.model_dump(mode="json"))
+    if replaced:
+        warnings.warn(f"{exp.output} held another experiment ({replaced}): its plan is replaced "
+                      "by this one, so reports show this one; everything it generated stays "
+                      "stored, and running it again here shows it again with no model calls "
+                      "(give another --output to keep both)", stacklevel=2)
+    store.update_meta(config=exp.model_dump(mode="json"), versions=versions(),
+                      started=time.time(), finished=None,
+                      models=_model_meta(backends, first),
+                      skipped={d.name: d.skipped for d in datasets if d.skipped},
+                      dataset_notes={d.name: list(d.notes) for d in datasets if d.notes})
+    _run_stages(store, exp, datasets, backends, probers, answer_models, perturbations,
+                judges, executor, progress)
+    store.check_present()
+    store.update_meta(finished=time.time())
     return store
+
+
+# The settings that make up what a run plans (and so what its report shows); the others say how
+# it runs (batch sizes, executors, servers) or how it is labelled.
+PLAN_SETTINGS = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
+                 "user_max_tokens", "seed", "system_prompt", "answerers", "perturbations",
+                 "user_turn_variants", "fields", "skip_invalid", "context_turns", "tokenizer",
+                 "prompt_as", "thinking", "enable_thinking")
+
+
+def _replaced_settings(stored: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str:
+    """What differs between the folder's experiment and this one ("" when it is the same one,
+    or the folder is new), as "limit 6 -> 3; temperatures [0.0, 1.0] -> [0.0]"."""
+    if not stored:
+        return ""
+    return "; ".join(f"{name} {_shown(stored[name])} -> {_shown(new.get(name))}"
+                     for name in PLAN_SETTINGS
+                     if name in stored and stored[name] != new.get(name))
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)[:80]
 
 
 def _run_stages(store: RunStore, exp: Experiment, datasets: Sequence[Dataset],

@@ -13,7 +13,7 @@ from userturn.records import LABELS
 from userturn.report.compute import CATEGORIES, PerturbationEffect, Report
 from userturn.report.summary import SummaryRow
 from userturn.stats.rates import Rate
-from userturn.store.atomic import make_folder, write_file
+from userturn.store.atomic import write_folder
 
 
 def _rate_cols(prefix: str, rate: Rate | None) -> dict[str, Any]:
@@ -98,35 +98,39 @@ def _joint_record(key: tuple[str, str, str, float], j: dict[str, Any]) -> dict[s
 
 def export_tables(report: Report, folder: Path) -> list[Path]:
     """Write every table of the report to ``folder`` as CSV, and as Parquet when pyarrow is
-    importable. Returns the paths written."""
+    importable, as one set (a full disk leaves the earlier set, not part of a new one).
+    Returns the paths written."""
     folder = Path(folder)
-    make_folder(folder)
-    written = []
-    for name, records in tables(report).items():
-        written.append(_write_csv(folder / f"{name}.csv", records))
-        parquet = _write_parquet(folder / f"{name}.parquet", records)
-        written += [parquet] if parquet else []
-    return written
+    names: list[str] = []
+
+    def write(staging: Path) -> None:
+        for name, records in tables(report).items():
+            _write_csv(staging / f"{name}.csv", records)
+            names.append(f"{name}.csv")
+            if _write_parquet(staging / f"{name}.parquet", records):
+                names.append(f"{name}.parquet")
+
+    write_folder(folder, write)
+    return [folder / name for name in names]
 
 
 def _columns(records: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(k for record in records for k in record))
 
 
-def _write_csv(path: Path, records: list[dict[str, Any]]) -> Path:
-    def write(partial: Path) -> None:
-        with partial.open("w", encoding="utf-8", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=_columns(records) or ["empty"])
-            writer.writeheader()
-            writer.writerows(records)
-    return write_file(path, write)
+def _write_csv(path: Path, records: list[dict[str, Any]]) -> None:
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=_columns(records) or ["empty"])
+        writer.writeheader()
+        writer.writerows(records)
 
 
-def _write_parquet(path: Path, records: list[dict[str, Any]]) -> Path | None:
+def _write_parquet(path: Path, records: list[dict[str, Any]]) -> bool:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        return None
+        return False
     table = pa.Table.from_pylist(records) if records else pa.table({})
-    return write_file(path, lambda partial: pq.write_table(table, partial))
+    pq.write_table(table, path)
+    return True

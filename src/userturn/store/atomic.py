@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from pathlib import Path
 from typing import Callable
 
@@ -41,6 +42,36 @@ def write_file(path: Path, write: Callable[[Path], object], *, force: bool = Tru
         temporary.unlink(missing_ok=True)
         raise
     return path
+
+
+def write_folder(folder: Path, write: Callable[[Path], object]) -> Path:
+    """``write(temporary folder)`` makes a set of files, fsynced, then the set replaces
+    ``folder`` whole: a kill or a full disk leaves the earlier set or none, never part of one."""
+    folder = Path(folder)
+    make_folder(folder.parent)
+    if folder.exists() and not folder.is_dir():
+        raise StoreError(f"{folder} is a file, not a folder: choose another path")
+    staging, old = (folder.with_name(f".{folder.name}.{os.getpid()}.{end}")
+                    for end in ("tmp", "old"))
+    for stale in (staging, old):
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        staging.mkdir()
+        write(staging)
+        for path in staging.iterdir():
+            with open(path, "rb+") as handle:
+                _fsync(handle.fileno())
+        if folder.exists():
+            os.rename(folder, old)
+        os.rename(staging, folder)
+    except OSError as exc:
+        if old.exists() and not folder.exists():
+            os.rename(old, folder)  # the earlier set stays in place
+        raise StoreError(describe(exc, folder)) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return folder
 
 
 def write_text(path: Path, text: str, *, force: bool = True) -> Path:

@@ -14,7 +14,9 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -91,10 +93,61 @@ def check_header(path: Path) -> None:
 def _connect(path: Path, writable: bool) -> sqlite3.Connection:
     if writable:
         db = sqlite3.connect(path, timeout=30)
-    else:  # a read-only folder or file: read without the WAL side files
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+    else:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     db.row_factory = sqlite3.Row
     return db
+
+
+class _ReadCopy:
+    """A run's database and WAL copied into a temporary folder, for a reader that must not
+    write beside the original (read-only folder, full disk) where SQLite could not read the WAL
+    in place: it applies the WAL in the copy. Removed on close."""
+
+    def __init__(self, path: Path) -> None:
+        self.folder = tempfile.TemporaryDirectory(prefix="userturn-read-")
+        self.path = Path(self.folder.name) / path.name
+        try:
+            for suffix in ("", "-wal"):  # no writer holds a run whose WAL lacks its -shm
+                source = path.with_name(path.name + suffix)
+                if source.exists():
+                    shutil.copyfile(source, self.path.with_name(self.path.name + suffix))
+        except OSError as exc:
+            self.folder.cleanup()
+            raise StoreError(f"cannot read {path}: its newest rows are in {path.name}-wal, which "
+                             "SQLite reads only through a copy here, and the copy into "
+                             f"{self.folder.name} failed ({exc.strerror or exc}); free space in "
+                             "the temporary folder (TMPDIR)") from None
+
+    def connect(self) -> sqlite3.Connection:
+        return _connect(self.path, writable=True)
+
+
+def _open_for_reading(path: Path) -> tuple[sqlite3.Connection, _ReadCopy | None]:
+    """A connection that reads every committed row and writes nothing into the run folder.
+
+    SQLite reads a WAL-mode database read-only (``mode=ro``) only through its ``-shm`` index: it
+    creates a missing one beside the database, and the first reader after a crash rebuilds it.
+    So: no WAL (or an empty one) means the database file holds everything, read ``immutable``;
+    a WAL that a live writer is using is read in place, through the writer's shared ``-shm``
+    (what keeps a reader consistent while the writer checkpoints); any other WAL (a killed
+    writer's, one without its ``-shm``) is read from a temporary copy."""
+    from userturn.store.lock import held
+
+    wal = path.with_name(path.name + "-wal")
+    if not wal.exists() or wal.stat().st_size == 0:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
+        db.row_factory = sqlite3.Row
+        return db, None
+    if path.with_name(path.name + "-shm").exists() and held(path.parent):
+        db = _connect(path, writable=False)
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return db, None
+        except sqlite3.OperationalError:  # a -shm it cannot use read-only: the copy reads it
+            db.close()
+    copy = _ReadCopy(path)
+    return copy.connect(), copy
 
 
 def _check_schema(db: sqlite3.Connection, path: Path) -> None:
@@ -170,6 +223,9 @@ def _storage_errors(method):  # type: ignore[no-untyped-def]
     def wrapper(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         if method.__name__.startswith(("put_", "update_", "replace_", "keep_",
                                             "delete_")):
+            if self.read_only:  # never into a reader's temporary copy, where it would vanish
+                raise StoreError(f"cannot write {self.path}: it was opened to read only (a "
+                                 "read-only folder?); copy the run somewhere writable")
             self.check_present()
         try:
             return method(self, *args, **kwargs)
@@ -217,22 +273,61 @@ def _generation_values(row: GenerationRow, created: float) -> tuple[Any, ...]:
             _scrubbed(gen.error), created, _scrubbed(gen.thinking))
 
 
+_ADDED_COLUMNS = (("plan", "answerer", "TEXT NOT NULL DEFAULT 'self'"),
+                  ("plan", "perturbation", "TEXT NOT NULL DEFAULT 'none'"),
+                  ("scores", "details", "TEXT NOT NULL DEFAULT '{}'"),
+                  ("generations", "thinking", "TEXT"),  # NULL: generated before the split
+                  ("labels", "probability", "REAL"))  # NULL: the source gives none
+
+
+def _missing_columns(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    """The columns an earlier userturn's store lacks, as (table, name, declaration)."""
+    missing = []
+    for table, name, declaration in _ADDED_COLUMNS:
+        columns = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
+        if columns and name not in columns:
+            missing.append((table, name, declaration))
+    return missing
+
+
+def _needs_upgrade(db: sqlite3.Connection) -> bool:
+    """Whether a store lacks tables or columns this userturn reads (an earlier userturn's)."""
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return not TABLES <= names or bool(_missing_columns(db))
+
+
+def _check_folder(folder: Path) -> None:
+    if not folder.is_dir() or not (folder / DB_NAME).exists():
+        raise StoreError(f"{folder} is not a userturn run folder (no {DB_NAME})")
+
+
 class RunStore:
     """One run's database. ``create`` makes or continues a run (the folder's writer holds its
     ``RunLock``); ``open`` reads an existing one and checks first that it is a userturn store of
     a schema this version knows. Storage faults (a full disk, a read-only folder, a damaged or
     vanished file) are ``StoreError`` lines naming the database."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, read_only: bool = False) -> None:
         self.folder = Path(folder)
         self.path = self.folder / DB_NAME
         self.tally = Tally()
+        self._copy: _ReadCopy | None = None
         check_header(self.path)
-        writable = os.access(self.folder, os.W_OK) and os.access(self.path, os.W_OK)
+        self.read_only = read_only or not (os.access(self.folder, os.W_OK)
+                                           and os.access(self.path, os.W_OK))
         try:
-            self.db = _connect(self.path, writable)
+            if self.read_only:
+                self.db, self._copy = _open_for_reading(self.path)
+            else:
+                self.db = _connect(self.path, True)
             _check_schema(self.db, self.path)
-            if writable:
+            if self.read_only and self._copy is None and _needs_upgrade(self.db):
+                # A store of an earlier userturn: brought up to this schema in a copy, as a
+                # reader never changes the original.
+                self.db.close()
+                self._copy = _ReadCopy(self.path)
+                self.db = self._copy.connect()
+            if not self.read_only or self._copy is not None:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
                 self.db.executescript(f"BEGIN; {SCHEMA} COMMIT;")  # all tables or none
@@ -243,16 +338,9 @@ class RunStore:
 
     def _migrate(self) -> None:
         """Bring a store written by an earlier userturn up to this schema (columns only added)."""
-        added = (("plan", "answerer", "TEXT NOT NULL DEFAULT 'self'"),
-                 ("plan", "perturbation", "TEXT NOT NULL DEFAULT 'none'"),
-                 ("scores", "details", "TEXT NOT NULL DEFAULT '{}'"),
-                 ("generations", "thinking", "TEXT"),  # NULL: generated before the split
-                 ("labels", "probability", "REAL"))  # NULL: the source gives none
         with self.db:
-            for table, name, declaration in added:
-                columns = {r["name"] for r in self.db.execute(f"PRAGMA table_info({table})")}
-                if name not in columns:
-                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
+            for table, name, declaration in _missing_columns(self.db):
+                self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                             (json.dumps(SCHEMA_VERSION),))
 
@@ -268,9 +356,17 @@ class RunStore:
 
     @classmethod
     def open(cls, folder: Path) -> RunStore:
-        if not Path(folder).is_dir() or not (Path(folder) / DB_NAME).exists():
-            raise StoreError(f"{folder} is not a userturn run folder (no {DB_NAME})")
+        """An existing run, to read and write (the caller holds the folder's ``RunLock``)."""
+        _check_folder(Path(folder))
         return cls(folder)
+
+    @classmethod
+    def read(cls, folder: Path) -> RunStore:
+        """An existing run, to read only: every committed row (those a killed writer left in the
+        WAL too) and nothing written into the run folder, so a read-only folder or a full disk
+        still reads."""
+        _check_folder(Path(folder))
+        return cls(folder, read_only=True)
 
     def check_present(self) -> None:
         """The database this store opened is still there: a run whose database was deleted or
@@ -281,6 +377,9 @@ class RunStore:
 
     def close(self) -> None:
         self.db.close()
+        if self._copy is not None:
+            self._copy.folder.cleanup()
+            self._copy = None
 
     # -- metadata and items -------------------------------------------------------------------
     def update_meta(self, **changes: Any) -> RunMeta:
@@ -459,5 +558,5 @@ class RunStore:
 
 for _name, _method in list(vars(RunStore).items()):
     if callable(_method) and not _name.startswith("_") and _name not in (
-            "create", "open", "check_present", "close"):
+            "create", "open", "read", "check_present", "close"):
         setattr(RunStore, _name, _storage_errors(_method))

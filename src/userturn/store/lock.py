@@ -26,13 +26,17 @@ class RunLock:
     def __init__(self, folder: Path, command: str) -> None:
         self.folder, self.command = Path(folder), command
         self._handle: IO[str] | None = None
+        self._made_folder = self._made_lock = False
 
     def __enter__(self) -> RunLock:
+        self._made_folder = not self.folder.exists()
         make_folder(self.folder)
         path = self.folder / LOCK_NAME
+        made = not path.exists()
         try:
             handle = open(path, "a+", encoding="utf-8")
         except OSError as exc:
+            self._tidy(made)
             raise StoreError(describe(exc, path)) from None
         deadline = time.monotonic() + 1.0  # a reader peeking at the lock holds it for an instant
         while True:
@@ -46,18 +50,38 @@ class RunLock:
                                      f"{_describe_holder(path)}; wait for it to finish or "
                                      "choose another output folder") from None
                 time.sleep(0.05)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()} {self.command}\n")
-        handle.flush()
-        self._handle = handle
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()} {self.command}\n")
+            handle.flush()
+        except OSError as exc:  # a full disk: one line, and no 0-byte lock left behind
+            self._release(handle, made)
+            raise StoreError(describe(exc, path)) from None
+        self._handle, self._made_lock = handle, made
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, failed: object, *exc: object) -> None:
         if self._handle is not None:
-            fcntl.flock(self._handle, fcntl.LOCK_UN)
-            self._handle.close()
+            # A run that failed before its store was made (misuse, a dataset that will not load)
+            # leaves the folder as it found it.
+            self._release(self._handle, self._made_lock and failed is not None and not any(
+                p.name != LOCK_NAME for p in self.folder.iterdir()))
             self._handle = None
+
+    def _release(self, handle: IO[str], remove: bool) -> None:
+        if remove:  # made by this command a moment ago, for a run that never started
+            (self.folder / LOCK_NAME).unlink(missing_ok=True)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+        self._tidy(remove)
+
+    def _tidy(self, removed_lock: bool) -> None:
+        if removed_lock and self._made_folder:
+            try:
+                self.folder.rmdir()
+            except OSError:  # something else is in it now: it stays
+                pass
 
 
 def holder(folder: Path) -> str | None:
@@ -77,6 +101,21 @@ def holder(folder: Path) -> str | None:
             return _describe_holder(path)
         fcntl.flock(handle, fcntl.LOCK_UN)
     return None
+
+
+def held(folder: Path) -> bool:
+    """Whether any process (this one included) holds the folder's lock now."""
+    try:
+        handle = open(Path(folder) / LOCK_NAME, encoding="utf-8")
+    except OSError:
+        return False
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return False
 
 
 def _lock_record(path: Path) -> tuple[str, str] | None:
