@@ -192,18 +192,18 @@ def test_a_full_disk_or_a_refusal_while_writing_is_one_line_and_leaves_nothing(
 
 def test_a_full_disk_during_a_run_is_one_line_and_the_run_resumes(gsm_file, tmp_path,
                                                                   monkeypatch):
-    connect = store_module._connect
+    connect = store_module.connect
 
     def small_disk(path, writable):  # SQLite's own "database or disk is full" (SQLITE_FULL)
         db = connect(path, writable)
         db.execute("PRAGMA max_page_count = 30")
         return db
 
-    monkeypatch.setattr(store_module, "_connect", small_disk)
+    monkeypatch.setattr(store_module, "connect", small_disk)
     exp = experiment(gsm_file, tmp_path, samples=40)
     with pytest.raises(StoreError, match="the disk is full; free some space"):
         run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
-    monkeypatch.setattr(store_module, "_connect", connect)
+    monkeypatch.setattr(store_module, "connect", connect)
     store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
     assert all(t.error is None for t in read_turns(store))
 

@@ -21,8 +21,9 @@ from userturn.probe.executor import Executor, LocalExecutor, WorkUnit, cut_units
 from userturn.probe.thinking_variants import ThinkingVariant
 from userturn.probe.user_variants import UserVariantBackend
 from userturn.records import Generation, Progress, Request, silent_progress
-from userturn.store.database import RunStore, generation_key
+from userturn.store.database import RunStore
 from userturn.store.rows import GenerationRow
+from userturn.store.sqlite import generation_key
 
 
 @dataclass(frozen=True)

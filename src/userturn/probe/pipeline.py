@@ -50,9 +50,10 @@ from userturn.records import (
     Request,
     silent_progress,
 )
-from userturn.store.database import RunStore, generation_key
+from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.rows import ContextRow, GenerationRow, PlanRow
+from userturn.store.sqlite import generation_key
 
 
 def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = None,

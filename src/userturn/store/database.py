@@ -10,13 +10,9 @@ The ``plan`` table lists the generations the current experiment is made of; repo
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import os
-import shutil
 import sqlite3
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -24,281 +20,29 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from userturn.credentials import scrub, scrub_value
 from userturn.errors import StoreError
-from userturn.records import Label, Request, Score
+from userturn.records import Label, Score
 from userturn.store.meta import AnnotationSample, RunMeta
 from userturn.store.rows import ContextRow, GenerationRow, PlanRow
-
-DB_NAME = "userturn.db"
-SCHEMA_VERSION = 1  # stored in meta; a store of a newer schema is refused, not misread
-TABLES = {"meta", "items", "generations", "plan", "contexts", "scores", "labels"}
-SQLITE_HEADER = b"SQLite format 3\x00"
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS items (
-  dataset TEXT NOT NULL, item_id TEXT NOT NULL, data TEXT NOT NULL,
-  PRIMARY KEY (dataset, item_id));
-CREATE TABLE IF NOT EXISTS generations (
-  key TEXT PRIMARY KEY, role TEXT NOT NULL, model TEXT NOT NULL, revision TEXT NOT NULL,
-  template_hash TEXT NOT NULL, prompt TEXT NOT NULL, stop TEXT NOT NULL,
-  temperature REAL NOT NULL, top_p REAL NOT NULL, max_tokens INTEGER NOT NULL,
-  sample_index INTEGER NOT NULL, seed INTEGER NOT NULL,
-  text TEXT NOT NULL, raw_text TEXT NOT NULL, finish_reason TEXT NOT NULL,
-  prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, error TEXT,
-  created REAL NOT NULL, thinking TEXT);
-CREATE TABLE IF NOT EXISTS plan (
-  key TEXT PRIMARY KEY, role TEXT NOT NULL, model TEXT NOT NULL, dataset TEXT NOT NULL,
-  item_id TEXT NOT NULL, context TEXT NOT NULL, temperature REAL NOT NULL,
-  sample_index INTEGER NOT NULL, assistant_key TEXT,
-  answerer TEXT NOT NULL DEFAULT 'self', perturbation TEXT NOT NULL DEFAULT 'none');
-CREATE TABLE IF NOT EXISTS contexts (
-  context TEXT PRIMARY KEY, perturbation TEXT NOT NULL, answer TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS scores (
-  key TEXT NOT NULL, scorer TEXT NOT NULL, correct INTEGER NOT NULL, extracted TEXT,
-  reference TEXT, details TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (key, scorer));
-CREATE TABLE IF NOT EXISTS labels (
-  key TEXT NOT NULL, source TEXT NOT NULL, version TEXT NOT NULL, label TEXT, rationale TEXT,
-  error TEXT, created REAL NOT NULL, probability REAL, PRIMARY KEY (key, source));
-"""
-
-
-def generation_key(role: str, model: str, revision: str, template_hash: str, request: Request,
-                   sample_index: int, thinking: str = "drop") -> str:
-    payload = {
-        "role": role, "model": model, "revision": revision, "template": template_hash,
-        "prompt": request.prompt, "params": asdict(request.params), "stop": list(request.stop),
-        "sample_index": sample_index, "seed": request.seed,
-    }
-    if thinking != "drop":  # the default is left out: keys of runs before the policy stay valid
-        payload["thinking"] = thinking
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
-def check_header(path: Path) -> None:
-    """An existing file is a SQLite database at all (a 0-byte or foreign file is not a run)."""
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(len(SQLITE_HEADER))
-    except FileNotFoundError:
-        raise StoreError(f"{path.parent} is not a userturn run folder (no {DB_NAME})") from None
-    except OSError as exc:
-        raise StoreError(f"cannot read {path}: {exc.strerror}") from None
-    if not header:
-        raise StoreError(f"{path} is empty (0 bytes), not a userturn store: a cut-short copy? "
-                         "Move it away to start a new run here")
-    if header != SQLITE_HEADER:
-        raise StoreError(f"{path} is not a userturn store (not a SQLite database); move it away "
-                         "or choose another folder")
-
-
-def _connect(path: Path, writable: bool) -> sqlite3.Connection:
-    if writable:
-        db = sqlite3.connect(path, timeout=30)
-    else:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    db.row_factory = sqlite3.Row
-    return db
-
-
-class _ReadCopy:
-    """A run's database and WAL copied into a temporary folder, for a reader that must not
-    write beside the original (read-only folder, full disk) where SQLite could not read the WAL
-    in place: it applies the WAL in the copy. Removed on close."""
-
-    def __init__(self, path: Path) -> None:
-        self.folder = tempfile.TemporaryDirectory(prefix="userturn-read-")
-        self.path = Path(self.folder.name) / path.name
-        try:
-            for suffix in ("", "-wal"):  # no writer holds a run whose WAL lacks its -shm
-                source = path.with_name(path.name + suffix)
-                if source.exists():
-                    shutil.copyfile(source, self.path.with_name(self.path.name + suffix))
-        except OSError as exc:
-            self.folder.cleanup()
-            raise StoreError(f"cannot read {path}: its newest rows are in {path.name}-wal, which "
-                             "SQLite reads only through a copy here, and the copy into "
-                             f"{self.folder.name} failed ({exc.strerror or exc}); free space in "
-                             "the temporary folder (TMPDIR)") from None
-
-    def connect(self) -> sqlite3.Connection:
-        return _connect(self.path, writable=True)
-
-
-def _open_for_reading(path: Path) -> tuple[sqlite3.Connection, _ReadCopy | None]:
-    """A connection that reads every committed row and writes nothing into the run folder.
-
-    SQLite reads a WAL-mode database read-only (``mode=ro``) only through its ``-shm`` index: it
-    creates a missing one beside the database, and the first reader after a crash rebuilds it.
-    So: no WAL (or an empty one) means the database file holds everything, read ``immutable``;
-    a WAL that a live writer is using is read in place, through the writer's shared ``-shm``
-    (what keeps a reader consistent while the writer checkpoints); any other WAL (a killed
-    writer's, one without its ``-shm``) is read from a temporary copy."""
-    from userturn.store.lock import held
-
-    wal = path.with_name(path.name + "-wal")
-    if not wal.exists() or wal.stat().st_size == 0:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True)
-        db.row_factory = sqlite3.Row
-        return db, None
-    if path.with_name(path.name + "-shm").exists() and held(path.parent):
-        db = _connect(path, writable=False)
-        try:
-            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-            return db, None
-        except sqlite3.OperationalError:  # a -shm it cannot use read-only: the copy reads it
-            db.close()
-    copy = _ReadCopy(path)
-    return copy.connect(), copy
-
-
-def _check_schema(db: sqlite3.Connection, path: Path) -> None:
-    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if not names:
-        return  # a database with no table yet (its creation was cut short): a new store
-    if not {"meta", "generations", "plan", "labels"} <= names:
-        raise StoreError(f"{path} is a SQLite database but not a userturn store (no "
-                         f"{', '.join(sorted({'meta', 'generations', 'plan', 'labels'} - names))}"
-                         " table)")
-    row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    version = json.loads(row[0]) if row else SCHEMA_VERSION  # before versions: the first schema
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise StoreError(f"{path} has store schema {version}; this userturn reads up to "
-                         f"{SCHEMA_VERSION}: upgrade userturn to read it")
-
-
-def _create_database(path: Path) -> None:
-    """A new database, made whole under a temporary name and linked into place: a kill at any
-    moment leaves either no database or a complete empty store, never a 0-byte file (which
-    ``open`` refuses, as it cannot tell it from a cut-short copy)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.new")
-    try:
-        for stale in (temporary, temporary.with_name(temporary.name + "-journal")):
-            stale.unlink(missing_ok=True)
-        db = sqlite3.connect(temporary)
-        try:
-            db.executescript(f"BEGIN; {SCHEMA} COMMIT;")
-            db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (json.dumps(SCHEMA_VERSION),))
-            db.commit()
-        finally:
-            db.close()
-        try:
-            os.link(temporary, path)  # never over a database another process just made
-        except FileExistsError:
-            pass
-    except sqlite3.Error as exc:
-        raise StoreError(storage_problem(exc, path)) from None
-    except OSError as exc:
-        from userturn.store.atomic import describe
-
-        raise StoreError(describe(exc, path)) from None
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_dev, info.st_ino
-
-
-def storage_problem(exc: sqlite3.Error, path: Path) -> str:
-    """A SQLite error as one line naming the database and what to do."""
-    text = str(exc)
-    if "full" in text:
-        return (f"cannot write {path}: the disk is full; free some space and run the same "
-                "command again (everything stored so far is kept)")
-    if "readonly" in text or "read-only" in text:
-        return f"cannot write {path}: the run folder is read-only; copy the run somewhere writable"
-    if "malformed" in text or "not a database" in text or "corrupt" in text:
-        return (f"{path} is damaged ({text}); `userturn doctor {path.parent}` checks it; "
-                "restore it from a copy or start a new run")
-    return f"{path}: {text}"
-
-
-def _storage_errors(method):  # type: ignore[no-untyped-def]
-    """Every store method: SQLite faults become one StoreError line; writes first check that
-    the database is still the one opened."""
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if method.__name__.startswith(("put_", "update_", "replace_", "keep_",
-                                            "delete_")):
-            if self.read_only:  # never into a reader's temporary copy, where it would vanish
-                raise StoreError(f"cannot write {self.path}: it was opened to read only (a "
-                                 "read-only folder?); copy the run somewhere writable")
-            self.check_present()
-        try:
-            return method(self, *args, **kwargs)
-        except sqlite3.Error as exc:
-            raise StoreError(storage_problem(exc, self.path)) from None
-    return wrapper
-
-
-class Tally:
-    """What this process asked of models: requests sent and failed per kind (generation, judge),
-    and the first error; a command whose every request failed exits non-zero with it."""
-
-    def __init__(self) -> None:
-        self.sent: dict[str, int] = {}
-        self.failed: dict[str, int] = {}
-        self.first_error: dict[str, str] = {}
-
-    def count(self, kind: str, error: str | None) -> None:
-        self.sent[kind] = self.sent.get(kind, 0) + 1
-        if error is not None:
-            self.failed[kind] = self.failed.get(kind, 0) + 1
-            self.first_error.setdefault(kind, scrub(error))
-
-    def all_failed(self, kind: str) -> bool:
-        return self.sent.get(kind, 0) > 0 and self.failed.get(kind, 0) == self.sent[kind]
-
-    def summary(self, kind: str) -> str:
-        """One line: how many of what failed, and the first error."""
-        sent, failed = self.sent.get(kind, 0), self.failed.get(kind, 0)
-        first = " ".join(self.first_error.get(kind, "").split())[:300]
-        return f"{failed} of {sent} {kind} request(s) failed; the first: {first}"
-
-
-def _scrubbed(text: str | None) -> str | None:
-    return None if text is None else scrub(text)
-
-
-def _generation_values(row: GenerationRow, created: float) -> tuple[Any, ...]:
-    """The ``generations`` columns of one row, in the order of the INSERT below."""
-    req, gen = row.request, row.generation
-    return (row.key, row.role, row.model, row.revision, row.template_hash, scrub(req.prompt),
-            json.dumps(list(req.stop)), req.params.temperature, req.params.top_p,
-            req.params.max_tokens, row.sample_index, req.seed, scrub(gen.text),
-            scrub(gen.raw_text), gen.finish_reason, gen.prompt_tokens, gen.completion_tokens,
-            _scrubbed(gen.error), created, _scrubbed(gen.thinking))
-
-
-_ADDED_COLUMNS = (("plan", "answerer", "TEXT NOT NULL DEFAULT 'self'"),
-                  ("plan", "perturbation", "TEXT NOT NULL DEFAULT 'none'"),
-                  ("scores", "details", "TEXT NOT NULL DEFAULT '{}'"),
-                  ("generations", "thinking", "TEXT"),  # NULL: generated before the split
-                  ("labels", "probability", "REAL"))  # NULL: the source gives none
-
-
-def _missing_columns(db: sqlite3.Connection) -> list[tuple[str, str, str]]:
-    """The columns an earlier userturn's store lacks, as (table, name, declaration)."""
-    missing = []
-    for table, name, declaration in _ADDED_COLUMNS:
-        columns = {r[1] for r in db.execute(f"PRAGMA table_info({table})")}
-        if columns and name not in columns:
-            missing.append((table, name, declaration))
-    return missing
-
-
-def _needs_upgrade(db: sqlite3.Connection) -> bool:
-    """Whether a store lacks tables or columns this userturn reads (an earlier userturn's)."""
-    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    return not TABLES <= names or bool(_missing_columns(db))
-
-
-def _check_folder(folder: Path) -> None:
-    if not folder.is_dir() or not (folder / DB_NAME).exists():
-        raise StoreError(f"{folder} is not a userturn run folder (no {DB_NAME})")
+from userturn.store.sqlite import (
+    DB_NAME,
+    SCHEMA,
+    SCHEMA_VERSION,
+    ReadCopy,
+    Tally,
+    check_folder,
+    check_header,
+    check_schema,
+    connect,
+    create_database,
+    file_identity,
+    generation_values,
+    missing_columns,
+    needs_upgrade,
+    open_for_reading,
+    scrubbed,
+    storage_errors,
+    storage_problem,
+)
 
 
 class RunStore:
@@ -311,21 +55,21 @@ class RunStore:
         self.folder = Path(folder)
         self.path = self.folder / DB_NAME
         self.tally = Tally()
-        self._copy: _ReadCopy | None = None
+        self._copy: ReadCopy | None = None
         check_header(self.path)
         self.read_only = read_only or not (os.access(self.folder, os.W_OK)
                                            and os.access(self.path, os.W_OK))
         try:
             if self.read_only:
-                self.db, self._copy = _open_for_reading(self.path)
+                self.db, self._copy = open_for_reading(self.path)
             else:
-                self.db = _connect(self.path, True)
-            _check_schema(self.db, self.path)
-            if self.read_only and self._copy is None and _needs_upgrade(self.db):
+                self.db = connect(self.path, True)
+            check_schema(self.db, self.path)
+            if self.read_only and self._copy is None and needs_upgrade(self.db):
                 # A store of an earlier userturn: brought up to this schema in a copy, as a
                 # reader never changes the original.
                 self.db.close()
-                self._copy = _ReadCopy(self.path)
+                self._copy = ReadCopy(self.path)
                 self.db = self._copy.connect()
             if not self.read_only or self._copy is not None:
                 self.db.execute("PRAGMA journal_mode=WAL")
@@ -334,12 +78,12 @@ class RunStore:
                 self._migrate()
         except sqlite3.Error as exc:
             raise StoreError(storage_problem(exc, self.path)) from None
-        self._identity = _identity(self.path)
+        self._identity = file_identity(self.path)
 
     def _migrate(self) -> None:
         """Bring a store written by an earlier userturn up to this schema (columns only added)."""
         with self.db:
-            for table, name, declaration in _missing_columns(self.db):
+            for table, name, declaration in missing_columns(self.db):
                 self.db.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)",
                             (json.dumps(SCHEMA_VERSION),))
@@ -351,13 +95,13 @@ class RunStore:
         make_folder(Path(folder))
         path = Path(folder) / DB_NAME
         if not path.exists():
-            _create_database(path)
+            create_database(path)
         return cls(folder)
 
     @classmethod
     def open(cls, folder: Path) -> RunStore:
         """An existing run, to read and write (the caller holds the folder's ``RunLock``)."""
-        _check_folder(Path(folder))
+        check_folder(Path(folder))
         return cls(folder)
 
     @classmethod
@@ -365,13 +109,13 @@ class RunStore:
         """An existing run, to read only: every committed row (those a killed writer left in the
         WAL too) and nothing written into the run folder, so a read-only folder or a full disk
         still reads."""
-        _check_folder(Path(folder))
+        check_folder(Path(folder))
         return cls(folder, read_only=True)
 
     def check_present(self) -> None:
         """The database this store opened is still there: a run whose database was deleted or
         replaced under it would store into nothing and say it finished."""
-        if _identity(self.path) != self._identity:
+        if file_identity(self.path) != self._identity:
             raise StoreError(f"{self.path} was deleted or replaced while this command ran: what "
                              "it made since is lost; run the same command again")
 
@@ -450,7 +194,7 @@ class RunStore:
                 "prompt, stop, temperature, top_p, max_tokens, sample_index, seed, text, "
                 "raw_text, finish_reason, prompt_tokens, completion_tokens, error, created, "
                 "thinking) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [_generation_values(row, now) for row in rows])
+                [generation_values(row, now) for row in rows])
 
     def generations(self, keys: Sequence[str]) -> dict[str, sqlite3.Row]:
         out: dict[str, sqlite3.Row] = {}
@@ -476,8 +220,8 @@ class RunStore:
             self.db.executemany(
                 "INSERT OR REPLACE INTO labels (key, source, version, label, rationale, error, "
                 "created, probability) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(key, lab.source, version, lab.label, _scrubbed(lab.rationale),
-                  _scrubbed(lab.error), now, lab.probability) for key, version, lab in rows])
+                [(key, lab.source, version, lab.label, scrubbed(lab.rationale),
+                  scrubbed(lab.error), now, lab.probability) for key, version, lab in rows])
 
     def delete_label(self, key: str, source: str) -> None:
         with self.db:
@@ -559,4 +303,4 @@ class RunStore:
 for _name, _method in list(vars(RunStore).items()):
     if callable(_method) and not _name.startswith("_") and _name not in (
             "create", "open", "read", "check_present", "close"):
-        setattr(RunStore, _name, _storage_errors(_method))
+        setattr(RunStore, _name, storage_errors(_method))
