@@ -73,10 +73,15 @@ def test_rejudging_a_finished_run_generates_nothing_and_is_cached(gsm_file, tmp_
 
 
 def test_unreachable_judge_is_counted_invalid_and_the_run_goes_on(gsm_file, tmp_path):
+    waits: list[float] = []  # the client's backoff, recorded instead of slept through
     with FakeOpenAI() as fake:
         fake.always(Drop())
         exp = experiment(gsm_file, tmp_path, judge="openai/down", judge_base_url=fake.url)
-        store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+        store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)},
+                               judge_sleep=waits.append)
+        # Every undecided turn was tried five times, with a growing wait between the tries.
+        assert len(fake.requests) == ITEMS * SAMPLES * 5
+    assert len(waits) == ITEMS * SAMPLES * 4 and all(0 < wait <= 8 for wait in waits)
     greedy, sampled = load_run(store).summary()
     assert greedy.labels == {"generic": ITEMS}
     # Without the judge's verdicts the rules' undecided turns keep the classifier's label...
