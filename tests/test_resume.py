@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from helpers import count_generations, stored_generations
+
 ARGS = ["--model", "tiny", "--dataset", "gsm_symbolic", "--limit", "16", "--temperatures", "0,1",
         "--samples", "3", "--max-tokens", "24", "--user-max-tokens", "24", "--batch-size", "2"]
 TOTAL = 16 * (1 + 1 + 3)
@@ -59,34 +61,17 @@ def stalling_userturn(log: Path, *args: str) -> subprocess.Popen:
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
-def stored(folder: Path) -> dict[str, tuple[str, str]]:
-    with sqlite3.connect(folder / "userturn.db") as db:
-        rows = db.execute("SELECT key, text, raw_text FROM generations WHERE error IS NULL")
-        return {key: (text, raw) for key, text, raw in rows}
-
-
-def count(folder: Path) -> int:
-    try:
-        # Read-only: a plain connect would create an empty userturn.db before the run does,
-        # which the run then (rightly) refuses as not a store.
-        uri = f"{(folder / 'userturn.db').resolve().as_uri()}?mode=ro"
-        with sqlite3.connect(uri, uri=True, timeout=1) as db:
-            return db.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tiny_backend):
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     log = tmp_path / "log.txt"
     process = stalling_userturn(log, "--output", str(killed))
     deadline = time.time() + 300
-    while count(killed) < 12 and process.poll() is None and time.time() < deadline:
+    while count_generations(killed) < 12 and process.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     assert process.poll() is None, log.read_text()
     process.send_signal(signal.SIGKILL)
     process.wait()
-    partial = stored(killed)
+    partial = stored_generations(killed)
     assert 12 <= len(partial) < TOTAL
 
     resumed = userturn(log, "--output", str(killed))
@@ -94,7 +79,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tiny_backend)
     uninterrupted = userturn(log, "--output", str(clean))
     assert uninterrupted.wait(timeout=300) == 0, log.read_text()
 
-    final, reference = stored(killed), stored(clean)
+    final, reference = stored_generations(killed), stored_generations(clean)
     assert len(final) == TOTAL
     assert final == reference
     # What was stored before the kill was kept, not generated again.
