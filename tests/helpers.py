@@ -29,8 +29,8 @@ from userturn.store.database import RunStore
 TESTS = Path(__file__).parent
 
 # -- scripted runs on the six-question GSM8K file (conftest's gsm_file) --------------------------
-EXPERIMENT_ITEMS = 6  # every question of gsm_file
-EXPERIMENT_SAMPLES = 3  # sampled user turns per item at T > 0
+GSM_ITEMS = 6  # every question of gsm_file
+GSM_SAMPLES = 3  # sampled user turns per item at T > 0
 
 
 def is_user_turn(request: Request) -> bool:
@@ -52,7 +52,7 @@ def grounded_script(request: Request) -> str:
     return "Thank you!"
 
 
-def clear_then_ambiguous_script(request: Request) -> str:
+def undecided_script(request: Request) -> str:
     """Greedy user turns are clear (generic); sampled ones are ambiguous (rules: undecided), so
     they are what a judge is asked about."""
     if not is_user_turn(request):
@@ -61,9 +61,9 @@ def clear_then_ambiguous_script(request: Request) -> str:
 
 
 def experiment(gsm_file: Path, tmp_path: Path, **changes: Any) -> Experiment:
-    """The scripted model on gsm_file: greedy and T = 1, EXPERIMENT_SAMPLES samples each."""
-    settings = dict(models=["fake/scripted"], datasets=[str(gsm_file)], limit=EXPERIMENT_ITEMS,
-                    temperatures=[0.0, 1.0], samples=EXPERIMENT_SAMPLES, output=tmp_path / "run")
+    """The scripted model on gsm_file: greedy and T = 1, GSM_SAMPLES samples each."""
+    settings = dict(models=["fake/scripted"], datasets=[str(gsm_file)], limit=GSM_ITEMS,
+                    temperatures=[0.0, 1.0], samples=GSM_SAMPLES, output=tmp_path / "run")
     return Experiment(**{**settings, **changes})
 
 
@@ -116,7 +116,7 @@ ANSWER = (
 THOUGHT = "Half of 48 is 24, so the total is 48 + 24."
 
 
-def fixture_template(name: str, **overrides: Any) -> ChatTemplate:
+def load_family(name: str, **overrides: Any) -> ChatTemplate:
     """The hand-written template of family ``name`` (families.json), its variables overridden."""
     spec = FAMILIES[name]
     variables = {**spec.get("variables", {}), **overrides}

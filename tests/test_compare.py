@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 from helpers import (
-    EXPERIMENT_ITEMS,
-    EXPERIMENT_SAMPLES,
+    GSM_ITEMS,
+    GSM_SAMPLES,
     SHAREGPT_CONVERSATIONS,
     experiment,
     is_user_turn,
@@ -53,12 +53,12 @@ def test_paired_difference_between_base_and_checkpoint(gsm_file, tmp_path):
     comparisons, accuracy = compare_runs(a, b)
     greedy, sampled = comparisons
     assert (greedy.model_a, greedy.model_b) == ("fake/base", "fake/tuned")
-    assert greedy.follow_up.items == EXPERIMENT_ITEMS
-    assert greedy.follow_up.delta == pytest.approx(4 / EXPERIMENT_ITEMS)
+    assert greedy.follow_up.items == GSM_ITEMS
+    assert greedy.follow_up.delta == pytest.approx(4 / GSM_ITEMS)
     assert greedy.follow_up.low > 0  # every item moved the same way or not at all
     assert greedy.mcnemar is not None and (greedy.mcnemar.b01, greedy.mcnemar.b10) == (4, 0)
     assert sampled.mcnemar is None  # several samples per item: no McNemar
-    assert sampled.follow_up.b.n == EXPERIMENT_ITEMS * EXPERIMENT_SAMPLES
+    assert sampled.follow_up.b.n == GSM_ITEMS * GSM_SAMPLES
     (acc,) = accuracy
     assert acc.accuracy.delta == 0 and acc.mcnemar.p_value == 1.0
 

@@ -4,7 +4,7 @@ with one line naming the first error."""
 
 from __future__ import annotations
 
-from helpers import EXPERIMENT_ITEMS, EXPERIMENT_SAMPLES, clear_then_ambiguous_script, experiment
+from helpers import GSM_ITEMS, GSM_SAMPLES, experiment, undecided_script
 from openai_fake import Answer, Fail, FakeOpenAI
 
 from userturn.backends.fake import ScriptedBackend
@@ -13,13 +13,13 @@ from userturn.probe.pipeline import run_experiment
 from userturn.store.database import RunStore
 from userturn.store.turns import read_turns
 
-JUDGED = EXPERIMENT_ITEMS * (1 + EXPERIMENT_SAMPLES)
+JUDGED = GSM_ITEMS * (1 + GSM_SAMPLES)
 
 
 def test_failed_verdicts_are_retried_and_an_all_failed_judge_exits_1(gsm_file, tmp_path,
                                                                       capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(clear_then_ambiguous_script)}).close()
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
     judge = ["judge", str(exp.output), "--judge", "openai/j", "--scope", "all"]
     with FakeOpenAI() as down:
         down.always(Fail(401, body='{"error": {"message": "invalid key"}}'))
@@ -43,11 +43,11 @@ def test_failed_verdicts_are_retried_and_an_all_failed_judge_exits_1(gsm_file, t
 
 def test_failed_generations_are_retried_and_an_all_failed_run_exits_1(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
-    broken = ScriptedBackend(clear_then_ambiguous_script, fail=lambda request: True)
+    broken = ScriptedBackend(undecided_script, fail=lambda request: True)
     run_experiment(exp, backends={exp.models[0]: broken}).close()
-    working = ScriptedBackend(clear_then_ambiguous_script)
+    working = ScriptedBackend(undecided_script)
     store = run_experiment(exp, backends={exp.models[0]: working})
-    assert working.calls == EXPERIMENT_ITEMS * (2 + EXPERIMENT_SAMPLES)  # nothing failed was kept as done
+    assert working.calls == GSM_ITEMS * (2 + GSM_SAMPLES)  # nothing failed was kept as done
     assert all(t.error is None for t in read_turns(store))
     assert not store.tally.all_failed("generation")
 

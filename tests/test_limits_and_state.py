@@ -8,11 +8,11 @@ import warnings
 
 import pytest
 from helpers import (
-    EXPERIMENT_ITEMS,
-    EXPERIMENT_SAMPLES,
-    clear_then_ambiguous_script,
+    GSM_ITEMS,
+    GSM_SAMPLES,
     experiment,
     is_user_turn,
+    undecided_script,
 )
 
 from userturn.backends.fake import ScriptedBackend
@@ -117,7 +117,7 @@ def test_gsm_symbolic_limit_is_clamped_with_a_warning(monkeypatch):
 
 def test_an_interrupted_run_is_shown_incomplete_in_every_reader(gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(clear_then_ambiguous_script)}).close()
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
     calls = []
 
     def killed(request):  # the second run (more samples) dies after a few user turns
@@ -125,12 +125,12 @@ def test_an_interrupted_run_is_shown_incomplete_in_every_reader(gsm_file, tmp_pa
             calls.append(request)
             if len(calls) > 3:
                 raise KeyboardInterrupt
-        return clear_then_ambiguous_script(request)
+        return undecided_script(request)
 
-    more = experiment(gsm_file, tmp_path, samples=EXPERIMENT_SAMPLES + 2)
+    more = experiment(gsm_file, tmp_path, samples=GSM_SAMPLES + 2)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(more, backends={more.models[0]: ScriptedBackend(killed, chunk_size=1)})
-    planned = EXPERIMENT_ITEMS * (1 + EXPERIMENT_SAMPLES + 2)
+    planned = GSM_ITEMS * (1 + GSM_SAMPLES + 2)
     assert main(["report", str(more.output)]) == 0
     out = capsys.readouterr().out
     assert "incomplete run: assistant turns 6 of 6 stored, user turns" in out

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 from helpers import (
-    EXPERIMENT_ITEMS,
-    EXPERIMENT_SAMPLES,
+    GSM_ITEMS,
+    GSM_SAMPLES,
     experiment,
     grounded_script,
     is_user_turn,
@@ -74,7 +74,7 @@ def test_run_pairs_each_perturbed_context_with_the_original(gsm_file, tmp_path):
     specs = ["truncate", "append_question:specific", "wrong_answer"]
     store = run_scripted(experiment(gsm_file, tmp_path, perturbations=specs), backend)
     assistant_calls = [r for r in backend.requests if not is_user_turn(r)]
-    assert len(assistant_calls) == EXPERIMENT_ITEMS  # one answer per item, shared by every context
+    assert len(assistant_calls) == GSM_ITEMS  # one answer per item, shared by every context
     turns = read_turns(store)
     by_item: dict[str, dict[str, set[str]]] = {}
     for turn in turns:
@@ -93,7 +93,7 @@ def test_run_pairs_each_perturbed_context_with_the_original(gsm_file, tmp_path):
     assert "Do you want me to walk you through" in prompts["append_question:specific"]
     rows = load_run(store).summary()
     assert {row.perturbation for row in rows} == {"none", *specs}
-    assert all(row.turns in (row.items, row.items * EXPERIMENT_SAMPLES) for row in rows)
+    assert all(row.turns in (row.items, row.items * GSM_SAMPLES) for row in rows)
 
 
 def test_reference_and_other_model_answerers(gsm_file, tmp_path):
@@ -114,4 +114,4 @@ def test_reference_and_other_model_answerers(gsm_file, tmp_path):
     assert all(t.model == "fake/prober" for t in turns)
     rows = load_run(store).summary()
     accuracy = {row.answerer: row.accuracy for row in rows}
-    assert accuracy["reference"] is None and accuracy["fake/other"].n == EXPERIMENT_ITEMS
+    assert accuracy["reference"] is None and accuracy["fake/other"].n == GSM_ITEMS

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from helpers import (
-    EXPERIMENT_ITEMS,
-    EXPERIMENT_SAMPLES,
+    GSM_ITEMS,
+    GSM_SAMPLES,
     experiment,
     grounded_script,
     is_user_turn,
@@ -27,7 +27,7 @@ def test_finished_run_rerun_makes_zero_model_calls(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
     first = ScriptedBackend(grounded_script)
     before = load_run(run_scripted(exp, first)).summary()
-    assert first.calls == EXPERIMENT_ITEMS * (1 + 1 + EXPERIMENT_SAMPLES)
+    assert first.calls == GSM_ITEMS * (1 + 1 + GSM_SAMPLES)
     again = ScriptedBackend(grounded_script)
     after = load_run(run_scripted(exp, again)).summary()
     assert again.calls == 0
@@ -39,10 +39,10 @@ def test_every_sample_has_its_own_seed_and_key(gsm_file, tmp_path):
     store = run_scripted(experiment(gsm_file, tmp_path), backend)
     sampled = [r for r in backend.requests if is_user_turn(r) and r.params.temperature > 0]
     greedy = [r for r in backend.requests if is_user_turn(r) and r.params.temperature == 0]
-    assert len(sampled) == EXPERIMENT_ITEMS * EXPERIMENT_SAMPLES and len({r.seed for r in sampled}) == len(sampled)
+    assert len(sampled) == GSM_ITEMS * GSM_SAMPLES and len({r.seed for r in sampled}) == len(sampled)
     assert {r.seed for r in greedy} == {0}
     keys = [t.key for t in read_turns(store)]
-    assert len(keys) == len(set(keys)) == EXPERIMENT_ITEMS * (1 + EXPERIMENT_SAMPLES)
+    assert len(keys) == len(set(keys)) == GSM_ITEMS * (1 + GSM_SAMPLES)
 
 
 def test_new_run_seed_resamples_but_reuses_greedy_turns(gsm_file, tmp_path):
@@ -50,7 +50,7 @@ def test_new_run_seed_resamples_but_reuses_greedy_turns(gsm_file, tmp_path):
     reseeded = ScriptedBackend(grounded_script)
     run_scripted(experiment(gsm_file, tmp_path, seed=7), reseeded)
     # Only the sampled user turns depend on the run seed; greedy ones are served from the store.
-    assert reseeded.calls == EXPERIMENT_ITEMS * EXPERIMENT_SAMPLES
+    assert reseeded.calls == GSM_ITEMS * GSM_SAMPLES
     assert all(r.params.temperature > 0 for r in reseeded.requests)
 
 
@@ -60,8 +60,8 @@ def test_failed_requests_are_stored_counted_and_retried(gsm_file, tmp_path):
     rows = load_run(run_scripted(exp, flaky)).summary()
     failed = sum(row.errors for row in rows)
     greedy = next(row for row in rows if row.temperature == 0)
-    assert greedy.errors == EXPERIMENT_ITEMS  # greedy seeds are 0: every one failed
-    assert failed >= EXPERIMENT_ITEMS
+    assert greedy.errors == GSM_ITEMS  # greedy seeds are 0: every one failed
+    assert failed >= GSM_ITEMS
     healed = ScriptedBackend(grounded_script)
     rows = load_run(run_scripted(exp, healed)).summary()
     assert healed.calls == failed  # only the failures are asked again
@@ -72,9 +72,9 @@ def test_table_reports_rates_labels_and_accuracy(gsm_file, tmp_path):
     rows = load_run(run_scripted(experiment(gsm_file, tmp_path), ScriptedBackend(grounded_script))).summary()
     greedy, sampled = rows
     assert (greedy.temperature, sampled.temperature) == (0.0, 1.0)
-    assert greedy.labels == {"generic": EXPERIMENT_ITEMS} and greedy.follow_up.value == 0
-    assert sampled.turns == EXPERIMENT_ITEMS * EXPERIMENT_SAMPLES and sampled.items == EXPERIMENT_ITEMS
-    assert greedy.accuracy.hits == 3 and greedy.accuracy.n == EXPERIMENT_ITEMS
+    assert greedy.labels == {"generic": GSM_ITEMS} and greedy.follow_up.value == 0
+    assert sampled.turns == GSM_ITEMS * GSM_SAMPLES and sampled.items == GSM_ITEMS
+    assert greedy.accuracy.hits == 3 and greedy.accuracy.n == GSM_ITEMS
     assert greedy.accuracy.low <= 0.5 <= greedy.accuracy.high
 
 
@@ -88,14 +88,14 @@ def test_stored_generation_keeps_prompt_template_hash_and_raw_text(gsm_file, tmp
     assert json.loads(row["stop"])[0] == "<|im_end|>"
     assert row["raw_text"].endswith("<|im_end|>")
     meta = store.meta()
-    assert meta.config["samples"] == EXPERIMENT_SAMPLES and "userturn" in meta.versions
+    assert meta.config["samples"] == GSM_SAMPLES and "userturn" in meta.versions
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])
 def test_export_has_one_row_per_user_turn(gsm_file, tmp_path, fmt):
     store = run_scripted(experiment(gsm_file, tmp_path), ScriptedBackend(grounded_script))
     out = tmp_path / f"turns.{fmt}"
-    assert export_user_turns(read_turns(store), out, fmt) == EXPERIMENT_ITEMS * (1 + EXPERIMENT_SAMPLES)
+    assert export_user_turns(read_turns(store), out, fmt) == GSM_ITEMS * (1 + GSM_SAMPLES)
     if fmt == "jsonl":
         records = [json.loads(line) for line in out.read_text().splitlines()]
     elif fmt == "csv":
@@ -106,7 +106,7 @@ def test_export_has_one_row_per_user_turn(gsm_file, tmp_path, fmt):
         import pyarrow.parquet as pq
 
         records = pq.read_table(out).to_pylist()
-    assert len(records) == EXPERIMENT_ITEMS * (1 + EXPERIMENT_SAMPLES)
+    assert len(records) == GSM_ITEMS * (1 + GSM_SAMPLES)
     first = records[0]
     assert first["query"].startswith("Tom has 3 boxes") and first["user_turn"]
     assert first["label"] in ("generic", "follow_up") and first["prompt"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import QUESTIONS
-from helpers import THINKING_ITEMS, fixture_template, thinking_experiment
+from helpers import THINKING_ITEMS, load_family, thinking_experiment
 
 from userturn import load_run
 from userturn.backends.fake import ScriptedBackend
@@ -49,7 +49,7 @@ def qwen3_script(request: Request) -> str:
 
 
 def qwen3_backend(**changes) -> ScriptedBackend:
-    template = fixture_template("qwen3")
+    template = load_family("qwen3")
     template = template.__class__(template.source, "fake/qwen3", None, "<|im_end|>")
     return ScriptedBackend(qwen3_script, spec="fake/qwen3", template=template, **changes)
 
@@ -160,7 +160,7 @@ def harmony_script(request: Request) -> str:
 
 
 def test_gpt_oss_harmony_end_to_end(gsm_file, tmp_path):
-    template = fixture_template("gpt_oss")
+    template = load_family("gpt_oss")
     backend = ScriptedBackend(harmony_script, spec="fake/gpt-oss", template=template)
     store = run_experiment(thinking_experiment(gsm_file, tmp_path / "run", models=["fake/gpt-oss"]),
                            backends={"fake/gpt-oss": backend})

@@ -29,7 +29,7 @@ from helpers import (
     TEMPLATES,
     THOUGHT,
     compare_or_update,
-    fixture_template,
+    load_family,
 )
 
 from userturn.chat.render import (
@@ -126,7 +126,7 @@ def conversation(name: str) -> list[dict[str, str]]:
 
 
 def probe(name: str):
-    return render_user_turn(fixture_template(name), conversation(name))
+    return render_user_turn(load_family(name), conversation(name))
 
 
 def test_every_family_has_a_fixture_and_expectations():
@@ -190,18 +190,18 @@ def test_system_prompt_where_the_model_saw_it(name):
 @pytest.mark.parametrize("name", ["gemma"])
 def test_gemma_refuses_a_system_message_itself(name):
     with pytest.raises(TemplateError, match="System role not supported"):
-        fixture_template(name).render(conversation(name))
+        load_family(name).render(conversation(name))
 
 
 @pytest.mark.parametrize("name", THINKING)
 def test_thinking_template_itself_strips_history(name):
     # The template, not render.py, drops the reasoning; the probe must cope with the rewrite.
-    rendered = fixture_template(name).render([*conversation(name), {"role": "user", "content": "Thanks!"}])
+    rendered = load_family(name).render([*conversation(name), {"role": "user", "content": "Thanks!"}])
     assert THOUGHT not in rendered
 
 
 def test_qwen3_enable_thinking_only_changes_the_generation_prompt():
-    on, off = fixture_template("qwen3", enable_thinking=True), fixture_template("qwen3", enable_thinking=False)
+    on, off = load_family("qwen3", enable_thinking=True), load_family("qwen3", enable_thinking=False)
     assert render_user_turn(on, conversation("qwen3")).text == probe("qwen3").text
     messages = conversation("qwen3")[:2]
     assert render_assistant_turn(on, messages).text.endswith("<|im_start|>assistant\n")
@@ -212,14 +212,14 @@ def test_qwen3_enable_thinking_only_changes_the_generation_prompt():
 
 @pytest.mark.parametrize("name", WORKING)
 def test_assistant_turn_ends_with_the_assistant_header(name):
-    prompt = render_assistant_turn(fixture_template(name), conversation(name)[:2])
+    prompt = render_assistant_turn(load_family(name), conversation(name)[:2])
     assert prompt.text.endswith(ASSISTANT_PROMPT_END[name])
     assert prompt.system_merged is (name == "gemma")
 
 
 @pytest.mark.parametrize("name", cases("assistant_stop", list(ASSISTANT_STOP)))
 def test_assistant_turn_stop_is_the_assistant_end_of_turn(name):
-    prompt = render_assistant_turn(fixture_template(name), conversation(name)[:2])
+    prompt = render_assistant_turn(load_family(name), conversation(name)[:2])
     assert prompt.stop[0] == ASSISTANT_STOP[name]
 
 
@@ -274,7 +274,7 @@ def test_bos_once(name):
     bos_id = tokenizer.bos_token_id
     assert tokenizer("", add_special_tokens=True)["input_ids"] == [bos_id]  # it does add BOS
 
-    for prompt in (probe(name), render_assistant_turn(fixture_template(name), conversation(name)[:2])):
+    for prompt in (probe(name), render_assistant_turn(load_family(name), conversation(name)[:2])):
         assert prompt.text.startswith(bos)
         ids = prompt_token_ids(tokenizer, prompt.text)
         assert ids[0] == bos_id and ids.count(bos_id) == 1
@@ -297,7 +297,7 @@ DEFAULT_SYSTEM = {
 @pytest.mark.parametrize("name", list(DEFAULT_SYSTEM))
 def test_default_system_prompt_without_a_system_message(name):
     # The template's own default system block must not confuse the derived markers.
-    prompt = render_user_turn(fixture_template(name), conversation(name)[1:])
+    prompt = render_user_turn(load_family(name), conversation(name)[1:])
     assert prompt.text.startswith(DEFAULT_SYSTEM[name])
     assert prompt.text.count(DEFAULT_SYSTEM[name]) == 1
     assert prompt.text.endswith("The answer is 72." + TAIL[name])
@@ -310,5 +310,5 @@ def test_short_answers_that_also_occur_inside_the_markers(name, answer):
     # Found by the benchmark: the answer "a" was located inside "<|im_start|>", after the
     # closing marker, and the prompt was wrongly refused.
     messages = [{"role": "user", "content": QUERY}, {"role": "assistant", "content": answer}]
-    prompt = render_user_turn(fixture_template(name), messages)
+    prompt = render_user_turn(load_family(name), messages)
     assert prompt.text.endswith(TAIL[name])

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import fixture_template
+from helpers import load_family
 
 from userturn.chat.render import (
     SYSTEM_KEPT,
@@ -228,7 +228,7 @@ def test_mistral_nemo_puts_the_system_text_in_the_query_the_model_answered():
 def test_gemma3_merges_the_system_text_itself():
     # The existing gemma3 fixture: the template writes the system text into the first user turn.
 
-    prompt = render_user_turn(fixture_template("gemma3"), conversation())
+    prompt = render_user_turn(load_family("gemma3"), conversation())
     assert prompt.system == SYSTEM_MERGED_BY_TEMPLATE and not prompt.system_merged
 
 
