@@ -274,7 +274,7 @@ def soak(kills: int = 20, items: int = 40, samples: int = 4, seed: int = 0,
     return figures
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--items", type=int, default=40)
@@ -289,7 +289,7 @@ def main() -> int:
     parser.add_argument("--judge-url", help=argparse.SUPPRESS)
     parser.add_argument("--log", help=argparse.SUPPRESS)
     parser.add_argument("--clean", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         return child(args)
     figures = soak(args.kills, args.items, args.samples, args.seed, args.max_delay, args.workdir)
