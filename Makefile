@@ -55,7 +55,8 @@ test-ray: $(STAMP)
 test-slow: $(STAMP)
 	USERTURN_SLOW=1 $(BIN)/python -m pytest -q -m slow
 
-# BENCH_ARGS go to every script; a quick check on the tiny model:
+# BENCH_ARGS go to the transformers runs (the optional engines keep their own model); a quick
+# check on the tiny model:
 #   make bench BENCH_ARGS="--model tiny --items 2 --max-tokens 4 --repeats 1"
 BENCH_ARGS ?=
 bench: $(STAMP)
@@ -63,10 +64,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/backends.py --backend transformers $(BENCH_ARGS)
 	# The optional engines, where installed (docs/backends.md).
 	if $(BIN)/python -c "import llama_cpp" 2>/dev/null; then \
-		$(BIN)/python benchmarks/backends.py --backend llamacpp $(BENCH_ARGS); \
+		$(BIN)/python benchmarks/backends.py --backend llamacpp; \
 	else echo "llama.cpp not installed: skipped (pip install 'userturn[llamacpp]')"; fi
 	if test -x .venv-vllm/bin/python; then \
-		VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python benchmarks/backends.py --backend vllm $(BENCH_ARGS); \
+		VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python benchmarks/backends.py --backend vllm; \
 	else echo "no .venv-vllm: vLLM skipped (docs/backends.md)"; fi
 
 clean:
