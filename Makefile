@@ -55,9 +55,13 @@ test-ray: $(STAMP)
 test-slow: $(STAMP)
 	USERTURN_SLOW=1 $(BIN)/python -m pytest -q -m slow
 
+# BENCH_ARGS go to the transformers runs (the optional engines keep their own model); a quick
+# check on the tiny model:
+#   make bench BENCH_ARGS="--model tiny --items 2 --max-tokens 4 --repeats 1"
+BENCH_ARGS ?=
 bench: $(STAMP)
-	$(BIN)/python benchmarks/overhead.py
-	$(BIN)/python benchmarks/backends.py --backend transformers
+	$(BIN)/python benchmarks/overhead.py $(BENCH_ARGS)
+	$(BIN)/python benchmarks/backends.py --backend transformers $(BENCH_ARGS)
 	# The optional engines, where installed (docs/backends.md).
 	if $(BIN)/python -c "import llama_cpp" 2>/dev/null; then \
 		$(BIN)/python benchmarks/backends.py --backend llamacpp; \

@@ -98,7 +98,7 @@ def bare_llamacpp(backend: Any) -> Callable[..., tuple[float, int]]:
     return run
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("transformers", "vllm", "llamacpp"),
                         default="transformers")
@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--greedy-only", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     spec = args.model if args.backend == "transformers" else f"{args.backend}/{args.model}"
     options = {"max_model_len": 2048} if args.backend == "vllm" else None

@@ -38,14 +38,14 @@ from userturn.store.database import RunStore
 from userturn.store.turns import read_turns
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=Path("runs/corpus/perturbed"))
     parser.add_argument("--size", type=int, default=300, help="calibration sample size")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--random", action="store_true",
                         help="a simple random sample instead of the stratified calibration sample")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="userturn-calibration-")) / "run"
     folder.mkdir()
     # SQLite's backup API: a consistent copy with what the write-ahead log holds, even while

@@ -198,14 +198,14 @@ def smollm2_heads(train: Sequence[Example], dev: Sequence[Example]):
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", choices=("dev", "test"), default="dev")
     parser.add_argument("--smollm2", action="store_true", help="also the hidden-state family "
                         "(slow on CPU: it runs SmolLM2 over every turn)")
     parser.add_argument("--limit", type=int, help="at most this many turns of each split, every "
                         "k-th one so each label keeps its share (a smoke run; the figures need all)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     train, dev = thin(corpus_examples("train"), args.limit), thin(corpus_examples(args.split), args.limit)
     print(f"train {len(train)} turns, {args.split} {len(dev)} turns\n\n{HEADER}")
     rules = RulesClassifier()

@@ -35,11 +35,11 @@ def bootstrap_interval(hits: np.ndarray, sizes: np.ndarray, rng: np.random.Gener
     return low, high
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--resamples", type=int, default=1000)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rng = np.random.default_rng(0)
     print("| items x samples | rate | spread (ICC) | bootstrap: covers | zero-width "
           "| clustered Wilson: covers | zero-width |")

@@ -21,12 +21,12 @@ from userturn.labels.classifier import Cascade
 from userturn.records import Case, GenerationParams, Request
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=96)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     backend = load_backend(args.model, batch_size=8)
     items = load_dataset("gsm_symbolic", limit=args.turns).items
     cases, requests = [], []

@@ -82,7 +82,7 @@ def run_lmeval(lm, task_dir: Path, items: int) -> tuple[float, dict[str, str]]:
     return elapsed, {s["doc"]["question"]: s["resps"][0][0].strip() for s in samples}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2", help="a ChatML model (the task stops at "
                         "<|im_end|>); tiny: a smoke run")
@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from lm_eval.models.huggingface import HFLM
 

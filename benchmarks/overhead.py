@@ -84,14 +84,14 @@ def time_and_count_bare(backend, prompts: list[str], params: GenerationParams,
     return time.perf_counter() - start - untimed, generated
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--items", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     backend = load_backend(args.model, batch_size=args.batch_size)
     prompts = probe_prompts(backend, args.items)

@@ -333,7 +333,7 @@ def _snapshot(folder: Path) -> dict[str, tuple[int, int]]:
     return {p.name: (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.iterdir()}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--items", type=int, default=40)
@@ -348,7 +348,7 @@ def main() -> int:
     parser.add_argument("--judge-url", help=argparse.SUPPRESS)
     parser.add_argument("--log", help=argparse.SUPPRESS)
     parser.add_argument("--clean", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.child:
         return child(args)
     figures = soak(args.kills, args.items, args.samples, args.seed, args.max_delay, args.workdir)

@@ -5,42 +5,26 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import urllib.error
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import (
+    ANNOTATION_ITEMS,
+    ANNOTATION_SAMPLES,
+    MARKUP_PAYLOAD,
+    annotation_run,
+    call_api,
+    human_labels,
+)
 
-from userturn.backends.fake import ScriptedBackend
-from userturn.config import Experiment
 from userturn.labels.annotate import DEFINITIONS, AnnotationError, AnnotationServer, build_sample
-from userturn.probe.pipeline import run_experiment
-from userturn.records import LABELS, Label, Request
+from userturn.records import LABELS, Label
 from userturn.store.database import RunStore
 from userturn.store.turns import read_turns
 
-PAYLOAD = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
-ITEMS, SAMPLES = 6, 2
-TURNS = ITEMS * (1 + SAMPLES)
-
-
-def script(request: Request) -> str:
-    """Answers; every user turn is unique (question number, seed) and carries an XSS payload."""
-    if not request.prompt.endswith("<|im_start|>user\n"):
-        return "Let me see. The answer is 42.\n  indented line\n#### 42"
-    number = re.findall(r"\d+", request.prompt)[0]
-    if request.params.temperature == 0:
-        return f"Thanks for question {number}! {PAYLOAD}"
-    return f"Why {number}? (seed {request.seed})\n\t{PAYLOAD}"
-
-
-def make_run(gsm_file: Path, tmp_path: Path, **backend: Any) -> Path:
-    exp = Experiment(models=["fake/scripted"], datasets=[str(gsm_file)], limit=ITEMS,
-                     temperatures=[0.0, 1.0], samples=SAMPLES, output=tmp_path / "run")
-    run_experiment(exp, backends={"fake/scripted": ScriptedBackend(script, **backend)}).close()
-    return exp.output
+TURNS = ANNOTATION_ITEMS * (1 + ANNOTATION_SAMPLES)
 
 
 def set_strata(folder: Path, labels: list[str | None]) -> list[str]:
@@ -54,7 +38,7 @@ def set_strata(folder: Path, labels: list[str | None]) -> list[str]:
 
 # -- build_sample ------------------------------------------------------------------------------
 def test_sample_contains_the_rare_label_and_allocates_evenly(gsm_file, tmp_path):
-    folder = make_run(gsm_file, tmp_path)
+    folder = annotation_run(gsm_file, tmp_path)
     labels: list[str | None] = ["generic"] * (TURNS - 4) + [None] * 3 + ["meta"]
     keys = set_strata(folder, labels)
     by_key = dict(zip(keys, labels))
@@ -70,14 +54,14 @@ def test_sample_contains_the_rare_label_and_allocates_evenly(gsm_file, tmp_path)
 
 
 def test_sample_is_deterministic_per_seed(gsm_file, tmp_path):
-    store = RunStore.open(make_run(gsm_file, tmp_path))
+    store = RunStore.open(annotation_run(gsm_file, tmp_path))
     first = build_sample(read_turns(store, "rules"), size=8, seed=3)
     assert build_sample(read_turns(store, "rules"), size=8, seed=3) == first
     assert any(build_sample(read_turns(store, "rules"), size=8, seed=s) != first for s in range(4, 9))
 
 
 def test_sample_size_bounds(gsm_file, tmp_path):
-    store = RunStore.open(make_run(gsm_file, tmp_path))
+    store = RunStore.open(annotation_run(gsm_file, tmp_path))
     everything = build_sample(read_turns(store, "rules"), size=1000, seed=0)
     assert len(everything) == len(set(everything)) == TURNS
     assert set(everything) == {t.key for t in read_turns(store)}
@@ -88,42 +72,20 @@ def test_sample_size_bounds(gsm_file, tmp_path):
 
 def test_failed_generations_are_not_sampled(gsm_file, tmp_path):
     fail = lambda r: r.prompt.endswith("user\n") and r.params.temperature == 0  # noqa: E731
-    store = RunStore.open(make_run(gsm_file, tmp_path, fail=fail))
+    store = RunStore.open(annotation_run(gsm_file, tmp_path, fail=fail))
     sample = build_sample(read_turns(store, "rules"), size=100, seed=0)
     failed = {t.key for t in read_turns(store) if t.error is not None}
-    assert len(failed) == ITEMS and not failed & set(sample) and len(sample) == TURNS - ITEMS
+    assert len(failed) == ANNOTATION_ITEMS and not failed & set(sample) and len(sample) == TURNS - ANNOTATION_ITEMS
 
 
 # -- the JSON API --------------------------------------------------------------------------------
-def call(server: AnnotationServer, path: str, body: Any = None,
-         headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(server.url + path.lstrip("/"), data=data,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            raw = response.read()
-            kind = response.headers.get_content_type()
-            return response.status, json.loads(raw) if kind == "application/json" else raw.decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-def human_labels(folder: Path, name: str) -> dict[str, tuple[str, str, str]]:
-    store = RunStore.open(folder)
-    rows = store.db.execute("SELECT key, label, rationale, version FROM labels WHERE source = ?",
-                            (f"human:{name}",)).fetchall()
-    store.close()
-    return {r["key"]: (r["label"], r["rationale"], r["version"]) for r in rows}
-
-
 def test_page_is_self_contained_and_blind(gsm_file, tmp_path):
-    folder = make_run(gsm_file, tmp_path)
+    folder = annotation_run(gsm_file, tmp_path)
     with AnnotationServer(folder, "ann", size=5, seed=1) as server:
-        status, page = call(server, "/")
+        status, page = call_api(server, "/")
         assert status == 200 and "<script nonce=" in page
         assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
-        status, data = call(server, "/api/next")
+        status, data = call_api(server, "/api/next")
         assert set(data["item"]) == {"key", "query", "answer", "user_turn"}
         assert data["item"]["query"].endswith("?") and "#### 42" in data["item"]["answer"]
         text = json.dumps(data)
@@ -133,55 +95,55 @@ def test_page_is_self_contained_and_blind(gsm_file, tmp_path):
 
 
 def test_label_undo_and_validation(gsm_file, tmp_path):
-    folder = make_run(gsm_file, tmp_path)
+    folder = annotation_run(gsm_file, tmp_path)
     with AnnotationServer(folder, "ann", size=4, seed=2) as server:
-        first = call(server, "/api/next")[1]["item"]
-        assert call(server, "/api/label", {"key": first["key"], "label": "nope"})[0] == 400
-        assert call(server, "/api/label", {"key": "0" * 64, "label": "meta"})[0] == 400
-        assert call(server, "/api/label", {"key": ["x"], "label": "meta"})[0] == 400
-        assert call(server, "/api/label", {"key": first["key"], "label": "meta", "note": 3})[0] == 400
-        assert call(server, "/api/undo", {})[1]["undone"] is None
-        status, data = call(server, "/api/label",
+        first = call_api(server, "/api/next")[1]["item"]
+        assert call_api(server, "/api/label", {"key": first["key"], "label": "nope"})[0] == 400
+        assert call_api(server, "/api/label", {"key": "0" * 64, "label": "meta"})[0] == 400
+        assert call_api(server, "/api/label", {"key": ["x"], "label": "meta"})[0] == 400
+        assert call_api(server, "/api/label", {"key": first["key"], "label": "meta", "note": 3})[0] == 400
+        assert call_api(server, "/api/undo", {})[1]["undone"] is None
+        status, data = call_api(server, "/api/label",
                             {"key": first["key"], "label": "meta", "note": " odd "})
         assert status == 200 and data["progress"]["done"] == 1
         assert data["item"]["key"] != first["key"]
         assert human_labels(folder, "ann") == {first["key"]: ("meta", "odd", "human")}
         second = data["item"]
-        call(server, "/api/label", {"key": second["key"], "label": "generic"})
-        status, data = call(server, "/api/undo", {})
+        call_api(server, "/api/label", {"key": second["key"], "label": "generic"})
+        status, data = call_api(server, "/api/undo", {})
         assert data["undone"] == {"key": second["key"], "label": "generic", "note": ""}
         assert data["item"] == second and data["progress"]["done"] == 1
         assert set(human_labels(folder, "ann")) == {first["key"]}
-        assert call(server, "/api/progress")[1] == {"done": 1, "total": 4, "to_correction": 29}
+        assert call_api(server, "/api/progress")[1] == {"done": 1, "total": 4, "to_correction": 29}
 
 
 def test_foreign_hosts_origins_and_forms_are_refused(gsm_file, tmp_path):
-    with AnnotationServer(make_run(gsm_file, tmp_path), "ann", size=2) as server:
-        key = call(server, "/api/next")[1]["item"]["key"]
+    with AnnotationServer(annotation_run(gsm_file, tmp_path), "ann", size=2) as server:
+        key = call_api(server, "/api/next")[1]["item"]["key"]
         body = {"key": key, "label": "meta"}
-        assert call(server, "/api/next", headers={"Host": "evil.example"})[0] == 403
+        assert call_api(server, "/api/next", headers={"Host": "evil.example"})[0] == 403
         local = server.host.replace("127.0.0.1", "localhost")
-        assert call(server, "/api/progress", headers={"Host": local})[0] == 200
-        assert call(server, "/api/label", body, {"Origin": f"http://{local}"})[0] == 403
-        assert call(server, "/api/label", body, {"Origin": "http://evil.example"})[0] == 403
-        assert call(server, "/api/label", body, {"Content-Type": "text/plain"})[0] == 415
-        assert call(server, "/api/nothing")[0] == 404
+        assert call_api(server, "/api/progress", headers={"Host": local})[0] == 200
+        assert call_api(server, "/api/label", body, {"Origin": f"http://{local}"})[0] == 403
+        assert call_api(server, "/api/label", body, {"Origin": "http://evil.example"})[0] == 403
+        assert call_api(server, "/api/label", body, {"Content-Type": "text/plain"})[0] == 415
+        assert call_api(server, "/api/nothing")[0] == 404
         assert human_labels(server.folder, "ann") == {}
         assert server.url.startswith("http://127.0.0.1:")
 
 
 def test_reopening_continues_the_same_sample_until_done(gsm_file, tmp_path):
-    folder = make_run(gsm_file, tmp_path)
+    folder = annotation_run(gsm_file, tmp_path)
     with AnnotationServer(folder, "ann", size=3, seed=5) as server:
         keys = list(server.keys)
-        first = call(server, "/api/next")[1]["item"]["key"]
-        call(server, "/api/label", {"key": first, "label": "empty"})
+        first = call_api(server, "/api/next")[1]["item"]["key"]
+        call_api(server, "/api/label", {"key": first, "label": "empty"})
     with AnnotationServer(folder, "ann") as server:  # size and seed come from the store
         assert server.keys == keys
-        data = call(server, "/api/next")[1]
+        data = call_api(server, "/api/next")[1]
         assert data["progress"] == {"done": 1, "total": 3, "to_correction": 29} and data["item"]["key"] == keys[1]
         for _ in range(2):
-            data = call(server, "/api/label", {"key": data["item"]["key"], "label": "generic"})[1]
+            data = call_api(server, "/api/label", {"key": data["item"]["key"], "label": "generic"})[1]
         assert data["done"] and data["item"] is None and data["progress"]["done"] == 3
     assert RunStore.open(folder).meta().annotation_samples["ann"].keys == keys
     with pytest.raises(AnnotationError, match="seed"):
@@ -191,12 +153,10 @@ def test_reopening_continues_the_same_sample_until_done(gsm_file, tmp_path):
     with pytest.raises(AnnotationError, match="at least 1"):
         AnnotationServer(folder, "carol", size=0)
     with AnnotationServer(folder, "other", size=3, seed=6) as other:  # each annotator their own
-        assert call(other, "/api/progress")[1]["done"] == 0
+        assert call_api(other, "/api/progress")[1]["done"] == 0
 
 
 # -- the page in a real browser ------------------------------------------------------------------
-
-
 
 
 def open_page(browser: Any, server: AnnotationServer) -> tuple[Any, list[str]]:
@@ -217,7 +177,7 @@ def progress_text(done: int, total: int) -> str:
 def test_page_in_headless_chromium(browser, gsm_file, tmp_path):
     from playwright.sync_api import expect
 
-    folder = make_run(gsm_file, tmp_path)
+    folder = annotation_run(gsm_file, tmp_path)
     with AnnotationServer(folder, "alice", size=100, seed=0) as server:
         page, errors = open_page(browser, server)
         expected = drive_page(page, expect, server, tmp_path)
@@ -229,7 +189,7 @@ def test_page_in_headless_chromium(browser, gsm_file, tmp_path):
 def test_done_screen_and_ctrl_z(browser, gsm_file, tmp_path):
     from playwright.sync_api import expect
 
-    with AnnotationServer(make_run(gsm_file, tmp_path), "bob", size=2, seed=0) as server:
+    with AnnotationServer(annotation_run(gsm_file, tmp_path), "bob", size=2, seed=0) as server:
         page, errors = open_page(browser, server)
         expect(page.locator("#progress")).to_have_text("0 / 2 (30 more for corrected rates)")
         page.keyboard.press("1")
@@ -254,14 +214,14 @@ def drive_page(page: Any, expect: Any, server: AnnotationServer,
         expect(page.get_by_text(DEFINITIONS[name], exact=True)).to_be_visible()
 
     def shown() -> dict[str, str]:  # the page shows the next unlabelled item of the sample
-        item = call(server, "/api/next")[1]["item"]
+        item = call_api(server, "/api/next")[1]["item"]
         assert page.locator("#turn").text_content() == item["user_turn"]
         assert page.locator("#query").text_content() == item["query"]
         return item
 
     expected: dict[str, tuple[str, str, str]] = {}
     first = shown()
-    assert PAYLOAD in first["user_turn"]  # untrusted markup is shown as text, not run
+    assert MARKUP_PAYLOAD in first["user_turn"]  # untrusted markup is shown as text, not run
     page.screenshot(path=str(tmp_path / "annotate.png"), full_page=True)
     shutil.copy(tmp_path / "annotate.png", "/tmp/annotate.png")
     page.locator("button[data-label=follow_up]").click()

@@ -7,7 +7,7 @@ import json
 import socket
 
 import pytest
-from test_annotate import call, human_labels, make_run
+from helpers import annotation_run, call_api, human_labels
 
 from userturn.cli.main import main
 from userturn.labels.annotate import AnnotationServer
@@ -30,7 +30,7 @@ def raw_post(server: AnnotationServer, path: str, headers: dict[str, str], body:
 
 
 def test_a_port_in_use_is_one_line_and_stores_no_sample(gsm_file, tmp_path, capsys):
-    folder = make_run(gsm_file, tmp_path)
+    folder = annotation_run(gsm_file, tmp_path)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -46,7 +46,7 @@ def test_a_port_in_use_is_one_line_and_stores_no_sample(gsm_file, tmp_path, caps
 
 @pytest.mark.parametrize("length", ["abc", "-5", "1e3"])
 def test_a_bad_content_length_is_a_400_without_internals(length, gsm_file, tmp_path):
-    folder = make_run(gsm_file, tmp_path)
+    folder = annotation_run(gsm_file, tmp_path)
     with AnnotationServer(folder, "ana", size=4) as server:
         answer = raw_post(server, "/api/label", {"Content-Length": length}, b"{}")
     status, _, body = answer.partition(b"\r\n")
@@ -55,12 +55,12 @@ def test_a_bad_content_length_is_a_400_without_internals(length, gsm_file, tmp_p
 
 
 def test_a_body_cut_short_is_never_applied(gsm_file, tmp_path):
-    folder = make_run(gsm_file, tmp_path)
+    folder = annotation_run(gsm_file, tmp_path)
     with AnnotationServer(folder, "ana", size=4) as server:
-        first = call(server, "/api/next")[1]["item"]["key"]
+        first = call_api(server, "/api/next")[1]["item"]["key"]
         body = json.dumps({"key": first, "label": "meta"}).encode()
         raw_post(server, "/api/label", {"Content-Length": str(len(body) + 40)}, body)
         assert human_labels(folder, "ana") == {}  # the cut label was not stored
-        assert call(server, "/api/label", {"key": first, "label": "generic"})[0] == 200
+        assert call_api(server, "/api/label", {"key": first, "label": "generic"})[0] == 200
         raw_post(server, "/api/undo", {"Content-Length": "50"}, b'{"')
         assert set(human_labels(folder, "ana")) == {first}  # the cut undo did not run

@@ -1,9 +1,12 @@
-"""Every script in benchmarks/ runs: each is started as `make bench` or a reader of the docs would
-start it, on the tiny model with the smallest arguments, and must exit 0 and print its figure line.
-A signature change inside userturn then fails here, not in the README's performance command.
+"""Every script in benchmarks/ runs: each is run on the tiny model with the smallest arguments and
+must finish and print its figure line. A signature change inside userturn then fails here, not in
+the README's performance command.
 
-GPU scripts are marked ``gpu`` and skip without CUDA; scripts that need an optional package (ray,
-lm-eval) skip when it is absent."""
+A script runs in this process (imported by path, its ``main(argv)`` called), so torch is imported
+once per test session rather than once per script; only the scripts that start a Ray cluster or
+take a GPU run as their own process, as `make bench` starts them. GPU scripts are marked ``gpu``
+and skip without CUDA; scripts that need an optional package (ray, lm-eval) skip when it is
+absent."""
 
 from __future__ import annotations
 
@@ -31,6 +34,8 @@ class Smoke:
     figure: str  # a regular expression one line of stdout must match
     needs: tuple[str, ...] = ()  # importable modules; absent: skip
     gpu: bool = False
+    # A Ray cluster or a CUDA context would outlive the script inside this process.
+    own_process: bool = False
 
 
 TINY = ("--model", "tiny", "--items", "2", "--max-tokens", "4", "--repeats", "1")
@@ -59,15 +64,16 @@ SMOKES = {
                      r'^  "ok": true$'),
     "ray_scaling.py": Smoke(("--limit", "2", "--samples", "1", "--max-tokens", "4",
                              "--unit-size", "2"),
-                            rf"^ratio 2 actors / 1 actor: {NUMBER}$", needs=("ray",)),
+                            rf"^ratio 2 actors / 1 actor: {NUMBER}$", needs=("ray",),
+                            own_process=True),
     "gpu_smoke.py": Smoke(("--max-tokens", "4"), r"^PASS transformers cuda greedy == cpu greedy",
-                          needs=("torch",), gpu=True),
+                          needs=("torch",), gpu=True, own_process=True),
     "gpu_train.py": Smoke(("--size", "tiny", "--steps", "2", "--batch-size", "2", "--seq-len",
                            "64", "--new-tokens", "4"), r'^\{"size": "tiny", "params": \d+',
-                          needs=("torch", "peft"), gpu=True),
+                          needs=("torch", "peft"), gpu=True, own_process=True),
     "gpu_ray_vllm.py": Smoke(("--limit", "2", "--samples", "1", "--max-tokens", "4"),
                              r"^PASS both runs stored every planned generation$",
-                             needs=("ray", "vllm"), gpu=True),
+                             needs=("ray", "vllm"), gpu=True, own_process=True),
 }
 
 
@@ -95,17 +101,43 @@ def _params() -> list:
                          id=name.removesuffix(".py")) for name, smoke in sorted(SMOKES.items())]
 
 
-def run_script(name: str, args: tuple[str, ...], cwd: Path) -> subprocess.CompletedProcess[str]:
-    # The working tree's userturn, whatever is installed; offline, as `make bench` on a clean clone.
+def run_script(name: str, args: tuple[str, ...], cwd: Path) -> str:
+    """The script as its own process: the working tree's userturn, whatever is installed, offline
+    as `make bench` on a clean clone. Its stdout."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
                                                         os.environ.get("PYTHONPATH", "")]),
            "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"}
-    return subprocess.run([sys.executable, str(BENCHMARKS / name), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+    result = subprocess.run([sys.executable, str(BENCHMARKS / name), *args], cwd=cwd, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def run_in_process(name: str, args: tuple[str, ...], cwd: Path,
+                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
+    """The script imported by path and its ``main(argv)`` called here. Its stdout."""
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # a script may add its own folder
+    spec = importlib.util.spec_from_file_location(f"benchmark_{name.removesuffix('.py')}",
+                                                  BENCHMARKS / name)
+    assert spec and spec.loader
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    # A script may pin torch's threads for its own timing; the rest of the session keeps its own.
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch else None
+    try:
+        code = script.main(list(args))
+    finally:
+        torch = sys.modules.get("torch")
+        if torch and threads is not None:
+            torch.set_num_threads(threads)
+    assert code in (None, 0), f"{name} exited with {code}"
+    return capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", _params())
-def test_benchmark_runs_and_prints_its_figure(name, tmp_path):
+def test_benchmark_runs_and_prints_its_figure(name, tmp_path, monkeypatch, capsys):
     smoke = SMOKES[name]
     for module in smoke.needs:
         if importlib.util.find_spec(module) is None:
@@ -117,10 +149,12 @@ def test_benchmark_runs_and_prints_its_figure(name, tmp_path):
         args = ("--run", str(corpus_run(tmp_path / "corpus-run")), *args)
     if name == "soak.py":
         args = (*args, "--workdir", str(tmp_path / "soak"))
-    result = run_script(name, args, tmp_path)
-    assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    assert any(re.search(smoke.figure, line) for line in lines), result.stdout[-3000:]
+    if smoke.own_process:
+        stdout = run_script(name, args, tmp_path)
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        stdout = run_in_process(name, args, tmp_path, monkeypatch, capsys)
+    assert any(re.search(smoke.figure, line) for line in stdout.splitlines()), stdout[-3000:]
 
 
 def corpus_run(folder: Path) -> Path:

@@ -10,7 +10,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from test_cli import assert_one_line_error, run_cli
+from helpers import assert_one_line_error, run_cli
 
 from userturn.labels.calibration import calibration_sample, inclusion_probabilities
 from userturn.records import Label

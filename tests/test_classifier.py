@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import GSM_ITEMS, GSM_SAMPLES, experiment, undecided_script
 from openai_fake import FakeOpenAI
-from test_judge_pipeline import script
-from test_pipeline import ITEMS, SAMPLES, experiment
 
 from userturn.backends.fake import ScriptedBackend
 from userturn.cli.main import main
@@ -104,7 +103,7 @@ def generations(folder: Path) -> int:
 
 def test_the_cascade_labels_every_turn_and_says_by_whom(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
-    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
     turns = read_turns(store)
     assert all(t.label is not None for t in turns)
     by = {t.temperature: t.label_source for t in turns}
@@ -114,9 +113,9 @@ def test_the_cascade_labels_every_turn_and_says_by_whom(gsm_file, tmp_path):
 
 def test_rules_alone_stay_selectable_and_relabelling_generates_nothing(gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path, labeller="rules")
-    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
     assert store.label_sources() == ["rules"]
-    assert sum(t.label is None for t in read_turns(store)) == ITEMS * SAMPLES
+    assert sum(t.label is None for t in read_turns(store)) == GSM_ITEMS * GSM_SAMPLES
     before = generations(exp.output)
     store.close()
     assert main(["label", str(exp.output)]) == 0
@@ -128,7 +127,7 @@ def test_rules_alone_stay_selectable_and_relabelling_generates_nothing(gsm_file,
 
 def test_judge_scope_uncertain_asks_only_below_the_threshold(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
     store = RunStore.open(exp.output)
     turns = read_turns(store)
     labels = {(t.key, lab.source): lab for t in turns for lab in t.labels}
@@ -136,7 +135,7 @@ def test_judge_scope_uncertain_asks_only_below_the_threshold(gsm_file, tmp_path)
                        if labels[t.key, "rules"].label is None)
     threshold = (undecided[0] + undecided[-1]) / 2 if undecided[0] < undecided[-1] else 1.0
     expected = sum(p < threshold for p in undecided)
-    assert 0 < expected <= ITEMS * SAMPLES
+    assert 0 < expected <= GSM_ITEMS * GSM_SAMPLES
     with FakeOpenAI() as fake:
         fake.verdict = lambda messages: {"label": "meta", "rationale": "Narrates."}
         assert main(["judge", str(exp.output), "--judge", "openai/j", "--base-url", fake.url,
@@ -195,7 +194,7 @@ def test_train_classifier_names_a_bad_label(tmp_path, capsys):
 def test_relabelling_with_retrained_parameters_replaces_the_classifiers_labels(
         gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
     before = generations(exp.output)
     assert main(["label", str(exp.output)]) == 0
     printed = capsys.readouterr().out

@@ -9,29 +9,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import assert_one_line_error, run_cli
 
 from userturn import load_run
 from userturn.backends.models import resolve_model
-from userturn.cli.main import main
 from userturn.config import Experiment, load_experiment
 from userturn.errors import ConfigError
 from userturn.report.numbers import rate_interval, temperature
 
 TINY = ["--model", "tiny", "--limit", "2", "--samples", "1", "--max-tokens", "8",
         "--user-max-tokens", "8"]
-
-
-def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def assert_one_line_error(code: int, err: str, needle: str) -> None:
-    assert code == 2
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "userturn: error:" in lines[0] and needle in lines[0], err
-    assert "Traceback" not in err
 
 
 def test_unknown_model_is_one_line_and_writes_nothing(capsys, tmp_path):

@@ -7,7 +7,13 @@ import re
 from dataclasses import replace
 
 import pytest
-from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn
+from helpers import (
+    GSM_ITEMS,
+    GSM_SAMPLES,
+    SHAREGPT_CONVERSATIONS,
+    experiment,
+    is_user_turn,
+)
 
 from userturn.backends.fake import ScriptedBackend
 from userturn.cli.main import main
@@ -47,12 +53,12 @@ def test_paired_difference_between_base_and_checkpoint(gsm_file, tmp_path):
     comparisons, accuracy = compare_runs(a, b)
     greedy, sampled = comparisons
     assert (greedy.model_a, greedy.model_b) == ("fake/base", "fake/tuned")
-    assert greedy.follow_up.items == ITEMS
-    assert greedy.follow_up.delta == pytest.approx(4 / ITEMS)
+    assert greedy.follow_up.items == GSM_ITEMS
+    assert greedy.follow_up.delta == pytest.approx(4 / GSM_ITEMS)
     assert greedy.follow_up.low > 0  # every item moved the same way or not at all
     assert greedy.mcnemar is not None and (greedy.mcnemar.b01, greedy.mcnemar.b10) == (4, 0)
     assert sampled.mcnemar is None  # several samples per item: no McNemar
-    assert sampled.follow_up.b.n == ITEMS * SAMPLES
+    assert sampled.follow_up.b.n == GSM_ITEMS * GSM_SAMPLES
     (acc,) = accuracy
     assert acc.accuracy.delta == 0 and acc.mcnemar.p_value == 1.0
 
@@ -106,10 +112,9 @@ def test_compare_page_has_the_forest_plot_and_escapes_names(gsm_file, tmp_path, 
 
 
 def test_runs_with_a_human_baseline_pair_their_one_probed_model(tmp_path):
-    from test_dataset_runs import CONVERSATIONS
 
     chats = tmp_path / "chats.json"
-    chats.write_text(json.dumps(CONVERSATIONS))
+    chats.write_text(json.dumps(SHAREGPT_CONVERSATIONS))
     a = make_run(chats, tmp_path, "a", base, "fake/base", datasets=[f"conversations:{chats}"],
                  skip_invalid=True)
     b = make_run(chats, tmp_path, "b", trained, "fake/tuned", datasets=[f"conversations:{chats}"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_pipeline import is_user_turn
+from helpers import SHAREGPT_CONVERSATIONS, is_user_turn
 
 from userturn import load_run
 from userturn.backends.fake import ScriptedBackend
@@ -14,18 +14,6 @@ from userturn.config import Experiment
 from userturn.probe.pipeline import run_experiment
 from userturn.records import Request
 from userturn.store.turns import read_answers, read_turns
-
-CONVERSATIONS = [
-    {"id": "c1", "conversations": [
-        {"from": "human", "value": "How do I boil an egg?"},
-        {"from": "gpt", "value": "Put it in boiling water for 9 minutes, then cool it."},
-        {"from": "human", "value": "Why 9 minutes and not 5?"}]},
-    {"id": "c2", "conversations": [
-        {"from": "human", "value": "Name a prime number."},
-        {"from": "gpt", "value": "7 is a prime number."},
-        {"from": "human", "value": "Thanks!"}]},
-    {"id": "c3", "conversations": [{"from": "human", "value": "Only a question, no reply."}]},
-]
 
 
 def script(request: Request) -> str:
@@ -42,7 +30,7 @@ def run(tmp_path, dataset: str, **changes):
 
 def test_sharegpt_file_with_data_answers_and_a_human_baseline(tmp_path):
     path = tmp_path / "chats.json"
-    path.write_text(json.dumps(CONVERSATIONS))
+    path.write_text(json.dumps(SHAREGPT_CONVERSATIONS))
     store = run(tmp_path, f"conversations:{path}", answerers=["self", "data"], skip_invalid=True)
     rows = load_run(store).summary()
     human = [row for row in rows if row.model == "human"]

@@ -4,9 +4,8 @@ with one line naming the first error."""
 
 from __future__ import annotations
 
+from helpers import GSM_ITEMS, GSM_SAMPLES, experiment, undecided_script
 from openai_fake import Answer, Fail, FakeOpenAI
-from test_judge_pipeline import script
-from test_pipeline import ITEMS, SAMPLES, experiment
 
 from userturn.backends.fake import ScriptedBackend
 from userturn.cli.main import main
@@ -14,13 +13,13 @@ from userturn.probe.pipeline import run_experiment
 from userturn.store.database import RunStore
 from userturn.store.turns import read_turns
 
-JUDGED = ITEMS * (1 + SAMPLES)
+JUDGED = GSM_ITEMS * (1 + GSM_SAMPLES)
 
 
 def test_failed_verdicts_are_retried_and_an_all_failed_judge_exits_1(gsm_file, tmp_path,
                                                                       capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
     judge = ["judge", str(exp.output), "--judge", "openai/j", "--scope", "all"]
     with FakeOpenAI() as down:
         down.always(Fail(401, body='{"error": {"message": "invalid key"}}'))
@@ -44,11 +43,11 @@ def test_failed_verdicts_are_retried_and_an_all_failed_judge_exits_1(gsm_file, t
 
 def test_failed_generations_are_retried_and_an_all_failed_run_exits_1(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
-    broken = ScriptedBackend(script, fail=lambda request: True)
+    broken = ScriptedBackend(undecided_script, fail=lambda request: True)
     run_experiment(exp, backends={exp.models[0]: broken}).close()
-    working = ScriptedBackend(script)
+    working = ScriptedBackend(undecided_script)
     store = run_experiment(exp, backends={exp.models[0]: working})
-    assert working.calls == ITEMS * (2 + SAMPLES)  # nothing failed was kept as done
+    assert working.calls == GSM_ITEMS * (2 + GSM_SAMPLES)  # nothing failed was kept as done
     assert all(t.error is None for t in read_turns(store))
     assert not store.tally.all_failed("generation")
 

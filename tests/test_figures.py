@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_report import build_run
+from helpers import build_report_run
 
 from userturn import load_run
 from userturn.cli.main import main
@@ -14,7 +14,7 @@ PLOTS = ("follow_up_vs_temperature", "accuracy_vs_follow_up", "labels", "perturb
 
 
 def test_figures_are_written_as_pdf_and_png(tmp_path, capsys):
-    store = build_run(tmp_path, ["fake/alpha", "fake/beta"])
+    store = build_report_run(tmp_path, ["fake/alpha", "fake/beta"])
     store.close()
     figures = tmp_path / "figures"
     assert main(["report", str(tmp_path / "run"), "--figures", str(figures)]) == 0
@@ -31,7 +31,7 @@ def test_figures_are_written_as_pdf_and_png(tmp_path, capsys):
 def test_a_plot_without_data_is_left_out(tmp_path):
     from userturn.report.figures import write_figures
 
-    store = build_run(tmp_path, ["fake/alpha"], temperatures=[0.0], perturbations=[])
+    store = build_report_run(tmp_path, ["fake/alpha"], temperatures=[0.0], perturbations=[])
     store.close()
     written = {path.name for path in write_figures(load_run(tmp_path / "run").report(),
                                                    tmp_path / "figures")}

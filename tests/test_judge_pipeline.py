@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import sqlite3
 
+from helpers import GSM_ITEMS, GSM_SAMPLES, experiment, undecided_script
 from openai_fake import Drop, FakeOpenAI
-from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn
 
 from userturn import load_run
 from userturn.backends.fake import ScriptedBackend
 from userturn.cli.main import main
 from userturn.probe.pipeline import run_experiment
-from userturn.records import Request
 from userturn.store.turns import read_turns
-
-
-def script(request: Request) -> str:
-    """Greedy user turns are clear (generic); sampled ones are ambiguous (rules: undecided)."""
-    if not is_user_turn(request):
-        return "#### 26"
-    return "Thanks!" if request.params.temperature == 0 else "Is that right? I am not sure."
 
 
 def generations(folder) -> int:
@@ -31,11 +23,11 @@ def test_run_with_judge_sends_only_undecided_turns(gsm_file, tmp_path):
     with FakeOpenAI() as fake:
         fake.verdict = lambda messages: {"label": "new_query", "rationale": "Ignores the answer."}
         exp = experiment(gsm_file, tmp_path, judge="openai/judge-a", judge_base_url=fake.url)
-        store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
-        assert len(fake.requests) == ITEMS * SAMPLES  # the greedy "Thanks!" turns are rules' own
+        store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+        assert len(fake.requests) == GSM_ITEMS * GSM_SAMPLES  # the greedy "Thanks!" turns are rules' own
     greedy, sampled = load_run(store).summary()
-    assert greedy.labels == {"generic": ITEMS}
-    assert sampled.labels == {"new_query": ITEMS * SAMPLES} and sampled.undecided == 0
+    assert greedy.labels == {"generic": GSM_ITEMS}
+    assert sampled.labels == {"new_query": GSM_ITEMS * GSM_SAMPLES} and sampled.undecided == 0
     turn = next(t for t in read_turns(store) if t.temperature > 0)
     assert turn.label_source == "judge:openai/judge-a@rubric1"
     assert turn.rationale == "Ignores the answer."
@@ -53,16 +45,16 @@ def test_run_with_judge_sends_only_undecided_turns(gsm_file, tmp_path):
 
 def test_rejudging_a_finished_run_generates_nothing_and_is_cached(gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
     before = generations(exp.output)
     with FakeOpenAI() as fake:
         fake.verdict = lambda messages: {"label": "follow_up", "rationale": "Reacts to it."}
         code = main(["judge", str(exp.output), "--judge", "openai/judge-b", "--base-url", fake.url,
                      "--scope", "all"])
-        assert code == 0 and len(fake.requests) == ITEMS * (1 + SAMPLES)
+        assert code == 0 and len(fake.requests) == GSM_ITEMS * (1 + GSM_SAMPLES)
         again = main(["judge", str(exp.output), "--judge", "openai/judge-b", "--base-url",
                       fake.url, "--scope", "all"])
-        assert again == 0 and len(fake.requests) == ITEMS * (1 + SAMPLES)  # cached: no new call
+        assert again == 0 and len(fake.requests) == GSM_ITEMS * (1 + GSM_SAMPLES)  # cached: no new call
     out = capsys.readouterr().out
     assert "0 user turn(s) judged" in out and "100%" in out
     assert generations(exp.output) == before
@@ -73,12 +65,17 @@ def test_rejudging_a_finished_run_generates_nothing_and_is_cached(gsm_file, tmp_
 
 
 def test_unreachable_judge_is_counted_invalid_and_the_run_goes_on(gsm_file, tmp_path):
+    waits: list[float] = []  # the client's backoff, recorded instead of slept through
     with FakeOpenAI() as fake:
         fake.always(Drop())
         exp = experiment(gsm_file, tmp_path, judge="openai/down", judge_base_url=fake.url)
-        store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+        store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)},
+                               judge_sleep=waits.append)
+        # Every undecided turn was tried five times, with a growing wait between the tries.
+        assert len(fake.requests) == GSM_ITEMS * GSM_SAMPLES * 5
+    assert len(waits) == GSM_ITEMS * GSM_SAMPLES * 4 and all(0 < wait <= 8 for wait in waits)
     greedy, sampled = load_run(store).summary()
-    assert greedy.labels == {"generic": ITEMS}
+    assert greedy.labels == {"generic": GSM_ITEMS}
     # Without the judge's verdicts the rules' undecided turns keep the classifier's label...
     assert sampled.invalid == 0 and sampled.undecided == 0
     turns = [t for t in read_turns(store) if t.temperature > 0]
@@ -93,7 +90,7 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
         fake.verdict = lambda messages: {"label": "generic", "rationale": "Only thanks."}
         exp = experiment(gsm_file, tmp_path, judge="openai/judge-c", judge_base_url=fake.url,
                          judge_scope="all")
-        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
     capsys.readouterr()
     assert main(["agreement", str(exp.output)]) == 0
     out = capsys.readouterr().out
@@ -105,7 +102,7 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
                                  sources=["rules", "judge:openai/judge-c@rubric1"])
     # The rules labelled the greedy "Thanks!" turns generic, as did the judge; the sampled turns
     # the rules left undecided are excluded.
-    assert (pair.n, pair.raw, pair.excluded) == (ITEMS, 1.0, ITEMS * SAMPLES)
+    assert (pair.n, pair.raw, pair.excluded) == (GSM_ITEMS, 1.0, GSM_ITEMS * GSM_SAMPLES)
 
 
 def test_a_local_transformers_model_can_judge_and_garbage_is_invalid_not_guessed(tiny_backend):
@@ -136,7 +133,7 @@ def test_two_judges_each_stored_their_agreement_printed_and_their_majority_decid
     from openai_fake import Answer
 
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
 
     def by_judge(request):
         greedy = "I am not sure" not in json.dumps(request.body.get("messages", ""))

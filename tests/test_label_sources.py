@@ -4,11 +4,8 @@ that every labelling stage shows a classifier the same case (``Turn.case``)."""
 from __future__ import annotations
 
 import pytest
+from helpers import experiment, load_family, thinking_experiment, undecided_script
 from openai_fake import FakeOpenAI
-from test_judge_pipeline import script
-from test_pipeline import experiment
-from test_reasoning_pipeline import experiment as thinking_experiment
-from test_render_golden import load
 
 from userturn.backends.fake import ScriptedBackend
 from userturn.labels.sources import source_order
@@ -46,7 +43,7 @@ def judged_run(gsm_file, tmp_path, judges: list[str], labeller: str) -> RunStore
         fake.verdict = lambda messages: {"label": "meta", "rationale": "Narrates."}
         exp = experiment(gsm_file, tmp_path, labeller=labeller, judge=judges,
                          judge_base_url=fake.url)
-        return run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+        return run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
 
 
 def test_a_classifier_run_with_one_judge_never_lets_the_rules_decide(gsm_file, tmp_path):
@@ -102,7 +99,7 @@ def thoughtful(request: Request) -> str:
 def test_labellers_see_the_visible_turn_with_the_thinking_apart(gsm_file, tmp_path):
     """The post-training evaluation labels through the same stage as the run, so its held-out
     rules see what every classifier sees: the visible turn, its thinking apart."""
-    template = load("qwen3")
+    template = load_family("qwen3")
     template = template.__class__(template.source, "fake/qwen3", None, "<|im_end|>")
     backend = ScriptedBackend(thoughtful, spec="fake/qwen3", template=template)
     store = run_experiment(thinking_experiment(gsm_file, tmp_path / "run", user_max_tokens=64),

@@ -7,8 +7,13 @@ import sqlite3
 import warnings
 
 import pytest
-from test_judge_pipeline import script
-from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn
+from helpers import (
+    GSM_ITEMS,
+    GSM_SAMPLES,
+    experiment,
+    is_user_turn,
+    undecided_script,
+)
 
 from userturn.backends.fake import ScriptedBackend
 from userturn.chat.render import prompt_token_ids
@@ -112,7 +117,7 @@ def test_gsm_symbolic_limit_is_clamped_with_a_warning(monkeypatch):
 
 def test_an_interrupted_run_is_shown_incomplete_in_every_reader(gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
     calls = []
 
     def killed(request):  # the second run (more samples) dies after a few user turns
@@ -120,12 +125,12 @@ def test_an_interrupted_run_is_shown_incomplete_in_every_reader(gsm_file, tmp_pa
             calls.append(request)
             if len(calls) > 3:
                 raise KeyboardInterrupt
-        return script(request)
+        return undecided_script(request)
 
-    more = experiment(gsm_file, tmp_path, samples=SAMPLES + 2)
+    more = experiment(gsm_file, tmp_path, samples=GSM_SAMPLES + 2)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(more, backends={more.models[0]: ScriptedBackend(killed, chunk_size=1)})
-    planned = ITEMS * (1 + SAMPLES + 2)
+    planned = GSM_ITEMS * (1 + GSM_SAMPLES + 2)
     assert main(["report", str(more.output)]) == 0
     out = capsys.readouterr().out
     assert "incomplete run: assistant turns 6 of 6 stored, user turns" in out

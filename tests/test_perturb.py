@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn, run, script
+from helpers import (
+    GSM_ITEMS,
+    GSM_SAMPLES,
+    experiment,
+    grounded_script,
+    is_user_turn,
+    run_scripted,
+)
 
 from userturn import load_run
 from userturn.backends.fake import ScriptedBackend
@@ -63,11 +70,11 @@ def test_bad_specs_are_config_errors(spec, message):
 
 
 def test_run_pairs_each_perturbed_context_with_the_original(gsm_file, tmp_path):
-    backend = ScriptedBackend(script)
+    backend = ScriptedBackend(grounded_script)
     specs = ["truncate", "append_question:specific", "wrong_answer"]
-    store = run(experiment(gsm_file, tmp_path, perturbations=specs), backend)
+    store = run_scripted(experiment(gsm_file, tmp_path, perturbations=specs), backend)
     assistant_calls = [r for r in backend.requests if not is_user_turn(r)]
-    assert len(assistant_calls) == ITEMS  # one answer per item, shared by every context
+    assert len(assistant_calls) == GSM_ITEMS  # one answer per item, shared by every context
     turns = read_turns(store)
     by_item: dict[str, dict[str, set[str]]] = {}
     for turn in turns:
@@ -86,11 +93,11 @@ def test_run_pairs_each_perturbed_context_with_the_original(gsm_file, tmp_path):
     assert "Do you want me to walk you through" in prompts["append_question:specific"]
     rows = load_run(store).summary()
     assert {row.perturbation for row in rows} == {"none", *specs}
-    assert all(row.turns in (row.items, row.items * SAMPLES) for row in rows)
+    assert all(row.turns in (row.items, row.items * GSM_SAMPLES) for row in rows)
 
 
 def test_reference_and_other_model_answerers(gsm_file, tmp_path):
-    prober = ScriptedBackend(script, spec="fake/prober")
+    prober = ScriptedBackend(grounded_script, spec="fake/prober")
     other = ScriptedBackend(lambda r: "The answer is 7." if not is_user_turn(r) else "Why 7?",
                             spec="fake/other")
     exp = experiment(gsm_file, tmp_path, models=["fake/prober"],
@@ -107,4 +114,4 @@ def test_reference_and_other_model_answerers(gsm_file, tmp_path):
     assert all(t.model == "fake/prober" for t in turns)
     rows = load_run(store).summary()
     accuracy = {row.answerer: row.accuracy for row in rows}
-    assert accuracy["reference"] is None and accuracy["fake/other"].n == ITEMS
+    assert accuracy["reference"] is None and accuracy["fake/other"].n == GSM_ITEMS

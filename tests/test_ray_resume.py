@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_resume import count, stored  # the same reads: count opens the store read-only
+from helpers import count_generations, stored_generations
 
 pytest.importorskip("ray", reason="pip install 'userturn[ray]'")
 pytestmark = pytest.mark.ray
@@ -37,18 +37,18 @@ def test_a_killed_ray_driver_resumes(tmp_path):
     killed, clean, log = tmp_path / "killed", tmp_path / "clean", tmp_path / "log.txt"
     driver = userturn(log, str(config), "--output", str(killed))
     deadline = time.time() + 400
-    while count(killed) < 12 and driver.poll() is None and time.time() < deadline:
+    while count_generations(killed) < 12 and driver.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     assert driver.poll() is None, log.read_text()[-3000:]
     os.killpg(driver.pid, signal.SIGKILL)  # the driver and every process it started
     driver.wait()
-    partial = stored(killed)
+    partial = stored_generations(killed)
     assert 12 <= len(partial) < TOTAL
 
     resumed = userturn(log, str(config), "--executor", "local", "--output", str(killed))
     assert resumed.wait(timeout=400) == 0, log.read_text()[-3000:]
     uninterrupted = userturn(log, "--output", str(clean))
     assert uninterrupted.wait(timeout=400) == 0, log.read_text()[-3000:]
-    final = stored(killed)
-    assert len(final) == TOTAL and final == stored(clean)
+    final = stored_generations(killed)
+    assert len(final) == TOTAL and final == stored_generations(clean)
     assert all(final[key] == value for key, value in partial.items())

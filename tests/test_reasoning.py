@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_render_golden import ANSWER, GOLDEN, QUERY, SYSTEM, THOUGHT, compare_or_update, load
+from helpers import ANSWER, GOLDEN, QUERY, SYSTEM, THOUGHT, compare_or_update, load_family
 
 from userturn.chat.render import render_assistant_turn, render_user_turn
 from userturn.chat.thinking import prompt_opens_thinking, split_thinking, thinking_format
@@ -104,9 +104,9 @@ def test_harmony_turns(text, expected):
 
 
 def test_format_is_read_from_the_template():
-    assert thinking_format(load("gpt_oss").source) == "harmony"
-    assert thinking_format(load("qwen3").source) == "think"
-    assert thinking_format(load("chatml_smollm2").source) == "think"  # models may still think
+    assert thinking_format(load_family("gpt_oss").source) == "harmony"
+    assert thinking_format(load_family("qwen3").source) == "think"
+    assert thinking_format(load_family("chatml_smollm2").source) == "think"  # models may still think
 
 
 PUBLISHED = Path(__file__).parent / "fixtures" / "templates" / "published"
@@ -145,7 +145,7 @@ def test_a_gemma4_prompt_that_opens_the_thought_channel():
 
 
 def test_gpt_oss_markers():
-    template = load("gpt_oss")
+    template = load_family("gpt_oss")
     probe = render_user_turn(template, messages())
     # The harmony user message ends with <|end|>; an assistant header after it means drift.
     assert probe.stop == ("<|end|>", "<|start|>assistant")
@@ -166,19 +166,19 @@ def messages(answer: str = ANSWER) -> list[dict[str, str]]:
 
 GOLDEN_PROMPTS = {
     # Qwen3: enable_thinking changes the answer prompt, not the user-turn prompt after it.
-    "qwen3.thinking_on": lambda: render_user_turn(load("qwen3", enable_thinking=True),
+    "qwen3.thinking_on": lambda: render_user_turn(load_family("qwen3", enable_thinking=True),
                                                   messages()).text,
-    "qwen3.thinking_off": lambda: render_user_turn(load("qwen3", enable_thinking=False),
+    "qwen3.thinking_off": lambda: render_user_turn(load_family("qwen3", enable_thinking=False),
                                                    messages()).text,
     "qwen3.assistant.thinking_on": lambda: render_assistant_turn(
-        load("qwen3", enable_thinking=True), messages()[:2]).text,
+        load_family("qwen3", enable_thinking=True), messages()[:2]).text,
     "qwen3.assistant.thinking_off": lambda: render_assistant_turn(
-        load("qwen3", enable_thinking=False), messages()[:2]).text,
+        load_family("qwen3", enable_thinking=False), messages()[:2]).text,
     # The policy keep: the answer's thinking before it, in the model's own format.
-    "qwen3.keep": lambda: render_user_turn(load("qwen3", enable_thinking=True), messages(),
+    "qwen3.keep": lambda: render_user_turn(load_family("qwen3", enable_thinking=True), messages(),
                                            thinking=THOUGHT).text,
-    "gpt_oss.keep": lambda: render_user_turn(load("gpt_oss"), messages(), thinking=THOUGHT).text,
-    "gpt_oss.assistant": lambda: render_assistant_turn(load("gpt_oss"), messages()[:2]).text,
+    "gpt_oss.keep": lambda: render_user_turn(load_family("gpt_oss"), messages(), thinking=THOUGHT).text,
+    "gpt_oss.assistant": lambda: render_assistant_turn(load_family("gpt_oss"), messages()[:2]).text,
 }
 
 
@@ -203,8 +203,8 @@ def test_qwen3_user_turn_prompt_is_the_same_with_thinking_on_and_off():
      f"<think>\n{THOUGHT}\n</think>\n\n", ""),
 ])
 def test_keep_puts_the_thinking_before_the_answer(name, header, block, final):
-    kept = render_user_turn(load(name), messages(), thinking=THOUGHT)
-    dropped = render_user_turn(load(name), messages())
+    kept = render_user_turn(load_family(name), messages(), thinking=THOUGHT)
+    dropped = render_user_turn(load_family(name), messages())
     assert THOUGHT not in dropped.text
     assert f"{header}{block}{final}In May" in kept.text
     # Only the thinking is added: without it, the prompt is the dropped one.
@@ -213,7 +213,7 @@ def test_keep_puts_the_thinking_before_the_answer(name, header, block, final):
 
 def test_keep_replaces_a_think_block_left_in_the_answer():
     # An answer that still carries its block is shown once, with the given thinking.
-    kept = render_user_turn(load("qwen3"), messages(f"<think>\nAn older thought.\n</think>\n\n{ANSWER}"),
+    kept = render_user_turn(load_family("qwen3"), messages(f"<think>\nAn older thought.\n</think>\n\n{ANSWER}"),
                             thinking=THOUGHT)
     assert "older" not in kept.text and kept.text.count("<think>") == 1
 
@@ -221,7 +221,7 @@ def test_keep_replaces_a_think_block_left_in_the_answer():
 def test_keep_refuses_a_template_that_puts_the_answer_elsewhere():
     # A harmony template whose history is not on the final channel: where the analysis message
     # goes is unclear, so a clear error naming the model rather than a guess.
-    template = load("gpt_oss")
+    template = load_family("gpt_oss")
     other = template.__class__(
         source=template.source.replace("<|channel|>final<|message|>", "<|channel|>answer<|message|>"),
         model="fixture/other_channel", bos_token=template.bos_token,
@@ -233,7 +233,7 @@ def test_keep_refuses_a_template_that_puts_the_answer_elsewhere():
 
 def test_template_variables_change_the_template_hash():
     # enable_thinking changes the render, so a stored generation must not be served across it.
-    on, off = load("qwen3", enable_thinking=True), load("qwen3", enable_thinking=False)
+    on, off = load_family("qwen3", enable_thinking=True), load_family("qwen3", enable_thinking=False)
     assert on.hash != off.hash
-    plain = load("chatml_smollm2")
+    plain = load_family("chatml_smollm2")
     assert plain.hash == plain.__class__(plain.source, "other").hash  # no variables: source only

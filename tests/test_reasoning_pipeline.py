@@ -4,15 +4,12 @@ thinking, and enable_thinking variants as models of their own. Plus the tiny rea
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from conftest import QUESTIONS
-from test_render_golden import load
+from helpers import THINKING_ITEMS, load_family, thinking_experiment
 
 from userturn import load_run
 from userturn.backends.fake import ScriptedBackend
-from userturn.config import Experiment
 from userturn.errors import ConfigError
 from userturn.labels.judge import Judge
 from userturn.probe.pipeline import run_experiment
@@ -22,8 +19,7 @@ from userturn.report.page import browser_data
 from userturn.store.database import RunStore
 from userturn.store.turns import read_answers, read_turns
 
-ITEMS = 3
-BOXES, APPLES, PAGES = (q for q, _ in QUESTIONS[:ITEMS])
+BOXES, APPLES, PAGES = (q for q, _ in QUESTIONS[:THINKING_ITEMS])
 REFERENCE = {q: a for q, a in QUESTIONS}
 # Thinking that would mislead the scorer ("#### N" is tried first) and the rules (it reads as meta)
 # if it were not split off.
@@ -53,15 +49,9 @@ def qwen3_script(request: Request) -> str:
 
 
 def qwen3_backend(**changes) -> ScriptedBackend:
-    template = load("qwen3")
+    template = load_family("qwen3")
     template = template.__class__(template.source, "fake/qwen3", None, "<|im_end|>")
     return ScriptedBackend(qwen3_script, spec="fake/qwen3", template=template, **changes)
-
-
-def experiment(gsm_file: Path, out: Path, **changes) -> Experiment:
-    settings = dict(models=["fake/qwen3"], datasets=[str(gsm_file)], limit=ITEMS,
-                    temperatures=[0.0], user_max_tokens=12, output=out)
-    return Experiment(**{**settings, **changes})
 
 
 def turns_by_question(store: RunStore) -> dict[str, dict]:
@@ -70,10 +60,10 @@ def turns_by_question(store: RunStore) -> dict[str, dict]:
 
 
 def test_thinking_is_stored_apart_and_the_visible_text_is_scored_and_labelled(gsm_file, tmp_path):
-    store = run_experiment(experiment(gsm_file, tmp_path / "run"),
+    store = run_experiment(thinking_experiment(gsm_file, tmp_path / "run"),
                            backends={"fake/qwen3": qwen3_backend()})
     answers = read_answers(store)
-    assert [a.thinking for a in answers] == [ANSWER_THOUGHT] * ITEMS
+    assert [a.thinking for a in answers] == [ANSWER_THOUGHT] * THINKING_ITEMS
     assert all(a.text.startswith("The answer is") for a in answers)
     assert all(a.correct == 1 for a in answers)  # the thinking's "#### 99" was not scored
 
@@ -103,41 +93,41 @@ def test_thinking_is_stored_apart_and_the_visible_text_is_scored_and_labelled(gs
 
 def test_keep_policy_shows_the_thinking_and_is_part_of_the_key(gsm_file, tmp_path):
     out = tmp_path / "run"
-    dropped = run_experiment(experiment(gsm_file, out), backends={"fake/qwen3": qwen3_backend()})
+    dropped = run_experiment(thinking_experiment(gsm_file, out), backends={"fake/qwen3": qwen3_backend()})
     drop_keys = {t.key for t in read_turns(dropped)}
     dropped.close()
 
     backend = qwen3_backend()
-    kept = run_experiment(experiment(gsm_file, out, thinking="keep"),
+    kept = run_experiment(thinking_experiment(gsm_file, out, thinking="keep"),
                           backends={"fake/qwen3": backend})
     # The answers are reused; every user turn is generated again, under its own keys.
-    assert backend.calls == ITEMS and all(r.prompt.endswith("user\n") for r in backend.requests)
+    assert backend.calls == THINKING_ITEMS and all(r.prompt.endswith("user\n") for r in backend.requests)
     turns = read_turns(kept)
-    assert {t.key for t in turns}.isdisjoint(drop_keys) and len(turns) == ITEMS
+    assert {t.key for t in turns}.isdisjoint(drop_keys) and len(turns) == THINKING_ITEMS
     for turn in turns:
         assert f"<|im_start|>assistant\n<think>\n{ANSWER_THOUGHT}\n</think>\n\nThe answer is" \
             in turn.prompt
     assert kept.meta().config["thinking"] == "keep"
 
     again = qwen3_backend()
-    run_experiment(experiment(gsm_file, out, thinking="keep"), backends={"fake/qwen3": again})
+    run_experiment(thinking_experiment(gsm_file, out, thinking="keep"), backends={"fake/qwen3": again})
     assert again.calls == 0  # a finished keep run re-run makes no model calls
 
 
 def test_enable_thinking_variants_are_models_of_their_own(gsm_file, tmp_path):
     on, off = "fake/qwen3[thinking=on]", "fake/qwen3[thinking=off]"
     backend = qwen3_backend()
-    store = run_experiment(experiment(gsm_file, tmp_path / "a", enable_thinking=[True, False]),
+    store = run_experiment(thinking_experiment(gsm_file, tmp_path / "a", enable_thinking=[True, False]),
                            backends={"fake/qwen3": backend})
     answers = {(a.model, a.item_id): a for a in read_answers(store)}
     assert {model for model, _ in answers} == {on, off}
     assert all((a.thinking is None) is (model == off) for (model, _), a in answers.items())
-    assert len(backend.requests) == 2 * (ITEMS + ITEMS)  # answers and user turns, per variant
+    assert len(backend.requests) == 2 * (THINKING_ITEMS + THINKING_ITEMS)  # answers and user turns, per variant
     assert {row.model for row in load_run(store).summary()} >= {on, off}
     variables = {m: v.template_variables for m, v in store.meta().models.items()}
     assert variables == {on: {"enable_thinking": True}, off: {"enable_thinking": False}}
 
-    other = run_experiment(experiment(gsm_file, tmp_path / "b", enable_thinking=[True, False],
+    other = run_experiment(thinking_experiment(gsm_file, tmp_path / "b", enable_thinking=[True, False],
                                       thinking="keep"), backends={"fake/qwen3": qwen3_backend()})
     comparisons, accuracy = compare_runs(store, other)
     assert {c.model_a for c in comparisons} == {on, off}
@@ -149,7 +139,7 @@ def test_enable_thinking_on_a_template_that_ignores_it_is_refused(gsm_file, tmp_
     backend = ScriptedBackend(lambda request: "Thanks!")  # ChatML without enable_thinking
     with pytest.raises(ConfigError, match="enable_thinking has no effect on the chat template "
                                           "of fake/scripted"):
-        run_experiment(experiment(gsm_file, out, models=["fake/scripted"],
+        run_experiment(thinking_experiment(gsm_file, out, models=["fake/scripted"],
                                   enable_thinking=[True]), backends={"fake/scripted": backend})
     assert backend.calls == 0 and not out.exists()
 
@@ -170,9 +160,9 @@ def harmony_script(request: Request) -> str:
 
 
 def test_gpt_oss_harmony_end_to_end(gsm_file, tmp_path):
-    template = load("gpt_oss")
+    template = load_family("gpt_oss")
     backend = ScriptedBackend(harmony_script, spec="fake/gpt-oss", template=template)
-    store = run_experiment(experiment(gsm_file, tmp_path / "run", models=["fake/gpt-oss"]),
+    store = run_experiment(thinking_experiment(gsm_file, tmp_path / "run", models=["fake/gpt-oss"]),
                            backends={"fake/gpt-oss": backend})
     answers = read_answers(store)
     assert {a.thinking for a in answers} == {HARMONY_ANALYSIS}
@@ -203,7 +193,7 @@ def test_the_judge_is_not_asked_about_a_turn_that_is_thinking_only():
 
 def test_tiny_model_policy_in_the_key_and_enable_thinking_refused(tiny_backend, gsm_file, tmp_path):
     out = tmp_path / "run"
-    exp = experiment(gsm_file, out, models=["tiny"], limit=2, user_max_tokens=8, max_tokens=8)
+    exp = thinking_experiment(gsm_file, out, models=["tiny"], limit=2, user_max_tokens=8, max_tokens=8)
     with pytest.raises(ConfigError, match="no effect on the chat template of tiny"):
         run_experiment(exp.model_copy(update={"enable_thinking": [True, False]}),
                        backends={"tiny": tiny_backend})

@@ -17,13 +17,22 @@ never overwritten by the update run.
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
+from helpers import (
+    ANSWER,
+    FAMILIES,
+    GOLDEN,
+    KNOWN_BUGS,
+    QUERY,
+    SYSTEM,
+    TEMPLATES,
+    THOUGHT,
+    compare_or_update,
+    load_family,
+)
 
 from userturn.chat.render import (
-    ChatTemplate,
     prompt_token_ids,
     render_assistant_turn,
     render_user_turn,
@@ -31,24 +40,10 @@ from userturn.chat.render import (
 )
 from userturn.errors import TemplateError
 
-HERE = Path(__file__).parent
-TEMPLATES = HERE / "fixtures" / "templates"
-GOLDEN = HERE / "golden"
-UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
-FAMILIES: dict[str, dict] = json.loads((TEMPLATES / "families.json").read_text(encoding="utf-8"))
 BROKEN = ("cannot_open_user",)
 WORKING = tuple(name for name in FAMILIES if name not in (*BROKEN, "assistant_after_user"))
 THINKING = ("qwen3", "deepseek")
 
-SYSTEM = "You are a careful math tutor. Answer step by step."
-QUERY = (
-    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips to her "
-    "friends in May. How many clips did Natalia sell altogether in April and May?"
-)
-ANSWER = (
-    "In May she sold 48 / 2 = 24 clips.\nAltogether she sold 48 + 24 = 72 clips.\nThe answer is 72."
-)
-THOUGHT = "Half of 48 is 24, so the total is 48 + 24."
 THINK_BLOCK = f"<think>\n{THOUGHT}\n</think>\n\n"
 
 # What follows the visible answer in the probe prompt: the closed assistant turn, then the open
@@ -110,9 +105,6 @@ ASSISTANT_STOP = {
     "deepseek": "<｜end▁of▁sentence｜>",
 }
 
-# Known render.py bugs, each a strict xfail so that a fix shows up as an XPASS. None open now.
-KNOWN_BUGS: dict[tuple[str, str], str] = {}
-
 
 def cases(check: str, families: tuple[str, ...] | list[str]) -> list:
     """Parametrize over families, marking the known render.py bugs as strict xfails."""
@@ -122,18 +114,6 @@ def cases(check: str, families: tuple[str, ...] | list[str]) -> list:
         marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
         out.append(pytest.param(name, marks=marks, id=name))
     return out
-
-
-def load(name: str, **overrides) -> ChatTemplate:
-    spec = FAMILIES[name]
-    variables = {**spec.get("variables", {}), **overrides}
-    return ChatTemplate(
-        source=(TEMPLATES / spec["file"]).read_text(encoding="utf-8"),
-        model=f"fixture/{name}",
-        bos_token=spec["bos_token"],
-        eos_token=spec["eos_token"],
-        variables=variables,
-    )
 
 
 def conversation(name: str) -> list[dict[str, str]]:
@@ -146,25 +126,7 @@ def conversation(name: str) -> list[dict[str, str]]:
 
 
 def probe(name: str):
-    return render_user_turn(load(name), conversation(name))
-
-
-def read_exact(path: Path) -> str:
-    with path.open(encoding="utf-8", newline="") as f:
-        return f.read()
-
-
-def write_exact(path: Path, text: str) -> None:
-    with path.open("w", encoding="utf-8", newline="") as f:
-        f.write(text)
-
-
-def compare_or_update(check: str, name: str, path: Path, actual: str) -> None:
-    if UPDATE and (check, name) not in KNOWN_BUGS:
-        write_exact(path, actual)
-        pytest.skip(f"wrote {path.relative_to(HERE)}; read it before committing")
-    assert path.exists(), f"missing golden {path}; run with UPDATE_GOLDEN=1 and check it by eye"
-    assert actual == read_exact(path)
+    return render_user_turn(load_family(name), conversation(name))
 
 
 def test_every_family_has_a_fixture_and_expectations():
@@ -228,18 +190,18 @@ def test_system_prompt_where_the_model_saw_it(name):
 @pytest.mark.parametrize("name", ["gemma"])
 def test_gemma_refuses_a_system_message_itself(name):
     with pytest.raises(TemplateError, match="System role not supported"):
-        load(name).render(conversation(name))
+        load_family(name).render(conversation(name))
 
 
 @pytest.mark.parametrize("name", THINKING)
 def test_thinking_template_itself_strips_history(name):
     # The template, not render.py, drops the reasoning; the probe must cope with the rewrite.
-    rendered = load(name).render([*conversation(name), {"role": "user", "content": "Thanks!"}])
+    rendered = load_family(name).render([*conversation(name), {"role": "user", "content": "Thanks!"}])
     assert THOUGHT not in rendered
 
 
 def test_qwen3_enable_thinking_only_changes_the_generation_prompt():
-    on, off = load("qwen3", enable_thinking=True), load("qwen3", enable_thinking=False)
+    on, off = load_family("qwen3", enable_thinking=True), load_family("qwen3", enable_thinking=False)
     assert render_user_turn(on, conversation("qwen3")).text == probe("qwen3").text
     messages = conversation("qwen3")[:2]
     assert render_assistant_turn(on, messages).text.endswith("<|im_start|>assistant\n")
@@ -250,14 +212,14 @@ def test_qwen3_enable_thinking_only_changes_the_generation_prompt():
 
 @pytest.mark.parametrize("name", WORKING)
 def test_assistant_turn_ends_with_the_assistant_header(name):
-    prompt = render_assistant_turn(load(name), conversation(name)[:2])
+    prompt = render_assistant_turn(load_family(name), conversation(name)[:2])
     assert prompt.text.endswith(ASSISTANT_PROMPT_END[name])
     assert prompt.system_merged is (name == "gemma")
 
 
 @pytest.mark.parametrize("name", cases("assistant_stop", list(ASSISTANT_STOP)))
 def test_assistant_turn_stop_is_the_assistant_end_of_turn(name):
-    prompt = render_assistant_turn(load(name), conversation(name)[:2])
+    prompt = render_assistant_turn(load_family(name), conversation(name)[:2])
     assert prompt.stop[0] == ASSISTANT_STOP[name]
 
 
@@ -312,7 +274,7 @@ def test_bos_once(name):
     bos_id = tokenizer.bos_token_id
     assert tokenizer("", add_special_tokens=True)["input_ids"] == [bos_id]  # it does add BOS
 
-    for prompt in (probe(name), render_assistant_turn(load(name), conversation(name)[:2])):
+    for prompt in (probe(name), render_assistant_turn(load_family(name), conversation(name)[:2])):
         assert prompt.text.startswith(bos)
         ids = prompt_token_ids(tokenizer, prompt.text)
         assert ids[0] == bos_id and ids.count(bos_id) == 1
@@ -335,7 +297,7 @@ DEFAULT_SYSTEM = {
 @pytest.mark.parametrize("name", list(DEFAULT_SYSTEM))
 def test_default_system_prompt_without_a_system_message(name):
     # The template's own default system block must not confuse the derived markers.
-    prompt = render_user_turn(load(name), conversation(name)[1:])
+    prompt = render_user_turn(load_family(name), conversation(name)[1:])
     assert prompt.text.startswith(DEFAULT_SYSTEM[name])
     assert prompt.text.count(DEFAULT_SYSTEM[name]) == 1
     assert prompt.text.endswith("The answer is 72." + TAIL[name])
@@ -348,5 +310,5 @@ def test_short_answers_that_also_occur_inside_the_markers(name, answer):
     # Found by the benchmark: the answer "a" was located inside "<|im_start|>", after the
     # closing marker, and the prompt was wrongly refused.
     messages = [{"role": "user", "content": QUERY}, {"role": "assistant", "content": answer}]
-    prompt = render_user_turn(load(name), messages)
+    prompt = render_user_turn(load_family(name), messages)
     assert prompt.text.endswith(TAIL[name])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import load_family
 
 from userturn.chat.render import (
     SYSTEM_KEPT,
@@ -226,7 +227,6 @@ def test_mistral_nemo_puts_the_system_text_in_the_query_the_model_answered():
 
 def test_gemma3_merges_the_system_text_itself():
     # The existing gemma3 fixture: the template writes the system text into the first user turn.
-    from test_render_golden import load as load_family
 
     prompt = render_user_turn(load_family("gemma3"), conversation())
     assert prompt.system == SYSTEM_MERGED_BY_TEMPLATE and not prompt.system_merged

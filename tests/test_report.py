@@ -10,16 +10,19 @@ import re
 import shutil
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import QUESTIONS
+from helpers import (
+    BOLD,
+    IMG_TAG,
+    REPORT_PERTURBATIONS,
+    REPORT_TEMPERATURES,
+    SCRIPT_TAG,
+    build_report_run,
+)
 
 from userturn import load_run
-from userturn.backends.fake import ScriptedBackend
-from userturn.config import Experiment
-from userturn.probe.pipeline import run_experiment
-from userturn.records import Label, Request
+from userturn.records import Label
 from userturn.report import export_tables, write_html_report
 from userturn.report.markup import json_for_script
 from userturn.stats.rates import paired_difference
@@ -27,52 +30,7 @@ from userturn.store.database import RunStore
 from userturn.store.turns import read_turns
 
 MODELS = ["fake/alpha", "fake/beta"]
-TEMPERATURES = [0.0, 0.7, 1.0]
-SAMPLES = 3
-PERTURBATIONS = ["truncate", "append_question:specific", "wrong_answer"]
-SCRIPT_TAG = "<script>window.__pwned=1</script>"
-IMG_TAG = '</script><img src=x onerror="window.__pwned=2">'
-BOLD = "<b>bold</b>"
 JUDGE_XSS = 'judge says <img src=x onerror="window.__pwned=3">'
-
-
-def is_user_turn(request: Request) -> bool:
-    return request.prompt.endswith("<|im_start|>user\n")
-
-
-def script_for(model: str):
-    """alpha answers 3 of 6 questions right, beta 1; user turns mix follow-ups, thanks and
-    markup that must never run."""
-    right = 3 if model == "fake/alpha" else 1
-
-    def script(request: Request) -> str:
-        if not is_user_turn(request):
-            index = next(i for i, (q, _) in enumerate(QUESTIONS) if q in request.prompt)
-            answer = int(QUESTIONS[index][1]) + (0 if index < right else 1)
-            return f"Step by step, the result is {answer}.\n#### {answer}"
-        numbers = re.findall(r"\d+", request.prompt.rsplit("assistant", 1)[1])
-        follow_up = f"Why did you get {numbers[-1] if numbers else 'that'}? I think it is 27."
-        if request.params.temperature == 0:
-            if "walk you through" in request.prompt:
-                return follow_up
-            return BOLD if model == "fake/alpha" else "Thank you!"
-        return ["Thank you!", follow_up, SCRIPT_TAG, IMG_TAG, BOLD][request.seed % 5]
-
-    return script
-
-
-def build_run(folder: Path, models: list[str], **changes: Any) -> RunStore:
-    dataset = folder / "mini_gsm.jsonl"
-    dataset.write_text("".join(json.dumps({"question": q, "answer": f"Work it out.\n#### {a}"})
-                               + "\n" for q, a in QUESTIONS), encoding="utf-8")
-    settings = dict(models=models, datasets=[str(dataset)], limit=len(QUESTIONS),
-                    temperatures=TEMPERATURES, samples=SAMPLES, perturbations=PERTURBATIONS,
-                    output=folder / "run")
-    exp = Experiment(**{**settings, **changes})
-    fail = lambda r: is_user_turn(r) and r.params.temperature == 1.0 and r.seed % 7 == 0  # noqa
-    backends = {m: ScriptedBackend(script_for(m), spec=m, fail=fail if m == "fake/beta" else None)
-                for m in models}
-    return run_experiment(exp, backends=backends)
 
 
 def add_judge_labels(store: RunStore) -> None:
@@ -96,7 +54,7 @@ def add_judge_labels(store: RunStore) -> None:
 @pytest.fixture(scope="module")
 def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("report")
-    store = build_run(folder, MODELS)
+    store = build_report_run(folder, MODELS)
     add_judge_labels(store)
     store.close()
     return folder / "run"
@@ -133,7 +91,7 @@ def test_page_is_self_contained(report_html):
 def test_all_plots_are_inline_svg(report_html):
     html = report_html.read_text(encoding="utf-8")
     assert html.count('<svg class="plot lines"') == 1
-    assert html.count('<svg class="plot scatter"') == len(TEMPERATURES)
+    assert html.count('<svg class="plot scatter"') == len(REPORT_TEMPERATURES)
     assert html.count('<svg class="plot bars"') == 1
     assert html.count('<svg class="plot forest"') == 1
     for words in ("Sampling temperature", "Genuine follow-up rate", "Task accuracy",
@@ -177,7 +135,7 @@ def test_tables_are_exported_with_the_summary_numbers(report_html, run_folder):
     store = RunStore.open(run_folder)
     rows, turns = load_run(store).summary(), read_turns(store)
     summary = read_csv(tables / "summary.csv")
-    assert len(summary) == len(rows) == len(MODELS) * len(TEMPERATURES) * (1 + len(PERTURBATIONS))
+    assert len(summary) == len(rows) == len(MODELS) * len(REPORT_TEMPERATURES) * (1 + len(REPORT_PERTURBATIONS))
     for record, row in zip(summary, rows):
         assert (record["model"], record["perturbation"], float(record["temperature"])) == (
             row.model, row.perturbation, row.temperature)
@@ -191,9 +149,9 @@ def test_tables_are_exported_with_the_summary_numbers(report_html, run_folder):
     stored = store.db.execute("SELECT COUNT(*) FROM labels").fetchone()[0]
     assert len(read_csv(tables / "turn_labels.csv")) == stored
     assert len(read_csv(tables / "labels.csv")) == len(rows) * 10
-    assert len(read_csv(tables / "right_vs_wrong.csv")) == len(MODELS) * len(TEMPERATURES)
-    assert len(read_csv(tables / "accuracy_vs_follow_up.csv")) == len(MODELS) * len(TEMPERATURES)
-    assert len(read_csv(tables / "rank_correlation.csv")) == len(TEMPERATURES)
+    assert len(read_csv(tables / "right_vs_wrong.csv")) == len(MODELS) * len(REPORT_TEMPERATURES)
+    assert len(read_csv(tables / "accuracy_vs_follow_up.csv")) == len(MODELS) * len(REPORT_TEMPERATURES)
+    assert len(read_csv(tables / "rank_correlation.csv")) == len(REPORT_TEMPERATURES)
     store.close()
     html = report_html.read_text(encoding="utf-8")
     assert 'href="tables/summary.csv"' in html
@@ -211,7 +169,7 @@ def _has_pyarrow() -> bool:
 
 def test_perturbation_differences_are_paired_over_shared_items(report_html, run_folder):
     records = read_csv(run_folder.parent / "html" / "tables" / "perturbations.csv")
-    assert len(records) == len(MODELS) * len(PERTURBATIONS) * len(TEMPERATURES)
+    assert len(records) == len(MODELS) * len(REPORT_PERTURBATIONS) * len(REPORT_TEMPERATURES)
     store = RunStore.open(run_folder)
     sides: dict[tuple, list[tuple[str, bool]]] = defaultdict(list)
     for t in read_turns(store):
@@ -244,7 +202,7 @@ def test_joint_table_splits_right_and_wrong_answers(run_folder):
 
 def test_three_models_give_a_rank_correlation(tmp_path):
     models = ["fake/alpha", "fake/beta", "fake/gamma"]
-    store = build_run(tmp_path, models, temperatures=[0.0], perturbations=[])
+    store = build_report_run(tmp_path, models, temperatures=[0.0], perturbations=[])
     report = load_run(store).report()
     out = write_html_report(report, tmp_path / "report.html")
     files = export_tables(report, tmp_path / "tables")

@@ -9,14 +9,10 @@ import os
 import shutil
 import signal
 import sqlite3
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-from test_judge_pipeline import script
-from test_pipeline import experiment
+from helpers import experiment, finished_run, hold_lock, undecided_script
 
 from userturn.backends.fake import ScriptedBackend
 from userturn.cli.main import main
@@ -25,27 +21,6 @@ from userturn.probe.pipeline import run_experiment
 from userturn.store import atomic
 from userturn.store import database as store_module
 from userturn.store.turns import read_turns
-
-HOLD = """
-import sys, time
-from userturn.store.lock import RunLock
-with RunLock(sys.argv[1], "run"):
-    print("held", flush=True)
-    time.sleep(60)
-"""
-
-
-def finished_run(gsm_file: Path, tmp_path: Path) -> Path:
-    exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
-    return exp.output
-
-
-def hold_lock(folder: Path) -> subprocess.Popen:
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], stdout=subprocess.PIPE,
-                              env={**os.environ})
-    assert holder.stdout.readline().strip() == b"held"
-    return holder
 
 
 def one_line(err: str) -> str:
@@ -62,7 +37,7 @@ def test_a_second_writer_fails_naming_the_first_and_readers_see_it_in_progress(
         exp = experiment(gsm_file, tmp_path, temperatures=[0.0])  # another config, same folder
         with pytest.raises(StoreError, match=f"in use by another writer: pid {holder.pid}, "
                                              "userturn run"):
-            run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+            run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
         assert main(["judge", str(folder), "--judge", "openai/j", "--base-url",
                      "http://127.0.0.1:9/v1"]) == 2
         assert f"pid {holder.pid}" in one_line(capsys.readouterr().err)
@@ -74,7 +49,7 @@ def test_a_second_writer_fails_naming_the_first_and_readers_see_it_in_progress(
         holder.send_signal(signal.SIGKILL)  # the OS releases the lock of a killed process
         holder.wait()
     exp = experiment(gsm_file, tmp_path, temperatures=[0.0])
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
     assert main(["report", str(folder)]) == 0
     assert "in progress" not in capsys.readouterr().out
 
@@ -101,7 +76,7 @@ def test_a_store_that_is_not_a_whole_userturn_store_is_one_line(damage, words, g
         assert "Traceback" not in err
     exp = experiment(gsm_file, tmp_path)  # nor is it taken for a new run
     with pytest.raises(StoreError, match=words.split("(")[0].split(",")[0]):
-        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
 
 
 @pytest.mark.parametrize("seed", range(6))  # each seed scribbles other bytes: other damage
@@ -133,7 +108,7 @@ def test_a_run_whose_database_is_deleted_fails_loudly(gsm_file, tmp_path):
         database = exp.output / "userturn.db"
         if database.exists() and request.prompt.endswith("user\n"):
             database.unlink()
-        return script(request)
+        return undecided_script(request)
 
     with pytest.raises(StoreError, match="was deleted or replaced while this command ran"):
         run_experiment(exp, backends={exp.models[0]: ScriptedBackend(deleting)})
@@ -202,9 +177,9 @@ def test_a_full_disk_during_a_run_is_one_line_and_the_run_resumes(gsm_file, tmp_
     monkeypatch.setattr(store_module, "connect", small_disk)
     exp = experiment(gsm_file, tmp_path, samples=40)
     with pytest.raises(StoreError, match="the disk is full; free some space"):
-        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
     monkeypatch.setattr(store_module, "connect", connect)
-    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
     assert all(t.error is None for t in read_turns(store))
 
 
@@ -227,5 +202,5 @@ def test_output_that_is_a_file_is_one_line(gsm_file, tmp_path):
     target.write_text("x")
     exp = experiment(gsm_file, tmp_path, output=target)
     with pytest.raises(StoreError, match="is a file, not a folder"):
-        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
     assert target.read_text() == "x"

@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from helpers import finished_run
 from openai_fake import Answer, FakeOpenAI
-from test_run_folder import finished_run
 
 CLI = [sys.executable, "-m", "userturn.cli.main"]
 PROXIES = ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY",
@@ -66,8 +66,8 @@ KILLED_WRITER = """
 import os, signal, sys
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-from test_judge_pipeline import script
-from test_pipeline import experiment
+from helpers import undecided_script as script
+from helpers import experiment
 from userturn.backends.fake import ScriptedBackend
 from userturn.probe.pipeline import run_experiment
 exp = experiment(Path(sys.argv[2]), Path(sys.argv[3]))
@@ -210,7 +210,7 @@ def test_compare_html_on_a_full_disk_blames_the_page(gsm_file, tmp_path, capsys,
 
 def test_a_busy_folder_is_refused_before_any_dataset_or_model_loads(gsm_file, tmp_path, capsys,
                                                                     monkeypatch):
-    from test_run_folder import hold_lock
+    from helpers import hold_lock
 
     from userturn.backends import BackendSpec
     from userturn.cli.main import main

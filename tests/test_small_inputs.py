@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from helpers import experiment, undecided_script
 from openai_fake import Answer, FakeOpenAI
-from test_judge_pipeline import script
-from test_pipeline import experiment
 
 from userturn.backends.fake import ScriptedBackend
 from userturn.cli.main import main
@@ -56,7 +55,7 @@ def test_relative_dataset_paths_are_the_experiment_files(tmp_path, monkeypatch):
 
 def test_report_labels_with_a_typo_is_one_line(gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
     one_line_error(capsys, main(["report", str(exp.output), "--labels", "judge:typo"]),
                    "--labels: no labels from judge:typo")
     assert main(["report", str(exp.output), "--labels", "rules"]) == 0
@@ -78,7 +77,7 @@ class Interrupting:
 
 def test_ctrl_c_during_judging_keeps_every_verdict_received(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
-    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
     with FakeOpenAI() as fake:
         fake.always(Answer())
         judge = Judge(Interrupting(fake), concurrency=1)

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from rule_cases import CASES, CHATML
 
 pytest.importorskip("trl", reason="pip install 'userturn[train]'")
 pytest.importorskip("peft", reason="pip install 'userturn[train]'")
@@ -288,18 +289,13 @@ def test_the_gpu_training_benchmark_runs_its_smoke_size_on_cpu() -> None:
 def test_the_held_out_rule_set_is_a_usable_second_labeller() -> None:
     """On the hand-labelled table of the rules' tests (labels.md), the held-out set's follow-up
     calls stay usable: measured 9 of 14 right (precision), 9 of 17 found (recall)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    import test_rules
-
     from userturn.records import Case
     from userturn.train.heldout import HeldOutRules
 
     labeller = HeldOutRules()
     pairs = [(c.expected == "follow_up", labeller.classify(Case(
-        c.query, c.answer, c.turn, c.raw or c.turn, test_rules.CHATML)).label == "follow_up")
-        for c in test_rules.CASES if c.expected is not None]
+        c.query, c.answer, c.turn, c.raw or c.turn, CHATML)).label == "follow_up")
+        for c in CASES if c.expected is not None]
     hits = sum(truth and said for truth, said in pairs)
     assert hits / sum(said for _, said in pairs) >= 0.6
     assert hits / sum(truth for truth, _ in pairs) >= 0.5

@@ -382,10 +382,11 @@ class BackendChatClient:
         return generation.text
 
 
-def judge_from_spec(spec: str, *, base_url: str | None = None,
-                    api_key: str | None = None) -> Judge:
+def judge_from_spec(spec: str, *, base_url: str | None = None, api_key: str | None = None,
+                    sleep: Callable[[float], None] = time.sleep) -> Judge:
     """A judge from a spec: ``openai/MODEL`` is an OpenAI-compatible chat API (the paper used
-    gpt-5.4-mini); any other model spec (``smollm2``, a local folder) is a local model."""
+    gpt-5.4-mini); any other model spec (``smollm2``, a local folder) is a local model.
+    ``sleep`` is how the API client waits between retries (a test passes one that records)."""
     provider, _, model = spec.strip().partition("/")
     if provider != "openai":
         return _local_judge(spec)
@@ -394,7 +395,7 @@ def judge_from_spec(spec: str, *, base_url: str | None = None,
                           "for example openai/gpt-5.4-mini")
     from userturn.config import check_url
 
-    client = OpenAIChatClient(model, base_url=check_url(base_url), api_key=api_key)
+    client = OpenAIChatClient(model, base_url=check_url(base_url), api_key=api_key, sleep=sleep)
     if urllib.parse.urlparse(client.base_url).hostname == OPENAI_HOST and not client.has_key:
         raise ConfigError(f"judge {spec} calls the OpenAI API: set OPENAI_API_KEY "
                           "(or give --judge-base-url for a local OpenAI-compatible server)")

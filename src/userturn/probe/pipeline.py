@@ -15,7 +15,7 @@ import json
 import platform
 import time
 import warnings
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from userturn import __version__
 from userturn.backends import Backend, BackendSpec
@@ -59,11 +59,13 @@ from userturn.store.sqlite import generation_key
 def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = None,
                    progress: Progress | None = None,
                    datasets: Sequence[Dataset] | None = None,
-                   executor: Executor | None = None) -> RunStore:
+                   executor: Executor | None = None,
+                   judge_sleep: Callable[[float], None] = time.sleep) -> RunStore:
     """Run (or resume) an experiment into ``exp.output`` and return its open store.
 
     ``datasets`` replaces loading ``exp.datasets`` (training draws its items from a split).
-    ``executor`` with ``backends`` (its handles) replaces the executor ``exp`` names."""
+    ``executor`` with ``backends`` (its handles) replaces the executor ``exp`` names.
+    ``judge_sleep`` is how the judge's API client waits between retries."""
     progress = progress or silent_progress
     # The folder first: a second run into a busy folder is refused before any dataset or model
     # loads (which takes seconds to minutes), not after.
@@ -74,15 +76,16 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
                                      context_turns=exp.context_turns)
                         for spec in exp.datasets]
         if executor is not None:
-            return _run(exp, dict(backends or {}), executor, progress, datasets)
+            return _run(exp, dict(backends or {}), executor, progress, datasets, judge_sleep)
         if backends is None and exp.executor == "ray":
             from userturn.probe.ray_executor import RayExecutor
 
             with RayExecutor.start(backend_specs(exp), exp) as ray_executor:
-                return _run(exp, ray_executor.backends, ray_executor, progress, datasets)
+                return _run(exp, ray_executor.backends, ray_executor, progress, datasets,
+                            judge_sleep)
         if backends is None:
             backends = {spec.spec: spec.build() for spec in backend_specs(exp)}
-        return _run(exp, backends, LocalExecutor(backends), progress, datasets)
+        return _run(exp, backends, LocalExecutor(backends), progress, datasets, judge_sleep)
 
 
 def backend_specs(exp: Experiment) -> list[BackendSpec]:
@@ -96,7 +99,8 @@ def backend_specs(exp: Experiment) -> list[BackendSpec]:
 
 
 def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
-         progress: Progress, datasets: Sequence[Dataset]) -> RunStore:
+         progress: Progress, datasets: Sequence[Dataset],
+         judge_sleep: Callable[[float], None]) -> RunStore:
     perturbations = parse_perturbations(exp.perturbations)
     for backend in backends.values():  # misuse fails here, before the store is written
         _check_renders(backend, datasets[0].items[0], exp)
@@ -105,7 +109,7 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
     backends, probers = expand_user_variants(
         backends, probers, exp.user_turn_variants, with_placeholder_answer(first))
     answer_models = _answer_models(exp, [answers_as(backends[spec]) for spec in probers])
-    judges = _judges(exp)
+    judges = _judges(exp, judge_sleep)
     for dataset in datasets:
         for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
             warnings.warn(note, stacklevel=2)
@@ -223,8 +227,9 @@ def _reference_answers(dataset: Dataset) -> dict[str, tuple[str | None, str]]:
             for item in dataset.items}
 
 
-def _judges(exp: Experiment) -> list[Judge]:
-    judges = [judge_from_spec(spec, base_url=exp.judge_base_url) for spec in exp.judges]
+def _judges(exp: Experiment, sleep: Callable[[float], None]) -> list[Judge]:
+    judges = [judge_from_spec(spec, base_url=exp.judge_base_url, sleep=sleep)
+              for spec in exp.judges]
     for judge in judges:
         judge.concurrency = exp.judge_concurrency
     return judges
