@@ -224,6 +224,20 @@ class Experiment(BaseModel):
             return [_checked_url(url) or url for url in value]
         return _checked_url(value)
 
+    @field_validator("classifier")
+    @classmethod
+    def _classifier_file(cls, value: Path | None) -> Path | None:
+        """The classifier file is read whole here, before any dataset or model loads: a wrong
+        file fails in one line, not after the run has generated everything."""
+        if value is not None:
+            from userturn.labels.classifier import LinearModel
+
+            try:
+                LinearModel.load(value)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
     @field_validator("limit", mode="before")
     @classmethod
     def _all_items(cls, value: Any) -> Any:
@@ -284,7 +298,10 @@ def load_settings(model: type[Settings], path: Path | None,
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"
-        raise ConfigError(f"invalid config ({where}): {first['msg']}") from None
+        # "Value error, " is pydantic's prefix for a validator's own message: the message reads
+        # better alone.
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"invalid config ({where}): {message}") from None
 
 
 def _with_file_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
@@ -314,10 +331,17 @@ def check_url(url: str | None, what: str = "--base-url") -> str | None:
     """An http(s) address with a host, or a one-line error (before anything is loaded)."""
     if url is None:
         return None
-    parts = urllib.parse.urlsplit(url.strip())
+    example = "give one like http://127.0.0.1:8000/v1"
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:  # urllib's own check: an IPv6 host with one bracket
+        raise ConfigError(f"{what} {url!r} is not a valid address (unbalanced brackets "
+                          f"around the host): {example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{what} {url!r} is not an http(s) address: give one like "
-                          "http://127.0.0.1:8000/v1")
+        raise ConfigError(f"{what} {url!r} is not an http(s) address: {example}")
+    if parts.netloc.count("[") != parts.netloc.count("]") or "[" in parts.path + parts.query:
+        raise ConfigError(f"{what} {url!r} is not a valid address (unbalanced brackets): "
+                          f"{example}")
     try:
         parts.port  # noqa: B018 (raises for a port that is not a number)
     except ValueError:
