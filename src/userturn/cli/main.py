@@ -71,9 +71,7 @@ def _main(argv: Sequence[str] | None) -> int:
     import warnings
 
     args = _parser().parse_args(argv)
-    # In a terminal rich uses its width; piped to a file or CI log, it would wrap the tables at
-    # 80 columns, so give it room.
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = plain_console()
     formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     try:
         return args.handler(args, console)
@@ -97,6 +95,16 @@ def _main(argv: Sequence[str] | None) -> int:
         return 1
     finally:
         warnings.formatwarning = formatwarning
+
+
+def plain_console(*, stderr: bool = False) -> Console:
+    """The console every command prints through. Markup is off: paths and user text print as
+    written (``runs/exp[seed=1]``, a model's ``[INST]``), never read as rich markup (which drops
+    ``[seed=1]`` or fails on ``[/x]``); styling is given as ``style=``. In a terminal rich uses
+    its width; piped to a file or CI log it would wrap the tables at 80 columns, so give it
+    room."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, markup=False, **({} if stream.isatty() else {"width": 160}))
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]
@@ -132,9 +140,10 @@ def _train(args: argparse.Namespace, console: Console) -> int:
 
 @contextmanager
 def _progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    # A description names models and datasets (user text): shown as written, not as markup.
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True)) as bars:
+    with Progress(*columns, console=plain_console(stderr=True)) as bars:
         def start(description: str, total: int) -> Callable[[int], None]:
             task = bars.add_task(description, total=total)
             return lambda n: bars.advance(task, n)
@@ -192,6 +201,10 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.view import read_run
     from userturn.store.database import RunStore
 
+    if args.figures:
+        from userturn.report.figures import check_figures_folder
+
+        check_figures_folder(args.figures)
     store = RunStore.open(args.run)
     _check_sources(store, args.labels)
     view = read_run(store, args.labels)
@@ -254,8 +267,10 @@ def _fail_if_all_failed(store, kind: str) -> None:  # type: ignore[no-untyped-de
 
 
 def _annotate(args: argparse.Namespace, console: Console) -> int:
+    from userturn.cli.flags import check_range
     from userturn.labels.annotate import serve
 
+    check_range("--port", args.port, low=0, high=65535, means=" (0: a free port)")
     if args.import_file is not None:
         from userturn.labels.annotate import NAME_PATTERN, AnnotationError
         from userturn.labels.calibration import import_labels

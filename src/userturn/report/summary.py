@@ -211,7 +211,7 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
         notes.append(f"{assistant_failures} assistant turn(s) failed; their items have no user "
                      "turns yet (re-run to retry)")
     for note in notes:
-        console.print(f"[dim]{note}[/dim]")
+        console.print(note, style="dim", markup=False)
 
 
 def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> None:
@@ -236,6 +236,6 @@ def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> N
             "prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose")),
             str(result["n_prompts"]), str(result["n_undecided_prompts"]))
     console.print(table)
-    console.print("[dim]undecided prompts have an instruction that cannot be verified offline "
+    console.print("undecided prompts have an instruction that cannot be verified offline "
                   "(docs/datasets.md); they are left out of the prompt-level accuracies here and "
-                  "count as not followed in the accuracy column above[/dim]")
+                  "count as not followed in the accuracy column above", style="dim")
