@@ -4,6 +4,8 @@ are generated from these fields, so each setting is defined here once)."""
 from __future__ import annotations
 
 import math
+import types
+import typing
 import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, TypeVar
@@ -59,6 +61,23 @@ JudgeConcurrency = Annotated[int, Field(ge=1, le=256,
                                         description="judge requests in flight at most")]
 
 
+def refuse_booleans_as_numbers(model: type[BaseModel], data: Any) -> Any:
+    """``limit: true`` is a mistake, not 1: pydantic reads a boolean as the number 0 or 1, so a
+    numeric setting given true or false is refused by name."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            field = model.model_fields.get(name)
+            if isinstance(value, bool) and field is not None and \
+                    _numeric(field.annotation):
+                raise ValueError(f"{name} takes a number, not {str(value).lower()}")
+    return data
+
+
+def _numeric(annotation: Any) -> bool:
+    kinds = typing.get_args(annotation) if typing.get_origin(annotation) in (
+        typing.Union, types.UnionType) else (annotation,)
+    return any(kind in (int, float) for kind in kinds)
+
 def unique_judges(judge: str | list[str] | None) -> list[str]:
     """The judge specs, one or several (``judge: [A, B]``), without repeats."""
     if judge is None:
@@ -78,12 +97,18 @@ class JudgeSpec(BaseModel):
     judge_base_url: JudgeBaseUrl = None
     judge_concurrency: JudgeConcurrency = 8
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_as_numbers(cls, data: Any) -> Any:
+        return refuse_booleans_as_numbers(cls, data)
+
     @property
     def judges(self) -> list[str]:
         return unique_judges(self.judge)
 
 
-_JUDGE = JudgeSpec()  # the judge defaults, for an experiment's judge* keys
+_JUDGE = JudgeSpec()
+  # the judge defaults, for an experiment's judge* keys
 
 
 class Experiment(BaseModel):
@@ -184,6 +209,11 @@ class Experiment(BaseModel):
     @property
     def judge_spec(self) -> JudgeSpec:
         return JudgeSpec(**{name: getattr(self, name) for name in JudgeSpec.model_fields})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_as_numbers(cls, data: Any) -> Any:
+        return refuse_booleans_as_numbers(cls, data)
 
     @model_validator(mode="before")
     @classmethod

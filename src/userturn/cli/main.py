@@ -6,6 +6,7 @@ import argparse
 import sqlite3
 import sys
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from rich.console import Console
@@ -292,6 +293,7 @@ def _agreement(args: argparse.Namespace, console: Console) -> int:
     from userturn.store.turns import read_turns
 
     store = RunStore.open(args.run)
+    _check_sources(store, args.sources, "--sources")
     turns = read_turns(store)
     results = pairwise_agreement(turns, sources=args.sources)
     print_agreement(results, console)
@@ -321,6 +323,10 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.compare import compare_runs, print_comparison
     from userturn.store.database import RunStore
 
+    if _same_folder(args.run_a, args.run_b):
+        # Every difference would be zero by construction: a mistyped second run, not a result.
+        raise ConfigError(f"compare: {args.run_a} and {args.run_b} are the same run; give two "
+                          "different run folders")
     a, b = RunStore.open(args.run_a), RunStore.open(args.run_b)
     _check_sources(a, args.labels)
     _check_sources(b, args.labels)
@@ -338,14 +344,23 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _check_sources(store: RunStore, labels: Sequence[str] | None) -> None:
-    """--labels names sources the run holds: a typo would show every turn undecided."""
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or a.samefile(b)
+    except OSError:  # one does not exist: RunStore.open says so
+        return False
+
+
+def _check_sources(store: RunStore, labels: Sequence[str] | None,
+                   flag: str = "--labels") -> None:
+    """--labels (--sources) names sources the run holds: a typo would show every turn
+    undecided (or nothing to compare)."""
     if not labels:
         return
     stored = store.stored_label_sources()
     unknown = [name for name in labels if name not in stored]
     if unknown:
-        raise ConfigError(f"--labels: no labels from {', '.join(unknown)} in {store.folder}; "
+        raise ConfigError(f"{flag}: no labels from {', '.join(unknown)} in {store.folder}; "
                           f"it holds: {', '.join(stored) or 'none'}")
 
 
@@ -366,10 +381,17 @@ def _export(args: argparse.Namespace, console: Console) -> int:
 
 
 def _doctor(args: argparse.Namespace, console: Console) -> int:
+    from userturn.errors import DamagedStore
     from userturn.store.database import SCHEMA_VERSION, RunStore
     from userturn.store.runstate import doctor, run_state
 
-    store = RunStore.open(args.run)  # not a store, empty, foreign, newer schema: one line, exit 2
+    try:
+        store = RunStore.open(args.run)  # not a store, foreign, newer schema: one line, exit 2
+    except DamagedStore as exc:  # too damaged to open: that is doctor's finding (exit 1)
+        print(f"userturn: doctor: {args.run}: integrity: the database is damaged "
+              f"({exc.detail}); copy out what reads, then run again into a new folder",
+              file=sys.stderr)
+        return 1
     problems = doctor(store)
     if problems:
         for problem in problems:

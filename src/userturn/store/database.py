@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from userturn.credentials import scrub, scrub_value
-from userturn.errors import StoreError
+from userturn.errors import DamagedStore, StoreError
 from userturn.records import Label, Request, Score
 from userturn.store.meta import AnnotationSample, RunMeta
 from userturn.store.rows import ContextRow, GenerationRow, PlanRow
@@ -163,6 +163,15 @@ def storage_problem(exc: sqlite3.Error, path: Path) -> str:
     return f"{path}: {text}"
 
 
+def storage_error(exc: sqlite3.Error, path: Path) -> StoreError:
+    """``storage_problem`` as the error to raise: damage is a ``DamagedStore``, which
+    ``userturn doctor`` reports as its finding rather than as advice to run itself."""
+    text = str(exc)
+    if "malformed" in text or "not a database" in text or "corrupt" in text:
+        return DamagedStore(storage_problem(exc, path), text)
+    return StoreError(storage_problem(exc, path))
+
+
 def _storage_errors(method):  # type: ignore[no-untyped-def]
     """Every store method: SQLite faults become one StoreError line; writes first check that
     the database is still the one opened."""
@@ -174,7 +183,7 @@ def _storage_errors(method):  # type: ignore[no-untyped-def]
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as exc:
-            raise StoreError(storage_problem(exc, self.path)) from None
+            raise storage_error(exc, self.path) from None
     return wrapper
 
 
@@ -238,7 +247,7 @@ class RunStore:
                 self.db.executescript(f"BEGIN; {SCHEMA} COMMIT;")  # all tables or none
                 self._migrate()
         except sqlite3.Error as exc:
-            raise StoreError(storage_problem(exc, self.path)) from None
+            raise storage_error(exc, self.path) from None
         self._identity = _identity(self.path)
 
     def _migrate(self) -> None:
