@@ -105,7 +105,7 @@ def plain_console(*, stderr: bool = False) -> Console:
     its width; piped to a file or CI log it would wrap the tables at 80 columns, so give it
     room."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, markup=False, **({} if stream.isatty() else {"width": 160}))
+    return Console(stderr=stderr, markup=False, width=None if stream.isatty() else 160)
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]
