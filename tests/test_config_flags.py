@@ -17,6 +17,7 @@ from userturn.cli.main import main
 from userturn.cli.train import add_train_parser, settings_from
 from userturn.config import Experiment, JudgeSpec
 from userturn.errors import ConfigError
+from userturn.labels.classifier import MODEL_FILE
 
 # For each setting: flags that set it, and the value they give (never the default).
 EXAMPLES: dict[str, tuple[list[str], Any]] = {
@@ -59,7 +60,8 @@ EXAMPLES: dict[str, tuple[list[str], Any]] = {
     "enable_thinking": (["--enable-thinking", "on,off"], [True, False]),
     "judge": (["--judge", "openai/a", "--judge", "openai/b"], ["openai/a", "openai/b"]),
     "labeller": (["--labeller", "rules"], "rules"),
-    "classifier": (["--classifier", "c.npz"], Path("c.npz")),
+    # a real classifier file: the setting reads it whole when validated
+    "classifier": (["--classifier", str(MODEL_FILE)], MODEL_FILE),
     "judge_scope": (["--judge-scope", "all"], "all"),
     "judge_threshold": (["--judge-threshold", "0.5"], 0.5),
     "judge_base_url": (["--judge-base-url", "http://127.0.0.1:9/v1"], "http://127.0.0.1:9/v1"),

@@ -4,6 +4,8 @@ also when the key in the environment carries a trailing CR/LF."""
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 import urllib.parse
 
@@ -21,13 +23,29 @@ FORMS = {
     "partly_escaped": KEY.replace("-", "\\u002D"),
     "url_encoded": urllib.parse.quote(KEY, safe="").replace("-", "%2d"),
     "partial_prefix": KEY[:12] + "*" * 20 + KEY[-4:],
+    "last_12": "..." + KEY[-12:],
+    "middle_slice": KEY[9:21],
+    "upper_cased": KEY.upper(),
+    "split_by_newline": KEY[:17] + "\n" + KEY[17:],
+    "html_entities": "".join(f"&#{ord(c)};" if i % 2 else f"&#x{ord(c):x};"
+                             for i, c in enumerate(KEY)),
+    "base64_authorization": base64.b64encode(f"Authorization: Bearer {KEY}".encode()).decode(),
 }
+# Every 8-character piece of the key, and of its base64 at each of the three byte alignments.
+PIECES = {form[i:i + credentials.MIN_PIECE].lower()
+          for form in [KEY] + [base64.b64encode(KEY[a:].encode()).decode()[:-4]
+                               for a in range(3)]
+          for i in range(len(form) - credentials.MIN_PIECE + 1)}
 
 
 def leaks(text: str) -> list[str]:
     """The forms of the key (and its leading characters) found in ``text``."""
-    found = [name for name, form in FORMS.items() if form[:credentials.MIN_PARTIAL + 4] in text]
-    return found + (["prefix"] if KEY[:credentials.MIN_PARTIAL] in text else [])
+    # (the base64 form opens with the header's name, not the key: its pieces are checked below)
+    found = [name for name, form in FORMS.items() if form[:credentials.MIN_PARTIAL + 4] in text
+             and not name.startswith("base64")]
+    flat = text.replace("\r", "").replace("\n", "").replace("\\n", "").lower()
+    flat += " " + html.unescape(flat)
+    return found + (["piece"] if any(piece in flat for piece in PIECES) else [])
 
 
 def responder(form: str):
@@ -94,8 +112,9 @@ def test_the_key_in_every_form_reaches_no_stored_or_printed_text(form, tmp_path,
 
 def test_scrub_reads_every_form_and_leaves_other_text():
     credentials.remember(KEY)
-    for form in FORMS.values():
-        assert credentials.scrub(f"a {form} b").startswith("a [redacted]")
+    for name, form in FORMS.items():
+        scrubbed = credentials.scrub(f"a {form} b")
+        assert "[redacted]" in scrubbed and not leaks(scrubbed), name
     assert credentials.scrub("sk-proj-Zq7") == "[redacted]"
     assert credentials.scrub("a plain sentence about sk and keys") == \
         "a plain sentence about sk and keys"

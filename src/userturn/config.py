@@ -4,6 +4,8 @@ are generated from these fields, so each setting is defined here once)."""
 from __future__ import annotations
 
 import math
+import types
+import typing
 import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping, TypeVar
@@ -57,6 +59,23 @@ JudgeConcurrency = Annotated[int, Field(ge=1, le=256,
                                         description="judge requests in flight at most")]
 
 
+def refuse_booleans_as_numbers(model: type[BaseModel], data: Any) -> Any:
+    """``limit: true`` is a mistake, not 1: pydantic reads a boolean as the number 0 or 1, so a
+    numeric setting given true or false is refused by name."""
+    if isinstance(data, dict):
+        for name, value in data.items():
+            field = model.model_fields.get(name)
+            if isinstance(value, bool) and field is not None and \
+                    _numeric(field.annotation):
+                raise ValueError(f"{name} takes a number, not {str(value).lower()}")
+    return data
+
+
+def _numeric(annotation: Any) -> bool:
+    kinds = typing.get_args(annotation) if typing.get_origin(annotation) in (
+        typing.Union, types.UnionType) else (annotation,)
+    return any(kind in (int, float) for kind in kinds)
+
 def unique_judges(judge: str | list[str] | None) -> list[str]:
     """The judge specs, one or several (``judge: [A, B]``), without repeats."""
     if judge is None:
@@ -76,12 +95,18 @@ class JudgeSpec(BaseModel):
     judge_base_url: JudgeBaseUrl = None
     judge_concurrency: JudgeConcurrency = 8
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_booleans_as_numbers(cls, data: Any) -> Any:
+        return refuse_booleans_as_numbers(cls, data)
+
     @property
     def judges(self) -> list[str]:
         return unique_judges(self.judge)
 
 
-_JUDGE = JudgeSpec()  # the judge defaults, for an experiment's judge* keys
+_JUDGE = JudgeSpec()
+  # the judge defaults, for an experiment's judge* keys
 
 
 class Experiment(BaseModel):
@@ -185,6 +210,11 @@ class Experiment(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _no_booleans_as_numbers(cls, data: Any) -> Any:
+        return refuse_booleans_as_numbers(cls, data)
+
+    @model_validator(mode="before")
+    @classmethod
     def _singular_names(cls, data: Any) -> Any:
         """Accept ``model:`` and ``dataset:`` for a single one."""
         if isinstance(data, dict):
@@ -221,6 +251,20 @@ class Experiment(BaseModel):
         if isinstance(value, list):  # several replicas' addresses: each checked
             return [_checked_url(url) or url for url in value]
         return _checked_url(value)
+
+    @field_validator("classifier")
+    @classmethod
+    def _classifier_file(cls, value: Path | None) -> Path | None:
+        """The classifier file is read whole here, before any dataset or model loads: a wrong
+        file fails in one line, not after the run has generated everything."""
+        if value is not None:
+            from userturn.labels.classifier import LinearModel
+
+            try:
+                LinearModel.load(value)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("limit", mode="before")
     @classmethod
@@ -282,7 +326,10 @@ def load_settings(model: type[Settings], path: Path | None,
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"
-        raise ConfigError(f"invalid config ({where}): {first['msg']}") from None
+        # "Value error, " is pydantic's prefix for a validator's own message: the message reads
+        # better alone.
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"invalid config ({where}): {message}") from None
 
 
 def _with_file_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
@@ -312,10 +359,17 @@ def check_url(url: str | None, what: str = "--base-url") -> str | None:
     """An http(s) address with a host, or a one-line error (before anything is loaded)."""
     if url is None:
         return None
-    parts = urllib.parse.urlsplit(url.strip())
+    example = "give one like http://127.0.0.1:8000/v1"
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError:  # urllib's own check: an IPv6 host with one bracket
+        raise ConfigError(f"{what} {url!r} is not a valid address (unbalanced brackets "
+                          f"around the host): {example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"{what} {url!r} is not an http(s) address: give one like "
-                          "http://127.0.0.1:8000/v1")
+        raise ConfigError(f"{what} {url!r} is not an http(s) address: {example}")
+    if parts.netloc.count("[") != parts.netloc.count("]") or "[" in parts.path + parts.query:
+        raise ConfigError(f"{what} {url!r} is not a valid address (unbalanced brackets): "
+                          f"{example}")
     try:
         parts.port  # noqa: B018 (raises for a port that is not a number)
     except ValueError:

@@ -27,6 +27,14 @@ class StoreError(UserturnError):
     """A run folder is unusable (for example it holds a run of a different experiment)."""
 
 
+class DamagedStore(StoreError):
+    """A run's database is damaged (malformed, truncated); ``detail`` is SQLite's own words."""
+
+    def __init__(self, message: str, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
 class RequestsFailed(UserturnError):
     """Every request a command sent failed (a server down, a wrong key): nothing was made."""
 

@@ -17,8 +17,10 @@ import importlib.util
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -76,7 +78,36 @@ def resolve_model(spec: str) -> ModelRef:
             f"unknown model {name!r}: not an embedded model ({known}), not a local folder, "
             "and not a hub id of the form org/name"
         )
-    return ModelRef(spec, backend, name, name, "hub:main")
+    return ModelRef(spec, backend, name, _hub_source(name), "hub:main")
+
+
+def _hub_source(repo: str) -> str:
+    """Where a hub model loads from: its id, or, with the hub out of reach, its cached snapshot
+    folder. Without the hub and the cache it is one ModelError line at once: the hub client
+    would otherwise retry every file with backoff for a minute, printing each retry."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return repo  # offline mode fails fast by itself; a proxy may reach what a socket cannot
+    endpoint = urllib.parse.urlsplit(constants.ENDPOINT)
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname or "", port), timeout=5).close()
+        return repo
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(repo, local_files_only=True)
+    except Exception:  # not cached (or only partly): nothing to load from
+        raise ModelError(f"cannot load model {repo!r}: the hub ({constants.ENDPOINT}) cannot be "
+                         f"reached ({reason}) and the model is not in the local cache; connect, "
+                         "or give a local model folder") from None
+
+
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY",
+                    "all_proxy")
 
 
 def _resolve_gguf(spec: str, name: str) -> ModelRef:

@@ -86,6 +86,12 @@ class ChatTemplate:
             )
         except jinja2.TemplateError as exc:
             raise TemplateError(f"chat template of {self.model} failed: {exc}") from exc
+        except Exception as exc:
+            # A template is a program from a file or a hub: whatever it raises while rendering
+            # ({{ 1/0 }}, a type error, a range past the sandbox's limit) is the template's
+            # fault, said in one line, never a traceback.
+            raise TemplateError(f"chat template of {self.model} failed: "
+                                f"{type(exc).__name__}: {exc}") from exc
         return rendered[0]
 
 

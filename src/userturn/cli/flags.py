@@ -6,6 +6,7 @@ call it the same. A field's flag is ``--field-name`` with a parser chosen from i
 from __future__ import annotations
 
 import argparse
+import math
 import types
 import typing
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ def flag_values(args: argparse.Namespace, model: type[BaseModel],
     values: dict[str, Any] = {}
     for name in model.model_fields:
         value = getattr(args, name)
+        if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
+            value = [part for piece in value for part in piece]  # `0,1 2` -> [0, 1, 2]
         collect = table[name].collect if name in table else None
         values[name] = collect(value) if collect is not None and value is not None else value
     return values
@@ -86,7 +89,9 @@ def _by_type(model: type[BaseModel], name: str, annotation: Any) -> dict[str, An
     if len(kinds) == 1 and typing.get_origin(kinds[0]) is list:
         item = typing.get_args(kinds[0])[0]
         if item in (float, bool, str):
-            return {"type": {float: numbers, bool: on_off, str: names}[item]}
+            # A list is given comma-separated (0,1) or space-separated (0 1), as most CLIs
+            # take it; flag_values joins the pieces.
+            return {"type": {float: numbers, bool: on_off, str: names}[item], "nargs": "+"}
     raise TypeError(f"{model.__name__}.{name}: no command-line form for {annotation}; give it "
                     "a Flag entry (e.g. repeated KEY=VALUE collected by key_values)")
 
@@ -119,13 +124,26 @@ def number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+def check_range(flag: str, value: float, *, low: float, high: float = math.inf,
+                low_open: bool = False, means: str = "") -> float:
+    """``value`` if it is a finite number in [low, high] (``low_open``: above low), else one
+    ConfigError line naming the flag: nan, inf and negatives never reach the code that uses
+    them (where nan compares false with everything and passes any check written as ``<``)."""
+    ok = math.isfinite(value) and (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        bounds = (f"above {low:g}" if low_open else f"from {low:g}") + \
+            (f" to {high:g}" if math.isfinite(high) else "")
+        raise ConfigError(f"{flag} takes a number {bounds}{means}, got {value:g}")
+    return value
+
+
 def numbers(text: str) -> list[float]:
     """A comma list of finite numbers, e.g. ``0,0.7,1``."""
     try:
         return [number(part) for part in text.split(",") if part.strip()]
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected a comma list of numbers, got {text!r}") \
-            from None
+        raise argparse.ArgumentTypeError(f"expected numbers (0,1 or 0 1), got {text!r}; "
+                                         "a CONFIG file goes before the flags") from None
 
 
 def names(text: str) -> list[str]:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from userturn.cli.flags import number
+from userturn.cli.flags import check_range, number
 from userturn.errors import UserturnError
 from userturn.records import LABELS, Labeller
 from userturn.store.atomic import refuse_to_replace, write_text
@@ -89,7 +89,9 @@ def classify_command(args: argparse.Namespace, console: Console) -> int:
         sys.stdout.write(text)
     else:
         write_text(args.out, text)
-    err = Console(stderr=True, width=160)
+    from userturn.cli.main import plain_console
+
+    err = plain_console(stderr=True)
     summary = ", ".join(f"{name} {counts[name]}" for name in (*LABELS, "undecided")
                         if counts[name])
     err.print(f"{len(out_rows)} turn(s) labelled ({args.labeller}): {summary}"
@@ -126,6 +128,7 @@ def train_command(args: argparse.Namespace, console: Console) -> int:
         read_examples,
     )
 
+    check_range("--c", args.c, low=0, low_open=True)
     refuse_to_replace(args.output, args.force)
     examples = assign_splits(read_examples(args.labelled))
     if args.with_corpus:

@@ -8,6 +8,7 @@ import sqlite3
 import sys
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from rich.console import Console
@@ -73,9 +74,7 @@ def _main(argv: Sequence[str] | None) -> int:
     import warnings
 
     args = _parser().parse_args(argv)
-    # In a terminal rich uses its width; piped to a file or CI log, it would wrap the tables at
-    # 80 columns, so give it room.
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = plain_console()
     formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     on_sigterm = stop_on_sigterm()
     try:
@@ -123,6 +122,16 @@ def stop_on_sigterm() -> signal.Handlers | Callable[..., object] | int | None:
     return signal.signal(signal.SIGTERM, terminate)
 
 
+def plain_console(*, stderr: bool = False) -> Console:
+    """The console every command prints through. Markup is off: paths and user text print as
+    written (``runs/exp[seed=1]``, a model's ``[INST]``), never read as rich markup (which drops
+    ``[seed=1]`` or fails on ``[/x]``); styling is given as ``style=``. In a terminal rich uses
+    its width; piped to a file or CI log it would wrap the tables at 80 columns, so give it
+    room."""
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, markup=False, width=None if stream.isatty() else 160)
+
+
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]
     return f"userturn: warning: {' '.join(str(message).split())}\n"
 
@@ -156,9 +165,10 @@ def _train(args: argparse.Namespace, console: Console) -> int:
 
 @contextmanager
 def _progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    # A description names models and datasets (user text): shown as written, not as markup.
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True)) as bars:
+    with Progress(*columns, console=plain_console(stderr=True)) as bars:
         def start(description: str, total: int) -> Callable[[int], None]:
             task = bars.add_task(description, total=total)
             return lambda n: bars.advance(task, n)
@@ -216,6 +226,10 @@ def _report(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.view import read_run
     from userturn.store.database import RunStore
 
+    if args.figures:
+        from userturn.report.figures import check_figures_folder
+
+        check_figures_folder(args.figures)
     store = RunStore.read(args.run)
     _check_sources(store, args.labels)
     view = read_run(store, args.labels)
@@ -278,8 +292,10 @@ def _fail_if_all_failed(store, kind: str) -> None:  # type: ignore[no-untyped-de
 
 
 def _annotate(args: argparse.Namespace, console: Console) -> int:
+    from userturn.cli.flags import check_range
     from userturn.labels.annotate import serve
 
+    check_range("--port", args.port, low=0, high=65535, means=" (0: a free port)")
     if args.import_file is not None:
         from userturn.labels.annotate import NAME_PATTERN, AnnotationError
         from userturn.labels.calibration import import_labels
@@ -301,6 +317,7 @@ def _agreement(args: argparse.Namespace, console: Console) -> int:
     from userturn.store.turns import read_turns
 
     store = RunStore.read(args.run)
+    _check_sources(store, args.sources, "--sources")
     turns = read_turns(store)
     results = pairwise_agreement(turns, sources=args.sources)
     print_agreement(results, console)
@@ -330,6 +347,10 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.compare import compare_runs, print_comparison
     from userturn.store.database import RunStore
 
+    if _same_folder(args.run_a, args.run_b):
+        # Every difference would be zero by construction: a mistyped second run, not a result.
+        raise ConfigError(f"compare: {args.run_a} and {args.run_b} are the same run; give two "
+                          "different run folders")
     a, b = RunStore.read(args.run_a), RunStore.read(args.run_b)
     _check_sources(a, args.labels)
     _check_sources(b, args.labels)
@@ -347,14 +368,23 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _check_sources(store: RunStore, labels: Sequence[str] | None) -> None:
-    """--labels names sources the run holds: a typo would show every turn undecided."""
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or a.samefile(b)
+    except OSError:  # one does not exist: RunStore.open says so
+        return False
+
+
+def _check_sources(store: RunStore, labels: Sequence[str] | None,
+                   flag: str = "--labels") -> None:
+    """--labels (--sources) names sources the run holds: a typo would show every turn
+    undecided (or nothing to compare)."""
     if not labels:
         return
     stored = store.stored_label_sources()
     unknown = [name for name in labels if name not in stored]
     if unknown:
-        raise ConfigError(f"--labels: no labels from {', '.join(unknown)} in {store.folder}; "
+        raise ConfigError(f"{flag}: no labels from {', '.join(unknown)} in {store.folder}; "
                           f"it holds: {', '.join(stored) or 'none'}")
 
 
@@ -375,10 +405,17 @@ def _export(args: argparse.Namespace, console: Console) -> int:
 
 
 def _doctor(args: argparse.Namespace, console: Console) -> int:
+    from userturn.errors import DamagedStore
     from userturn.store.database import SCHEMA_VERSION, RunStore
     from userturn.store.runstate import doctor, run_state
 
-    store = RunStore.read(args.run)  # not a store, empty, foreign, newer schema: one line, exit 2
+    try:
+        store = RunStore.read(args.run)  # not a store, foreign, newer schema: one line, exit 2
+    except DamagedStore as exc:  # too damaged to open: that is doctor's finding (exit 1)
+        print(f"userturn: doctor: {args.run}: integrity: the database is damaged "
+              f"({exc.detail}); copy out what reads, then run again into a new folder",
+              file=sys.stderr)
+        return 1
     problems = doctor(store)
     if problems:
         for problem in problems:

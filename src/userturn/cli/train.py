@@ -65,7 +65,7 @@ def train_command(args: argparse.Namespace, console: Console, progress: Any) -> 
         console.print(f"checkpoint in {folder}/model; before/after: userturn train eval {folder}")
         return 0
     for index, (labeller, (comparisons, accuracy)) in enumerate(result.by_labeller.items()):
-        console.print(f"[bold]Labels: {labeller}[/bold]")
+        console.print(f"Labels: {labeller}", style="bold", markup=False)
         # Accuracy does not depend on the labeller: its table is printed once.
         print_comparison(comparisons, accuracy if index == 0 else [], console,
                          (str(result.base_run), str(result.tuned_run)))

@@ -235,12 +235,15 @@ def _unscored(name: str, result: LoadResult) -> Dataset:
 
 def _own_file(spec: str, options: LoadOptions) -> Dataset:
     path = Path(spec).expanduser().resolve()
+    from userturn.data import files
+
     if not options.fields and not options.skip_invalid \
-            and file_format(path) in gsm8k.GSM8K_FORMATS:
+            and file_format(path) in gsm8k.GSM8K_FORMATS \
+            and "question" in files.first_row_columns(path):
         # The historical default: a GSM8K question/answer file, its answers in `#### N` form.
+        # Other columns (query/answer, prompt/target) go to the general reader, strict as here.
         return Dataset(path.stem, gsm8k.file_items(path, options.limit), gsm8k.GSM8KScorer(),
                        f"file {path}")
-    from userturn.data import files
 
     result = files.file_items(path, fields=options.fields, skip_invalid=options.skip_invalid,
                               limit=options.limit)

@@ -365,6 +365,16 @@ def _indexed_rows(values: Iterable[Any]) -> Iterator[Row]:
     return (Row(i, "row", i, value) for i, value in enumerate(values))
 
 
+def first_row_columns(path: Path) -> set[str]:
+    """The keys of the file's first row (empty when that row is not an object, or there is
+    none): enough to tell a GSM8K question/answer file from one with other column names."""
+    existing_file(path)
+    rows, _ = read_rows(path, allow_truncated=True)
+    first = next(rows, None)
+    return {str(key) for key in first.data} if first and isinstance(first.data, Mapping) \
+        else set()
+
+
 def columns_of(rows: Iterable[Row]) -> list[str]:
     """Every top-level key of the object rows, in order of first appearance."""
     seen: dict[str, None] = {}

@@ -287,7 +287,7 @@ def print_agreement(results: Sequence[Agreement], console: Console) -> None:
     precision, recall and support (rater ``a`` as the reference)."""
     compared = [r for r in results if r.n > 0]
     if not compared:
-        console.print(f"[yellow]{NOTHING_TO_COMPARE}[/yellow]")
+        console.print(NOTHING_TO_COMPARE, style="yellow", markup=False)
         return
     summary = Table(title="Agreement between label sources (Cohen's kappa, 95% CI bootstrapped "
                           "over items)")
@@ -299,9 +299,9 @@ def print_agreement(results: Sequence[Agreement], console: Console) -> None:
         summary.add_row(r.a, r.b, str(r.n), str(r.items), _kappa_cell(r), _num(r.ac1),
                         _num(r.pabak), _pct(r.raw), _pct(r.baseline), excluded)
     console.print(summary)
-    console.print("[dim]constant a: the agreement of always giving a's most common label (kappa "
+    console.print("constant a: the agreement of always giving a's most common label (kappa "
                   "0), the floor to beat; AC1 and PABAK stay informative when one label is rare, "
-                  "where kappa drops[/dim]")
+                  "where kappa drops", style="dim")
     for r in compared:
         used = [i for i, _ in enumerate(r.labels)
                 if sum(r.matrix[i]) or sum(row[i] for row in r.matrix)]
@@ -332,4 +332,4 @@ def print_agreement(results: Sequence[Agreement], console: Console) -> None:
         notes.append("for reference, the paper's judge agreed with blind human labels at kappa "
                      "0.726")
     for note in notes:
-        console.print(f"[dim]{note}[/dim]")
+        console.print(note, style="dim", markup=False)

@@ -126,9 +126,48 @@ class LinearModel:
 
     @classmethod
     def load(cls, path: Path) -> LinearModel:
-        with np.load(Path(path), allow_pickle=False) as data:
-            return cls(data["weights"], data["bias"], data["scale"], float(data["temperature"]),
-                       tuple(str(x) for x in data["labels"]), json.loads(str(data["meta"])))
+        """The parameters in ``path``, checked whole: a file that is not what
+        ``userturn train-classifier`` writes is one ConfigError line here, at load, not a
+        traceback after a run has generated everything."""
+        from userturn.errors import ConfigError
+
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"no classifier parameters at {path}: train them with "
+                              "`userturn train-classifier LABELLED -o FILE`")
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                model = cls(data["weights"], data["bias"], data["scale"],
+                            float(data["temperature"]), tuple(str(x) for x in data["labels"]),
+                            json.loads(str(data["meta"])))
+        except Exception as exc:  # not an npz, a pickle, a missing array, bad JSON: all one line
+            raise ConfigError(f"{path} is not a classifier file from `userturn "
+                              f"train-classifier` ({type(exc).__name__})") from None
+        problem = model._problem()
+        if problem:
+            raise ConfigError(f"{path} is not a classifier file from `userturn "
+                              f"train-classifier`: {problem}")
+        return model
+
+    def _problem(self) -> str | None:
+        """What makes these parameters unusable for inference, or None."""
+        n_labels, width = len(self.labels), N_DENSE + (1 << HASH_BITS)
+        if not self.labels or not set(self.labels) <= set(LABELS):
+            return f"labels {list(self.labels)} are not labels of docs/labels.md"
+        if self.weights.shape != (n_labels, width):
+            return f"weights of shape {self.weights.shape}, expected {(n_labels, width)}"
+        if self.bias.shape != (n_labels,) or self.scale.shape != (N_DENSE,):
+            return "bias or feature scale of the wrong shape"
+        if not (math.isfinite(self.temperature) and self.temperature > 0):
+            return f"temperature {self.temperature} is not a positive number"
+        arrays = (self.weights, self.bias, self.scale)
+        if not all(np.issubdtype(a.dtype, np.floating) and np.isfinite(a).all() for a in arrays):
+            return "parameters that are not finite numbers"
+        if not (self.scale > 0).all():
+            return "a feature scale that is not positive"
+        if not isinstance(self.meta, dict):
+            return "metadata that is not a JSON object"
+        return None
 
     def logits(self, case: Case, verdict: Label | None = None) -> np.ndarray:
         dense, tokens = design_row(case, verdict)
@@ -164,11 +203,6 @@ class LearnedClassifier:
 
     def __init__(self, model: LinearModel | None = None, path: Path = MODEL_FILE) -> None:
         if model is None:
-            if not Path(path).exists():
-                from userturn.errors import UserturnError
-
-                raise UserturnError(f"no classifier parameters at {path}: train them with "
-                                    f"`userturn train-classifier corpus/corpus.jsonl.gz`")
             model = LinearModel.load(path)
         self.model = model
         self.version = f"{model.meta.get('version', '1')}-{model.fingerprint()}"

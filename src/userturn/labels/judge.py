@@ -395,7 +395,11 @@ def judge_from_spec(spec: str, *, base_url: str | None = None, api_key: str | No
                           "for example openai/gpt-5.4-mini")
     from userturn.config import check_url
 
-    client = OpenAIChatClient(model, base_url=check_url(base_url), api_key=api_key, sleep=sleep)
+    # The address is checked here, before any request: a typo in --base-url or in
+    # OPENAI_BASE_URL is one line, not a request retried until it gives up.
+    base_url = check_url(base_url) if base_url else check_url(
+        os.environ.get("OPENAI_BASE_URL") or None, "OPENAI_BASE_URL")
+    client = OpenAIChatClient(model, base_url=base_url, api_key=api_key, sleep=sleep)
     if urllib.parse.urlparse(client.base_url).hostname == OPENAI_HOST and not client.has_key:
         raise ConfigError(f"judge {spec} calls the OpenAI API: set OPENAI_API_KEY "
                           "(or give --judge-base-url for a local OpenAI-compatible server)")

@@ -46,6 +46,8 @@ def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
         if not isinstance(line.value, dict):
             raise UserturnError(f"{path}: line {line.number}: expected a JSON object")
         rows.append((line.number, line.value))
+    if not rows:  # labelling or training on nothing is a wrong file, not a success
+        raise UserturnError(f"{path}: no rows (the file is empty)")
     return rows
 
 

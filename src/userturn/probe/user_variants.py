@@ -269,8 +269,8 @@ def variant_comparisons(turns: Sequence[Turn]) -> list[VariantComparison]:
 def print_variant_comparisons(comparisons: Sequence[VariantComparison], console: Any) -> None:
     if not comparisons:
         return
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="User-turn variants vs native: follow-up rate, paired over items")
     for name in ("model", "variant", "dataset", "answerer", "perturbation", "T", "items",
@@ -280,7 +280,7 @@ def print_variant_comparisons(comparisons: Sequence[VariantComparison], console:
         d = c.follow_up
         difference = "-" if d.delta != d.delta else \
             f"{100 * d.delta:+.1f} pts [{100 * d.low:+.1f}, {100 * d.high:+.1f}]"
-        table.add_row(escape(c.native), escape(c.variant), c.dataset, c.answerer, c.perturbation,
+        table.add_row(Text(c.native), Text(c.variant), Text(c.dataset), c.answerer, c.perturbation,
                       "greedy" if c.temperature <= 0 else f"{c.temperature:g}", str(d.items),
                       f"{100 * d.a.value:.1f}%", f"{100 * d.b.value:.1f}%", difference)
     console.print(table)

@@ -27,6 +27,16 @@ STYLE: dict[str, Any] = {"font.size": 8, "axes.titlesize": 8, "axes.labelsize": 
          "savefig.pad_inches": 0.02}
 
 
+def check_figures_folder(folder: Path) -> Path:
+    """``folder`` if figures can go there (a folder, or nothing yet): checked before the report
+    prints anything, so a wrong --figures is one line, not tables and then a traceback."""
+    folder = Path(folder)
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise UserturnError(f"--figures {folder}: {existing} is a file, not a folder")
+    return folder
+
+
 def write_figures(report: Report, folder: Path) -> list[Path]:
     """Write every plot the report has data for into ``folder`` as NAME.pdf and NAME.png;
     returns the paths written (a plot without data is left out, as on the page)."""
@@ -37,8 +47,12 @@ def write_figures(report: Report, folder: Path) -> list[Path]:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserturnError("--figures needs matplotlib: pip install 'userturn[figures]'") from None
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = check_figures_folder(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserturnError(f"--figures {folder}: cannot make the folder ({exc.strerror})") \
+            from None
     drawers: dict[str, Callable[[Report, Any], Figure | None]] = {
         "follow_up_vs_temperature": _temperature, "accuracy_vs_follow_up": _accuracy,
         "labels": _labels, "perturbations": _perturbations}

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from userturn.labels.calibration import human_label, is_human
 from userturn.records import HUMAN, LABELS
@@ -173,7 +173,7 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
         table.add_column(name, justify="right" if name in NUMERIC + CORRECTION else "left")
     for row in rows:
         # escape: a variant's name (MODEL[user=...]) is not rich markup.
-        table.add_row(escape(row.model), *(getattr(row, name) for name in extra), row.dataset,
+        table.add_row(Text(row.model), *(getattr(row, name) for name in extra), Text(row.dataset),
                       temperature(row.temperature), str(row.items), str(row.turns),
                       rate_interval(row.follow_up),
                       *([corrected_text(row), corrected_text(row, row.human_only),
@@ -186,7 +186,7 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
     for name in ("model", *extra, "dataset", "T", *LABEL_HEADERS.values(), "undecided"):
         labels.add_column(name, justify="left" if name in ("model", "dataset", *extra) else "right")
     for row in rows:
-        labels.add_row(escape(row.model), *(getattr(row, name) for name in extra), row.dataset,
+        labels.add_row(Text(row.model), *(getattr(row, name) for name in extra), Text(row.dataset),
                        temperature(row.temperature),
                        *(str(row.labels.get(label, 0)) for label in LABELS), str(row.undecided))
     console.print(labels)
@@ -211,7 +211,7 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
         notes.append(f"{assistant_failures} assistant turn(s) failed; their items have no user "
                      "turns yet (re-run to retry)")
     for note in notes:
-        console.print(f"[dim]{note}[/dim]")
+        console.print(note, style="dim", markup=False)
 
 
 def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> None:
@@ -232,10 +232,10 @@ def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> N
         table.add_column(name, justify="left" if name in ("model", "dataset") else "right")
     for (model, dataset), scores in sorted(groups.items()):
         result = aggregate(scores)
-        table.add_row(escape(model), dataset, *(percent(result[k], 1, "-") for k in (
+        table.add_row(Text(model), Text(dataset), *(percent(result[k], 1, "-") for k in (
             "prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose")),
             str(result["n_prompts"]), str(result["n_undecided_prompts"]))
     console.print(table)
-    console.print("[dim]undecided prompts have an instruction that cannot be verified offline "
+    console.print("undecided prompts have an instruction that cannot be verified offline "
                   "(docs/datasets.md); they are left out of the prompt-level accuracies here and "
-                  "count as not followed in the accuracy column above[/dim]")
+                  "count as not followed in the accuracy column above", style="dim")

@@ -17,8 +17,8 @@ def print_run(view: RunView, console: Console) -> None:
     print_variant_comparisons(variant_comparisons(view.turns), console)
     print_instruction_accuracy(view.answers, console)
     counts = ", ".join(f"{source} {n}" for source, n in view.labelled_by().items())
-    console.print(f"[dim]labels from: {', then '.join(view.sources)} (user turns labelled by "
-                  f"{counts or 'nobody yet'})[/dim]")
+    console.print(f"labels from: {', then '.join(view.sources)} (user turns labelled by "
+                  f"{counts or 'nobody yet'})", style="dim", markup=False)
     for line in (view.state.skipped_line(), view.state.line()):
         if line:
             console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -40,8 +40,8 @@ from userturn.store.sqlite import (
     needs_upgrade,
     open_for_reading,
     scrubbed,
+    storage_error,
     storage_errors,
-    storage_problem,
 )
 
 
@@ -77,7 +77,7 @@ class RunStore:
                 self.db.executescript(f"BEGIN; {SCHEMA} COMMIT;")  # all tables or none
                 self._migrate()
         except sqlite3.Error as exc:
-            raise StoreError(storage_problem(exc, self.path)) from None
+            raise storage_error(exc, self.path) from None
         self._identity = file_identity(self.path)
 
     def _migrate(self) -> None:

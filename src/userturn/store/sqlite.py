@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from userturn.credentials import scrub
-from userturn.errors import StoreError
+from userturn.errors import DamagedStore, StoreError
 from userturn.records import Request
 from userturn.store.rows import GenerationRow
 
@@ -212,6 +212,15 @@ def storage_problem(exc: sqlite3.Error, path: Path) -> str:
     return f"{path}: {text}"
 
 
+def storage_error(exc: sqlite3.Error, path: Path) -> StoreError:
+    """``storage_problem`` as the error to raise: damage is a ``DamagedStore``, which
+    ``userturn doctor`` reports as its finding rather than as advice to run itself."""
+    text = str(exc)
+    if "malformed" in text or "not a database" in text or "corrupt" in text:
+        return DamagedStore(storage_problem(exc, path), text)
+    return StoreError(storage_problem(exc, path))
+
+
 def storage_errors(method):  # type: ignore[no-untyped-def]
     """Every store method: SQLite faults become one StoreError line; writes first check that
     the database is still the one opened."""
@@ -226,7 +235,7 @@ def storage_errors(method):  # type: ignore[no-untyped-def]
         try:
             return method(self, *args, **kwargs)
         except sqlite3.Error as exc:
-            raise StoreError(storage_problem(exc, self.path)) from None
+            raise storage_error(exc, self.path) from None
     return wrapper
 
 
