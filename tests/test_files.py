@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from userturn.data.files import (
-    LoadResult,
-    Skipped,
-    file_items,
-    parse_field_mappings,
-    recover_json_list,
-)
+from userturn.data.files import file_items, parse_field_mappings
+from userturn.data.reading import LoadResult, Skipped, recover_json_list
 from userturn.errors import ConfigError, DatasetError
 
 ROWS = [

@@ -89,7 +89,7 @@ def classify_command(args: argparse.Namespace, console: Console) -> int:
         sys.stdout.write(text)
     else:
         write_text(args.out, text)
-    from userturn.cli.main import plain_console
+    from userturn.cli.console import plain_console
 
     err = plain_console(stderr=True)
     summary = ", ".join(f"{name} {counts[name]}" for name in (*LABELS, "undecided")

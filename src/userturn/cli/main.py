@@ -23,6 +23,7 @@ from rich.progress import (
 
 from userturn.backends.models import EMBEDDED
 from userturn.cli import arguments
+from userturn.cli.console import plain_console
 from userturn.errors import ConfigError, Terminated, UserturnError
 
 if TYPE_CHECKING:
@@ -120,16 +121,6 @@ def stop_on_sigterm() -> signal.Handlers | Callable[..., object] | int | None:
         raise Terminated
 
     return signal.signal(signal.SIGTERM, terminate)
-
-
-def plain_console(*, stderr: bool = False) -> Console:
-    """The console every command prints through. Markup is off: paths and user text print as
-    written (``runs/exp[seed=1]``, a model's ``[INST]``), never read as rich markup (which drops
-    ``[seed=1]`` or fails on ``[/x]``); styling is given as ``style=``. In a terminal rich uses
-    its width; piped to a file or CI log it would wrap the tables at 80 columns, so give it
-    room."""
-    stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, markup=False, width=None if stream.isatty() else 160)
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]

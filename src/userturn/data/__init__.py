@@ -18,7 +18,7 @@ from userturn.errors import DatasetError
 from userturn.records import Item, Score
 
 if TYPE_CHECKING:
-    from userturn.data.files import LoadResult
+    from userturn.data.reading import LoadResult
 
 GSM_SYMBOLIC_DEFAULT_SIZE = 200
 GSM_SYMBOLIC_MAX = 10_000  # generated per seed; a larger limit is clamped (with a warning)
@@ -236,10 +236,11 @@ def _unscored(name: str, result: LoadResult) -> Dataset:
 def _own_file(spec: str, options: LoadOptions) -> Dataset:
     path = Path(spec).expanduser().resolve()
     from userturn.data import files
+    from userturn.data.reading import first_row_columns
 
     if not options.fields and not options.skip_invalid \
             and file_format(path) in gsm8k.GSM8K_FORMATS \
-            and "question" in files.first_row_columns(path):
+            and "question" in first_row_columns(path):
         # The historical default: a GSM8K question/answer file, its answers in `#### N` form.
         # Other columns (query/answer, prompt/target) go to the general reader, strict as here.
         return Dataset(path.stem, gsm8k.file_items(path, options.limit), gsm8k.GSM8KScorer(),

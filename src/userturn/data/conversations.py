@@ -43,7 +43,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from userturn.data.files import (
+from userturn.data.reading import (
     LoadResult,
     Row,
     RowCollector,

@@ -32,7 +32,7 @@ from userturn.data.conversations import (
     content_at,
     role_at,
 )
-from userturn.data.files import RowError, check_file, read_rows
+from userturn.data.reading import RowError, check_file, read_rows
 from userturn.errors import DatasetError
 from userturn.probe.pipeline import Progress, run_experiment
 from userturn.records import GenerationParams, Request
