@@ -84,7 +84,8 @@ def export_task(store: RunStore, out: Path, *, force: bool = False) -> list[Expo
     plan = [row for row in store.plan_rows("user") if row["model"] != HUMAN]
     if not plan:
         raise UserturnError(f"{store.folder} has no planned user turns of a model to export")
-    generations = store.generations([row["key"] for row in plan])
+    generations = {key: dict(row) for key, row in
+                   store.generations([row["key"] for row in plan]).items()}
     missing = [row["key"] for row in plan if row["key"] not in generations]
     if missing:
         raise UserturnError(f"{store.folder}: {len(missing)} planned user turn(s) have no stored "
@@ -140,7 +141,7 @@ def _assistants(store: RunStore, plan: Sequence[Mapping[str, Any]]) -> dict[str,
         scores.setdefault(score["key"], []).append(
             {name: score[name] for name in ("scorer", "correct", "extracted", "reference",
                                             "details")})
-    return {key: {"plan": planned.get(key), "generation": _generation_row(rows[key]),
+    return {key: {"plan": planned.get(key), "generation": _generation_row(dict(rows[key])),
                   "scores": scores.get(key, [])}
             for key in keys if key in rows}
 
@@ -440,7 +441,8 @@ def _user_generation(sample: _Sample) -> tuple[str, str, str, str, str, Request,
 
 
 def _store_assistants(store: RunStore, assistants: Mapping[str, Mapping[str, Any]]) -> None:
-    rows, scores, plan = [], [], []
+    rows, plan = [], []
+    scores: list[tuple[str, str, Score]] = []
     for key, found in assistants.items():
         gen = found["generation"]
         rows.append((key, gen["role"], gen["model"], gen["revision"], gen["template_hash"],
