@@ -19,7 +19,7 @@ from userturn.errors import UserturnError
 from userturn.integrations.optional import require
 from userturn.labels.calibration import inclusion_probabilities
 from userturn.report.summary import SummaryRow, summarize
-from userturn.store.atomic import refuse_to_replace
+from userturn.store.atomic import refuse_to_replace, write_file
 from userturn.store.database import RunStore
 from userturn.store.turns import Turn, read_answers, read_turns
 
@@ -48,8 +48,14 @@ def export_inspect(store: RunStore, out: Path, *, force: bool = False) -> int:
         stats=log_module.EvalStats(started_at=_when(meta.get("started")),
                                    completed_at=_when(meta.get("finished"))),
         samples=samples)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    log_module.write_eval_log(log, str(out), format="auto")
+
+    def write(path: Path) -> None:
+        # Inspect picks the log format by suffix: write beside the temporary name, keeping it.
+        written = path.with_name(path.name + out.suffix)
+        log_module.write_eval_log(log, str(written), format="auto")
+        written.replace(path)
+
+    write_file(out, write, force=force)  # whole under a temporary name, then renamed
     return len(samples)
 
 

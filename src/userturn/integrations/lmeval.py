@@ -28,7 +28,7 @@ import yaml
 from userturn.errors import StoreError, UserturnError
 from userturn.integrations.folders import write_folder
 from userturn.records import HUMAN, Generation, GenerationParams, Request, Score
-from userturn.store.database import DB_NAME, RunStore, generation_key
+from userturn.store.database import RunStore, generation_key
 from userturn.store.lock import RunLock
 
 FORMAT = "userturn-lm-eval/1"
@@ -466,7 +466,3 @@ def _store_plan(store: RunStore, role: str, rows: Sequence[Mapping[str, Any]]) -
         groups.setdefault((row["model"], row["dataset"]), []).append(row)
     for (model, dataset), found in groups.items():
         store.replace_plan(found, role=role, model=model, dataset=dataset)
-
-
-def is_run_folder(path: Path) -> bool:
-    return (Path(path) / DB_NAME).exists()
