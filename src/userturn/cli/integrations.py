@@ -113,7 +113,7 @@ def _export_task(args: argparse.Namespace, console: Console) -> int:
 
 
 def _import(args: argparse.Namespace, console: Console) -> int:
-    from userturn.integrations.lmeval import import_samples
+    from userturn.integrations.lmeval_import import import_samples
 
     found = import_samples(args.samples, args.out, labeller=args.labeller)
     console.print(f"imported {found.turns} user turns from {found.files} file(s) into "
