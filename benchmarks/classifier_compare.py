@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/classifier_compare.py                    # dev: every family
     .venv/bin/python benchmarks/classifier_compare.py --smollm2          # + SmolLM2 hidden states
     .venv/bin/python benchmarks/classifier_compare.py --split test       # the shipped labellers
+    .venv/bin/python benchmarks/classifier_compare.py --limit 150        # smoke: fewer turns
 
 Families (all fit on the train split only; dev picks among them; test is read once, for the
 shipped labellers):
@@ -202,8 +203,10 @@ def main() -> None:
     parser.add_argument("--split", choices=("dev", "test"), default="dev")
     parser.add_argument("--smollm2", action="store_true", help="also the hidden-state family "
                         "(slow on CPU: it runs SmolLM2 over every turn)")
+    parser.add_argument("--limit", type=int, help="at most this many turns of each split, every "
+                        "k-th one so each label keeps its share (a smoke run; the figures need all)")
     args = parser.parse_args()
-    train, dev = corpus_examples("train"), corpus_examples(args.split)
+    train, dev = thin(corpus_examples("train"), args.limit), thin(corpus_examples(args.split), args.limit)
     print(f"train {len(train)} turns, {args.split} {len(dev)} turns\n\n{HEADER}")
     rules = RulesClassifier()
     labels, _, speed = timed(rules.classify, dev)
@@ -224,7 +227,7 @@ def main() -> None:
         return
     labels, speed, size = text_only(train, dev)
     print(row("text-lr", labels, dev, speed, size))
-    validation = corpus_examples("dev")
+    validation = thin(corpus_examples("dev"), args.limit)
     best = None
     for c in (0.25, 0.5, 2.0):
         model = calibrate(fit(train, c=c), validation)
@@ -259,6 +262,13 @@ def main() -> None:
                       sorted(errors.items(), key=lambda kv: -kv[1])[:4]) + "\n")
     labels, probs, speed = timed(Cascade(clf).classify, dev)
     print(row(f"cascade C={c:g}", labels, dev, speed, clf.model.weights.size * 4, probs))
+
+
+def thin(examples: list[Example], limit: int | None) -> list[Example]:
+    """Every k-th example, at most ``limit`` of them (all with no limit)."""
+    if limit is None or len(examples) <= limit:
+        return examples
+    return examples[:: -(-len(examples) // limit)]
 
 
 def clustered_interval(labeller: Callable[[Case], Label], examples: Sequence[Example],

@@ -6,6 +6,7 @@ turns. Prints both rates and the ratio of labelling time to generation time (tar
 0.25, and at least 2 turns/s).
 
     .venv/bin/python benchmarks/labelling_cost.py [--turns 16]
+    .venv/bin/python benchmarks/labelling_cost.py --model tiny --turns 2 --max-tokens 4  # smoke
 """
 
 from __future__ import annotations
@@ -22,16 +23,18 @@ from userturn.records import Case, GenerationParams, Request
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--turns", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=96)
     args = parser.parse_args()
-    backend = load_backend("smollm2", batch_size=8)
+    backend = load_backend(args.model, batch_size=8)
     items = load_dataset("gsm_symbolic", limit=args.turns).items
     cases, requests = [], []
     for index, item in enumerate(items):
         answer = str(item.metadata.get("solution") or item.reference)
         prompt = render_user_turn(backend.template,
                                   [*item.messages, {"role": "assistant", "content": answer}])
-        requests.append(Request(prompt.text, GenerationParams(1.0, 1.0, 96), prompt.stop,
+        requests.append(Request(prompt.text, GenerationParams(1.0, 1.0, args.max_tokens), prompt.stop,
                                 seed=1000 + index))
         cases.append((item.query, answer, prompt.assistant_header))
     start = time.perf_counter()

@@ -3,6 +3,7 @@
 budget, greedy, measured side by side (alternating) in one process.
 
     .venv-bench/bin/python benchmarks/lmeval_compare.py [--items 24] [--max-tokens 256]
+    .venv-bench/bin/python benchmarks/lmeval_compare.py --model tiny --items 2 --max-tokens 4 --repeats 1  # smoke
 
 (.venv-bench: torch==2.13.0 pinned, lm-eval==0.4.13 and userturn; see docs/backends.md.) lm-eval
 reads a LOCAL task (a YAML and a JSONL file written to a temporary folder), so it runs offline.
@@ -28,7 +29,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 from userturn.backends import load_backend  # noqa: E402
 from userturn.chat.render import render_assistant_turn  # noqa: E402
 from userturn.data import load_dataset  # noqa: E402
-from userturn.probe.pipeline import Job, _generate  # noqa: E402
+from userturn.probe.generation import generate  # noqa: E402
 from userturn.records import GenerationParams, Request  # noqa: E402
 from userturn.store.database import RunStore  # noqa: E402
 
@@ -56,16 +57,14 @@ def run_userturn(backend, items, max_tokens: int) -> tuple[float, dict[str, str]
     with tempfile.TemporaryDirectory() as folder:
         store = RunStore.create(Path(folder))
         start = time.perf_counter()
-        jobs = []
-        for index, item in enumerate(items):
+        requests = []
+        for item in items:
             prompt = render_assistant_turn(backend.template, list(item.messages))
-            jobs.append(Job(f"a-{index}", Request(prompt.text, params, prompt.stop, 0), 0,
-                            "bench", item.id, ""))
-        rows = _generate(store, backend, "assistant", jobs, lambda d, t: (lambda n: None),
-                         "bench")
+            requests.append(Request(prompt.text, params, prompt.stop, 0))
+        generations = generate(store, backend, requests, role="assistant")
         elapsed = time.perf_counter() - start
         store.close()
-    return elapsed, {item.query: rows[job.key]["text"] for item, job in zip(items, jobs)}
+    return elapsed, {item.query: g.text for item, g in zip(items, generations)}
 
 
 def run_lmeval(lm, task_dir: Path, items: int) -> tuple[float, dict[str, str]]:
@@ -85,6 +84,8 @@ def run_lmeval(lm, task_dir: Path, items: int) -> tuple[float, dict[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2", help="a ChatML model (the task stops at "
+                        "<|im_end|>); tiny: a smoke run")
     parser.add_argument("--items", type=int, default=24)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=256)
@@ -94,7 +95,7 @@ def main() -> None:
     from lm_eval.models.huggingface import HFLM
 
     items = load_dataset("gsm_symbolic", limit=args.items, seed=0).items
-    backend = load_backend("smollm2", batch_size=args.batch_size, device="cpu")
+    backend = load_backend(args.model, batch_size=args.batch_size, device="cpu")
     lm = HFLM(pretrained=backend.model, tokenizer=backend.tokenizer, batch_size=args.batch_size,
               max_gen_toks=args.max_tokens, device="cpu")
     run_userturn(backend, items[:2], 4)  # warm-up (the model is shared by both sides)
@@ -111,7 +112,7 @@ def main() -> None:
             elapsed, their_texts = run_lmeval(lm, task_dir, args.items)
             theirs.append(elapsed)
     same = sum(our_texts.get(q) == t for q, t in their_texts.items())
-    print(f"SmolLM2 fp32, HF transformers, {len(items)} gsm_symbolic items, batch "
+    print(f"{args.model} fp32, HF transformers, {len(items)} gsm_symbolic items, batch "
           f"{args.batch_size}, max {args.max_tokens} new tokens, greedy, {args.repeats} "
           "alternating runs each")
     print(f"userturn {statistics.median(ours):6.1f}s (runs {', '.join(f'{t:.1f}' for t in ours)})"

@@ -2,10 +2,12 @@
 ``model.generate`` loop, same model, batch size and token budget, measured side by side.
 
     .venv/bin/python benchmarks/overhead.py [--model smollm2] [--items 16] [--batch-size 8]
+    .venv/bin/python benchmarks/overhead.py --model tiny --items 2 --max-tokens 4 --repeats 1  # smoke
 
 Prints the wall time of each side and their ratio (userturn / bare; target <= 1.10). userturn's
 side is the real generation stage: chunking, rendering-aware tokenization, per-row seeded
-sampling, stop handling, decoding and committing every chunk to the run store.
+sampling, stop handling, decoding and committing every chunk to the run store
+(``userturn.probe.generation.generate``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import torch
 from userturn.backends import load_backend
 from userturn.chat.render import prompt_token_ids, render_user_turn
 from userturn.data import load_dataset
-from userturn.probe.pipeline import Job, _generate
+from userturn.probe.generation import generate
 from userturn.records import GenerationParams, Request
 from userturn.store.database import RunStore
 
@@ -39,12 +41,11 @@ def probe_prompts(backend, items: int) -> list[str]:
 
 def time_userturn(backend, prompts: list[str], params: GenerationParams) -> float:
     stop = render_stop(backend)
-    jobs = [Job(f"bench-{i}", Request(p, params, stop, seed=1000 + i), 0, "bench",
-                str(i), "") for i, p in enumerate(prompts)]
+    requests = [Request(p, params, stop, seed=1000 + i) for i, p in enumerate(prompts)]
     with tempfile.TemporaryDirectory() as folder:
         store = RunStore.create(Path(folder))
         start = time.perf_counter()
-        _generate(store, backend, "user", jobs, lambda d, t: (lambda n: None), "bench")
+        generate(store, backend, requests, role="user")
         elapsed = time.perf_counter() - start
         store.close()
     return elapsed

@@ -62,8 +62,9 @@ def child(args: argparse.Namespace) -> int:
     from userturn.backends.fake import ScriptedBackend
     from userturn.cli.main import main
     from userturn.labels.judge import Judge, OpenAIChatClient
-    from userturn.probe.pipeline import judge_turns, run_experiment
-    from userturn.store import database as store_module
+    from userturn.labels.stages import judge_turns
+    from userturn.probe.pipeline import run_experiment
+    from userturn.store.database import RunStore
     from userturn.store.lock import RunLock
 
     rng = random.Random(args.seed)
@@ -74,16 +75,19 @@ def child(args: argparse.Namespace) -> int:
         log.flush()
 
     if not args.clean and rng.random() < 0.3:  # this attempt meets a full disk
-        connect = store_module._connect
+        # Every connection this process opens to the run's database gets the cap: the store
+        # opens its connections through sqlite3.connect.
+        connect = sqlite3.connect
 
-        def small_disk(path, writable):  # type: ignore[no-untyped-def]
-            db = connect(path, writable)
-            pages = db.execute("PRAGMA page_count").fetchone()[0]
-            db.execute(f"PRAGMA max_page_count = {max(pages, 8) + rng.randint(2, 12)}")
-            note("disk_full_armed")
+        def small_disk(database, *args, **kwargs):  # type: ignore[no-untyped-def]
+            db = connect(database, *args, **kwargs)
+            if "userturn.db" in str(database):
+                pages = db.execute("PRAGMA page_count").fetchone()[0]
+                db.execute(f"PRAGMA max_page_count = {max(pages, 8) + rng.randint(2, 12)}")
+                note("disk_full_armed")
             return db
 
-        store_module._connect = small_disk
+        sqlite3.connect = small_disk  # type: ignore[assignment]
 
     class Faulty(ScriptedBackend):
         def complete(self, requests):  # type: ignore[no-untyped-def]
@@ -111,7 +115,7 @@ def child(args: argparse.Namespace) -> int:
         return 2
     client = OpenAIChatClient("soak-judge", base_url=args.judge_url, api_key="sk-soak-unused",
                               timeout=0.5, max_attempts=3, backoff=0.01, max_backoff=0.05)
-    store = store_module.RunStore.open(exp.output)
+    store = RunStore.open(exp.output)
     with RunLock(exp.output, "judge"):
         judge_turns(store, Judge(client, concurrency=4), "all", chunk=8)
     store.close()

@@ -3,7 +3,9 @@
     .venv/bin/python corpus/build.py disagreements   # corpus/work/disagreements.jsonl for the adjudicator
     .venv/bin/python corpus/build.py                 # agreement figures + src/userturn/labels/corpus.jsonl.gz
 
-Annotator A labelled every slice's copy "a", annotator B its copy "b" (corpus/annotations/).
+Annotator A labelled every slice's copy "a", annotator B its copy "b" (corpus/annotations/). From
+slice 18 on, copy "b" holds only the turns to be labelled twice (every dev and test turn and a
+sample of the train turns, collect.py); the other train turns carry A's label alone, marked so.
 Splits are drawn by query with a fixed hash (userturn.labels.training.split_of): 20% test, 15%
 dev, the rest train, decided by the query text alone before any model is fit.
 """
@@ -71,6 +73,7 @@ def build() -> None:
     for path in sorted(ANNOTATIONS.glob("adjudicated*.jsonl")):
         adjudicated.update({row["id"]: row for row in _jsonl(path)})
     keys = [k for k in pool if k in a and k in b]
+    single = [k for k in pool if k in a and k not in b and not labelled_twice(k)]
     missing = [k for k in keys if a[k] != b[k] and k not in adjudicated]
     if missing:
         raise SystemExit(f"{len(missing)} disagreements are not adjudicated yet")
@@ -85,18 +88,24 @@ def build() -> None:
     for label, row in zip(LABELS, matrix):
         print(f"  {label:<16}", " ".join(f"{v:>6}" for v in row))
     rows = []
-    for k in keys:
+    for k in [*keys, *single]:
         turn = pool[k]
-        if a[k] == b[k]:
+        if k not in b:
+            label, how = a[k], "one annotator (train split)"
+        elif a[k] == b[k]:
             label, how = a[k], "both annotators agreed"
         else:
             label, how = adjudicated[k]["label"], "adjudicated: " + adjudicated[k].get("how", "")
         group = group_of(turn["query"])
         rows.append({"id": k, "query": turn["query"], "answer": turn["answer"],
                      "user_turn": turn["user_turn"], "label": label,
-                     "annotations": {"A": a[k], "B": b[k]}, "how": how,
+                     "annotations": {"A": a[k], **({"B": b[k]} if k in b else {})}, "how": how,
                      "split": split_of(group), "source": turn["source"]})
     final = {row["id"]: row["label"] for row in rows}
+    print(f"labelled once (train split): {len(single)} turns")
+    sampled = [k for k in keys if split_of(group_of(pool[k]["query"])) == "train"]
+    if sampled:  # the noise in the once-labelled train turns: A against the adjudicated labels
+        print("annotator A on doubly labelled train turns:", agreement(a, final, sampled))
     for name, labels in (("A", a), ("B", b)):  # the ceiling a labeller is scored against
         print(f"annotator {name} against the adjudicated labels:", agreement(labels, final, keys))
     with gzip.open(CORPUS_FILE, "wt", encoding="utf-8", compresslevel=9) as handle:
@@ -111,6 +120,20 @@ def build() -> None:
               "|", "  ".join(f"{kind} {kinds[split, kind]}"
                              for kind in ("generated", "human", "authored")))
     print("labels in all:", dict(Counter(r["label"] for r in rows)))
+
+
+def labelled_twice(key: str) -> bool:
+    """Whether the slice that holds ``key`` asked for two annotators (slices before 18 always did)."""
+    global _TWICE
+    if _TWICE is None:
+        _TWICE = {}
+        for path in ANNOTATIONS.glob("slice-*.jsonl"):
+            for row in _jsonl(path):
+                _TWICE[row["id"]] = row.get("twice", True)
+    return _TWICE.get(key, True)
+
+
+_TWICE: dict[str, bool] | None = None
 
 
 if __name__ == "__main__":

@@ -1,10 +1,23 @@
 """Pool the corpus's turns and cut blind annotation slices (docs/corpus.md).
 
-    .venv/bin/python corpus/collect.py pool      # runs/corpus/* + corpus/authored.jsonl -> corpus/work/pool.jsonl
+    .venv/bin/python corpus/collect.py pool      # shipped corpus + runs + people -> corpus/work/pool.jsonl
     .venv/bin/python corpus/collect.py slice N   # the next N pooled turns no slice holds yet
+    .venv/bin/python corpus/collect.py snapshot  # runs/corpus/qwen-* -> corpus/runs/*.db.gz (committed)
 
-A slice is written twice, in two different orders, with nothing but id, query, answer and user
-turn (never the model, decoding, perturbation or any label): one copy per annotator.
+The second generator's run stores are committed as gzipped snapshots (corpus/runs/), so a later
+session on a fresh machine pools their turns and resumes their generation where it stopped
+(generate.py restores a missing store from its snapshot).
+
+The pool starts from the shipped corpus (src/userturn/labels/corpus.jsonl.gz), so a machine without
+the earlier rounds' run folders still pools every labelled turn under its id, and adds the turns of
+whatever runs/corpus/* folders exist here.
+
+A slice is written with nothing but id, query, answer and user turn (never the model, decoding,
+perturbation or any label), in a different order for each annotator. Copy "a" holds every turn of
+the slice. Copy "b" holds the turns that must be labelled twice: every dev and test turn (the split
+is fixed by the query's hash before any model is fit) and a sample of SAMPLE_RATE of the train turns,
+which measures the single annotator's agreement with adjudicated labels; the rest of the train turns
+are labelled once, for volume (docs/corpus.md).
 """
 
 from __future__ import annotations
@@ -32,10 +45,50 @@ def turn_id(query: str, answer: str, user_turn: str) -> str:
     return "t" + digest[:12]
 
 
+SNAPSHOTS = HERE / "runs"
+
+
+def snapshot() -> None:
+    """A consistent gzipped copy of each qwen run store (safe while its generation runs)."""
+    import gzip
+    import sqlite3
+    import tempfile
+
+    SNAPSHOTS.mkdir(exist_ok=True)
+    for folder in RUNS:
+        db = folder / "userturn.db"
+        if not folder.name.startswith("qwen") or not db.exists():
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / "userturn.db"
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as src, sqlite3.connect(copy) as dst:
+                src.backup(dst)
+            with sqlite3.connect(copy) as dst:
+                dst.execute("PRAGMA journal_mode=DELETE")
+                turns = dst.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
+            target = SNAPSHOTS / f"{folder.name}.db.gz"
+            with gzip.open(target, "wb", compresslevel=9, mtime=0) as out:
+                out.write(copy.read_bytes())
+        print(f"{target}: {turns} generations, {target.stat().st_size // 1024} KB")
+
+
+def restore(folder: Path) -> bool:
+    """Put a committed snapshot back where its run writes, if the store is missing."""
+    import gzip
+
+    target = SNAPSHOTS / f"{folder.name}.db.gz"
+    if (folder / "userturn.db").exists() or not target.exists():
+        return (folder / "userturn.db").exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    with gzip.open(target, "rb") as handle:
+        (folder / "userturn.db").write_bytes(handle.read())
+    return True
+
+
 def generated_rows() -> list[dict]:
     rows = []
     for folder in RUNS:
-        if not (folder / "userturn.db").exists():
+        if not restore(folder):
             continue
         store = RunStore.open(folder)
         for turn in read_turns(store):
@@ -52,10 +105,17 @@ def generated_rows() -> list[dict]:
     return rows
 
 
-def human_rows(conversations: int = 40, seed: int = 11) -> list[dict]:
+# FastChat's sample conversations end 333 of their 384 distinct exchanges with one of two
+# farewells: every exchange is kept, but each farewell text only this many times, so that the
+# corpus's human turns are not two thirds the same sentence.
+FAREWELL_CAP = 12
+SAMPLE_RATE = 0.15
+
+
+def human_rows(seed: int = 11) -> list[dict]:
     """Real next user turns that need no generated answer: MT-Bench's second turns after its
-    reference answers (the questions that have one), and a sample of FastChat's sample
-    conversations (mostly "Goodbye" after identity questions: a few go a long way)."""
+    reference answers (the questions that have one), and every distinct exchange of FastChat's
+    sample conversations (Apache-2.0), farewells capped at FAREWELL_CAP each."""
     from userturn.data.conversations import mtbench_question_file
 
     rows = []
@@ -75,7 +135,12 @@ def human_rows(conversations: int = 40, seed: int = 11) -> list[dict]:
         turns = [m["value"] for m in conversation["conversations"]]
         triples += [(conversation["id"], turns[i], turns[i + 1], turns[i + 2])
                     for i in range(0, len(turns) - 2, 2)]
-    for item_id, query, answer, turn in random.Random(seed).sample(triples, conversations):
+    random.Random(seed).shuffle(triples)
+    seen_turns: dict[str, int] = {}
+    for item_id, query, answer, turn in triples:
+        seen_turns[turn] = seen_turns.get(turn, 0) + 1
+        if turn in ("Goodbye", "Have a nice day!") and seen_turns[turn] > FAREWELL_CAP:
+            continue
         rows.append({"query": query, "answer": answer, "user_turn": turn,
                      "source": {"kind": "human", "model": "human",
                                 "dataset": "fastchat-dummy", "item_id": item_id}})
@@ -97,10 +162,21 @@ def authored_rows() -> list[dict]:
     return rows
 
 
+def shipped_rows() -> list[dict]:
+    """Every turn of the shipped corpus, under its id (its text, with the source it was pooled from)."""
+    import gzip
+
+    from userturn.labels.corpus import CORPUS_FILE
+
+    with gzip.open(CORPUS_FILE, "rt", encoding="utf-8") as handle:
+        return [{"query": r["query"], "answer": r["answer"], "user_turn": r["user_turn"],
+                 "source": r["source"]} for r in map(json.loads, handle)]
+
+
 def pool() -> None:
     WORK.mkdir(exist_ok=True)
     seen: dict[str, dict] = {}
-    for row in [*generated_rows(), *human_rows(), *authored_rows()]:
+    for row in [*shipped_rows(), *generated_rows(), *human_rows(), *authored_rows()]:
         key = turn_id(row["query"], row["answer"], row["user_turn"])
         if key in seen:
             seen[key].setdefault("duplicates", []).append(row["source"])
@@ -131,19 +207,32 @@ def cut_slice(size: int) -> None:
     number = len(list((HERE / "annotations").glob("slice-*.jsonl"))) + 1
     blind = [{"id": r["id"], "query": r["query"], "answer": r["answer"],
               "user_turn": r["user_turn"]} for r in fresh]
+    twice = {r["id"] for r in fresh if labelled_twice(r, number)}
     (HERE / "annotations" / f"slice-{number:02d}.jsonl").write_text(
-        "".join(json.dumps({"id": r["id"]}) + "\n" for r in blind))
+        "".join(json.dumps({"id": r["id"], "twice": r["id"] in twice}) + "\n" for r in blind))
     for copy, seed in (("a", 1000 + number), ("b", 2000 + number)):
-        order = blind[:]
+        order = [r for r in blind if copy == "a" or r["id"] in twice]
         random.Random(seed).shuffle(order)
         path = WORK / f"blind-{number:02d}{copy}.jsonl"
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in order))
         print(f"{path}: {len(order)} turns")
 
 
+def labelled_twice(row: dict, slice_number: int) -> bool:
+    """Dev and test turns always; a fixed-seed sample of the train turns (the single annotator's
+    agreement is measured on it)."""
+    from userturn.labels.training import group_of, split_of
+
+    if split_of(group_of(row["query"])) != "train":
+        return True
+    return random.Random(f"{slice_number}:{row['id']}").random() < SAMPLE_RATE
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["pool"]:
         pool()
+    elif sys.argv[1:2] == ["snapshot"]:
+        snapshot()
     elif sys.argv[1:2] == ["slice"] and len(sys.argv) == 3:
         cut_slice(int(sys.argv[2]))
     else:

@@ -119,6 +119,7 @@ def main() -> None:
         if name == "qwen":
             for limit in args.qwen_limits:
                 for run in qwen_experiments(args.output, tasks, common, limit, args.threads):
+                    restore(run.output)  # a committed snapshot, on a fresh machine
                     db = run.output / "userturn.db"
                     tasks_db = args.output / "qwen-tasks" / "userturn.db"
                     if run.perturbations and not db.exists() and tasks_db.exists():
@@ -132,6 +133,9 @@ def main() -> None:
                 perturbed_db.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(args.output / "plain" / "userturn.db", perturbed_db)
         run_experiment(experiments[name], progress=_progress)
+
+
+from collect import restore  # noqa: E402  (corpus/ scripts import each other by file)
 
 
 def snapshot(source: Path, target: Path) -> None:
@@ -148,9 +152,13 @@ def qwen_experiments(output: Path, tasks: list[str], common: dict, limit: int,
     a larger limit resumes each folder: the items already done cost nothing)."""
     from qwen_gguf import DEFAULT_OUT, SIZE
 
+    if Path.cwd().resolve() != HERE.parent:
+        raise SystemExit("run the qwen runs from the repository root (their model spec is relative)")
     if not DEFAULT_OUT.exists() or DEFAULT_OUT.stat().st_size != SIZE:
         raise SystemExit(f"{DEFAULT_OUT} is missing: run python corpus/qwen_gguf.py first")
-    qwen = {**common, "models": [f"llamacpp/{DEFAULT_OUT}"], "batch_size": 4,
+    # The spec is relative to the repository root (run from there): the same on every machine,
+    # so a restored snapshot's cache keys still match and nothing is generated twice.
+    qwen = {**common, "models": [f"llamacpp/{DEFAULT_OUT.relative_to(HERE.parent)}"], "batch_size": 4,
             "backend_args": {"n_threads": threads} if threads else {}}
     return [
         Experiment(**qwen, datasets=tasks, limit=limit, temperatures=[0.0, 0.7, 1.0, 1.3],

@@ -86,11 +86,13 @@ def test_confusion_matrix_rows_are_rater_a():
 def test_per_label_precision_recall_support():
     stats = per_label(HAND)
     assert list(stats) == [F, G, N]  # labels nobody used are left out
-    assert stats[F] == {"precision": 0.75, "recall": 0.75, "support": 4}
+    assert stats[F] == {"precision": 0.75, "recall": 0.75, "f1": 0.75, "support": 4}
+    assert stats[G]["f1"] == pytest.approx(2 * (2 / 4) * (2 / 3) / (2 / 4 + 2 / 3))
     assert stats[G]["precision"] == pytest.approx(2 / 4)
     assert stats[G]["recall"] == pytest.approx(2 / 3) and stats[G]["support"] == 3
     assert stats[N]["recall"] == 0.0 and stats[N]["support"] == 1
     assert math.isnan(stats[N]["precision"])  # B never said new_query
+    assert math.isnan(stats[N]["f1"])
 
 
 # -- clustered interval -----------------------------------------------------------------------

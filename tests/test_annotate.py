@@ -183,7 +183,7 @@ def test_reopening_continues_the_same_sample_until_done(gsm_file, tmp_path):
         for _ in range(2):
             data = call(server, "/api/label", {"key": data["item"]["key"], "label": "generic"})[1]
         assert data["done"] and data["item"] is None and data["progress"]["done"] == 3
-    assert RunStore.open(folder).meta()["annotation_sample:ann"]["keys"] == keys
+    assert RunStore.open(folder).meta().annotation_samples["ann"].keys == keys
     with pytest.raises(AnnotationError, match="seed"):
         AnnotationServer(folder, "ann", size=3, seed=6)
     with pytest.raises(AnnotationError):

@@ -39,7 +39,7 @@ def test_a_port_in_use_is_one_line_and_stores_no_sample(gsm_file, tmp_path, caps
                      "--no-browser"])
         err = capsys.readouterr().err.strip()
         assert code == 2 and err.count("\n") == 0 and f"cannot listen on 127.0.0.1:{port}" in err
-    assert "annotation_sample:ana" not in RunStore.open(folder).meta()
+    assert "ana" not in RunStore.open(folder).meta().annotation_samples
     with AnnotationServer(folder, "ana", size=5) as server:  # a later --size is not refused
         assert len(server.keys) == 5
 

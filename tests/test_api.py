@@ -11,8 +11,8 @@ import pytest
 
 import userturn
 from userturn.cli.main import main
-from userturn.errors import ConfigError, StoreError
-from userturn.records import Label
+from userturn.errors import ConfigError, StoreError, UserturnError
+from userturn.records import Case, Label
 from userturn.store.database import RunStore
 from userturn.store.turns import COLUMNS, read_turns
 
@@ -90,6 +90,29 @@ def test_classify_takes_cases_turns_and_dicts(fake_run):
         userturn.classify([{"query": "q", "answer": "a"}])
     with pytest.raises(ConfigError, match="unknown labeller"):
         userturn.classify([turn], labeller="oracle")
+
+
+def test_classify_takes_every_labeller_of_the_cli(fake_run, tmp_path):
+    from userturn.labels.classifier import MODEL_FILE, LearnedClassifier
+
+    turn = fake_run.turns()[0]  # a turn the fake model wrote: the rules call it a follow-up
+    (rules,) = userturn.classify([turn], "rules")
+    (learned,) = userturn.classify([turn], "classifier")
+    (cascade,) = userturn.classify([turn], "cascade")
+    assert (rules.label, rules.source) == ("follow_up", "rules")
+    assert learned == LearnedClassifier().classify(turn.case())
+    assert learned.source == "classifier" and 0 < learned.probability <= 1
+    assert cascade == rules  # the rules decide: the cascade keeps their label
+    unsure = {"query": turn.query, "answer": turn.answer,
+              "user_turn": "Let me think about this more."}
+    (undecided,) = userturn.classify([unsure], "rules")
+    (fallback,) = userturn.classify([unsure], "cascade", classifier=MODEL_FILE)
+    assert undecided.label is None
+    assert fallback == LearnedClassifier().classify(Case(turn.query, turn.answer, unsure[
+        "user_turn"], unsure["user_turn"]), undecided)
+    assert fallback.source == "classifier" and fallback.label is not None
+    with pytest.raises(UserturnError, match="no classifier parameters"):
+        userturn.classify([turn], "classifier", classifier=tmp_path / "none.npz")
 
 
 def test_render_user_turn_opens_a_user_turn():

@@ -24,9 +24,10 @@ from typing import Any, Callable, Iterator
 import pytest
 from openai_fake import Answer, Drop, Fail, FakeOpenAI, Garbage, Hang, Recorded, fake_tokens
 
-from userturn.backends import load_backend
+from userturn import backends
+from userturn.backends import ENGINES, Engine, load_backend, load_template
 from userturn.backends.fake import ScriptedBackend
-from userturn.backends.models import resolve_model
+from userturn.backends.models import BACKENDS, resolve_model
 from userturn.backends.openai import OpenAICompletionsBackend
 from userturn.chat.render import prompt_token_ids, render_user_turn
 from userturn.errors import ModelError
@@ -215,6 +216,31 @@ def test_a_failing_request_is_data_and_leaves_the_others_alone(harness: Harness)
 def server() -> Iterator[FakeOpenAI]:
     with FakeOpenAI() as fake:
         yield fake
+
+
+def test_backends_and_templates_come_from_one_table_of_engines(monkeypatch) -> None:
+    # Every prefix resolve_model reads has an engine, and openai/ (a server's model) too.
+    assert set(ENGINES) == {"openai", *BACKENDS}
+    built: list[tuple[str, int]] = []
+    read: list[tuple[str, str | None]] = []
+    fake = ENGINES["fake"]
+
+    def build(spec: str, options: backends.BackendOptions) -> Any:
+        built.append((spec, options.batch_size))
+        return fake.build(spec, options)
+
+    def template(spec: str, tokenizer: str | None) -> Any:
+        read.append((spec, tokenizer))
+        return fake.template(spec, tokenizer)
+
+    monkeypatch.setitem(ENGINES, "fake", Engine(build, template))
+    backend = load_backend("fake/probe", batch_size=3)
+    assert load_template("fake/probe").hash == backend.template.hash
+    assert built == [("fake/probe", 3)] and read == [("fake/probe", None)]
+    with pytest.raises(ModelError, match="--tokenizer is for openai/MODEL"):
+        load_template("fake/probe", tokenizer="smollm2")
+    with pytest.raises(ModelError, match="needs the server's address: --base-url"):
+        load_backend("openai/served")
 
 
 def test_spec_revision_and_chunk_size(server: FakeOpenAI) -> None:

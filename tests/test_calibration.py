@@ -111,6 +111,12 @@ def test_jsonl_import(capsys, run, tmp_path):
     code, _, err = run_cli(capsys, "annotate", str(run), "--import", str(path),
                            "--annotator", "bo")
     assert_one_line_error(code, err, "line 2: not a JSON object")
+    # Bytes that are not UTF-8 are named with their line too (and .ndjson is JSON Lines).
+    latin = tmp_path / "labels.ndjson"
+    latin.write_bytes(b'{"key": "x", "label": "meta"}\n{"key": "caf\xe9", "label": "meta"}\n')
+    code, _, err = run_cli(capsys, "annotate", str(run), "--import", str(latin),
+                           "--annotator", "bo")
+    assert_one_line_error(code, err, "line 2: not UTF-8 text (byte 0xe9)")
 
 
 def _relabel(folder: Path, follow_ups: int) -> None:
@@ -144,7 +150,7 @@ def test_annotate_calibration_stores_inclusion_probabilities_the_estimator_uses(
             server.label({"key": key, "label": "generic"})
     with closing(RunStore.open(run)) as store:
         turns = read_turns(store, "rules")
-        stored = store.meta()["annotation_sample:cal"]["inclusion"]
+        stored = store.meta().annotation_samples["cal"].inclusion
         assert inclusion_probabilities(store, turns) == stored
     predicted = {t.key: t.follow_up for t in turns}
     assert sorted(stored[k] for k in stored if predicted[k]) == [pytest.approx(5 / 12)] * 5

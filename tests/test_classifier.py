@@ -86,7 +86,7 @@ def test_classify_labels_a_file_and_never_overwrites(tmp_path, capsys):
 @pytest.mark.parametrize("bad, message", [
     ({"query": "q", "answer": "a"}, "line 2: field 'user_turn' is missing"),
     ({"query": "q", "answer": 7, "user_turn": "u"}, "line 2: field 'answer' is not text"),
-    ("{not json", "line 2: not JSON"),
+    ("{not json", "line 2: invalid JSON"),
 ])
 def test_classify_names_the_bad_line_and_writes_nothing(tmp_path, capsys, bad, message):
     good = {"query": "q", "answer": "a", "user_turn": "Thanks!"}

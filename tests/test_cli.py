@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from userturn import load_run
 from userturn.backends.models import resolve_model
 from userturn.cli.main import main
 from userturn.config import Experiment, load_experiment
 from userturn.errors import ConfigError
+from userturn.report.numbers import rate_interval, temperature
 
 TINY = ["--model", "tiny", "--limit", "2", "--samples", "1", "--max-tokens", "8",
         "--user-max-tokens", "8"]
@@ -118,7 +120,16 @@ def test_run_report_and_export_end_to_end(capsys, tmp_path, tiny_backend):
     assert code == 0
     assert "Genuine follow-up rate" in printed and "greedy" in printed
     code, reported, _ = run_cli(capsys, "report", str(out))
-    assert code == 0 and "Genuine follow-up rate" in reported
+    assert code == 0
+    # Every row of the API's summary is printed whole, cell for cell, in the report's table.
+    printed_rows = [[cell.strip() for cell in line.strip().strip("│").split("│")]
+                    for line in reported.splitlines() if line.count("│") > 2]
+    rows = load_run(out).summary()
+    assert {row.temperature for row in rows} == {0.0, 1.0}
+    for row in rows:
+        assert [row.model, row.dataset, temperature(row.temperature), str(row.items),
+                str(row.turns), rate_interval(row.follow_up), str(row.undecided),
+                str(row.invalid), str(row.errors), rate_interval(row.accuracy)] in printed_rows
     code, exported, _ = run_cli(capsys, "export", str(out), "--format", "jsonl")
     assert code == 0 and "wrote 4 user turns" in exported
     assert len((out / "user_turns.jsonl").read_text().splitlines()) == 4
@@ -157,6 +168,35 @@ def test_perturbation_and_answerer_flags(tmp_path):
     assert exp.answerers == ["self", "reference"]
     with pytest.raises(ConfigError, match="unknown perturbation"):
         load_experiment(None, {"perturbations": ["shuffle"]})
+
+
+def test_an_ndjson_dataset_runs_like_jsonl(capsys, tmp_path, gsm_file):
+    ndjson = tmp_path / "mini_gsm.ndjson"
+    shutil.copy(gsm_file, ndjson)
+    out = tmp_path / "run"
+    code, printed, err = run_cli(capsys, "run", "--model", "fake/probe", "--dataset", str(ndjson),
+                                 "--limit", "2", "--samples", "1", "--output", str(out))
+    assert code == 0, err
+    row = next(line for line in printed.splitlines() if "fake/probe" in line and "greedy" in line)
+    assert row.split("│")[1:6] == [" fake/probe ", " mini_gsm ", " greedy ", "     2 ", "     2 "]
+
+
+def test_datasets_lists_every_registered_dataset(capsys):
+    code, printed, _ = run_cli(capsys, "datasets")
+    rows: list[list[str]] = []
+    for line in printed.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if cells and cells[0]:
+            rows.append(cells)
+        elif cells:  # a cell wrapped onto the next line: join it to its row
+            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells)]
+    assert code == 0
+    assert [cells[0] for cells in rows] == [
+        "gsm_symbolic", "gsm8k[:FILE]", "ifeval[:FILE]", "ifbench", "math500[:FILE]",
+        "mtbench[:FILE]", "conversations:FILE", "healthbench:FILE", "coval:FILE", "FILE"]
+    assert rows[-1] == [
+        "FILE", ".jsonl .ndjson .json .parquet .csv .tsv; --field query=COL answer=COL", "file",
+        "GSM8K numeric match when it has an answer column", "yes"]
 
 
 def test_fake_backend_runs_every_reading_command_without_a_model(capsys, tmp_path, gsm_file):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 from test_pipeline import ITEMS, SAMPLES, experiment, is_user_turn
@@ -98,6 +99,10 @@ def test_compare_page_has_the_forest_plot_and_escapes_names(gsm_file, tmp_path, 
     comparisons, accuracy = compare_runs(RunStore.open(tmp_path / "a" / "run"),
                                          RunStore.open(tmp_path / "b" / "run"))
     assert "&lt;script&gt;" in comparison_html(comparisons, accuracy, ("<script>", "b"))
+    # A table cell is escaped too: a model's name is text, never markup.
+    odd = [replace(comparisons[0], model_a="<i>base</i>"), *comparisons[1:]]
+    page_text = comparison_html(odd, accuracy, ("a", "b"))
+    assert '<td class="">&lt;i&gt;base&lt;/i&gt;</td>' in page_text and "<i>" not in page_text
 
 
 def test_runs_with_a_human_baseline_pair_their_one_probed_model(tmp_path):

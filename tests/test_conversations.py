@@ -9,8 +9,6 @@ import pytest
 
 from userturn.data import conversations
 from userturn.data.conversations import (
-    DATA_ANSWER,
-    NEXT_USER_TURN,
     conversation_items,
     coval_items,
     has_human_baseline,
@@ -53,9 +51,9 @@ def test_mtbench_loads_80_items_offline_with_the_real_second_turn() -> None:
     assert len({item.id for item in items}) == 80
     for item, row in zip(items, rows):
         assert item.messages == ({"role": "user", "content": row["turns"][0]},)
-        assert item.metadata[NEXT_USER_TURN] == row["turns"][1] and has_human_baseline(item)
+        assert item.next_user_turn == row["turns"][1] and has_human_baseline(item)
         assert item.metadata["category"] == row["category"]
-        assert DATA_ANSWER not in item.metadata
+        assert item.data_answer is None
     categories = {item.metadata["category"] for item in items}
     assert categories == {"writing", "roleplay", "reasoning", "math", "coding", "extraction",
                           "stem", "humanities"}
@@ -88,7 +86,7 @@ def test_mtbench_from_an_explicit_question_file(tmp_path) -> None:
         {"question_id": 2, "category": "writing", "turns": ["A poem.", "Shorter."]},
     ])
     first, second = mtbench_items(path=path)
-    assert (first.id, first.reference, first.metadata[NEXT_USER_TURN]) == ("mtbench-1", "4",
+    assert (first.id, first.reference, first.next_user_turn) == ("mtbench-1", "4",
                                                                           "And times 3?")
     assert second.reference is None and "reference_answers" not in second.metadata
     _write_jsonl(path, [{"question_id": 3, "category": "math", "turns": ["only one"]}])
@@ -143,12 +141,12 @@ def test_sharegpt_first_user_turn(tmp_path) -> None:
     three, one, two = result.items
     assert three.messages == ({"role": "system", "content": "You are terse."},
                               {"role": "user", "content": "U1"})
-    assert (three.metadata[DATA_ANSWER], three.metadata[NEXT_USER_TURN]) == ("A1", "U2")
+    assert (three.data_answer, three.next_user_turn) == ("A1", "U2")
     assert three.reference == "A1" and three.metadata["user_turns"] == 3
     assert three.metadata["row"] == 0 and three.metadata["source_id"] == "three"
-    assert one.metadata[DATA_ANSWER] == "Only answer" and NEXT_USER_TURN not in one.metadata
+    assert one.data_answer == "Only answer" and one.next_user_turn is None
     assert not has_human_baseline(one)
-    assert (two.metadata[DATA_ANSWER], two.metadata[NEXT_USER_TURN]) == ("R1", "Q2")
+    assert (two.data_answer, two.next_user_turn) == ("R1", "Q2")
     assert result.count("assistant_first") == 1 and result.count("too_short") == 1
     assert result.count("invalid") == 0 and result.skipped_count == 2
     assert [(s.row, s.kind) for s in result.skipped] == [(3, "assistant_first"), (4, "too_short")]
@@ -161,15 +159,15 @@ def test_sharegpt_second_user_turn(tmp_path) -> None:
     three, two = result.items
     assert [m["content"] for m in three.messages] == ["You are terse.", "U1", "A1", "U2"]
     assert [m["role"] for m in three.messages] == ["system", "user", "assistant", "user"]
-    assert (three.metadata[DATA_ANSWER], three.metadata[NEXT_USER_TURN]) == ("A2", "U3")
-    assert two.metadata[DATA_ANSWER] == "R2" and NEXT_USER_TURN not in two.metadata
+    assert (three.data_answer, three.next_user_turn) == ("A2", "U3")
+    assert two.data_answer == "R2" and two.next_user_turn is None
     assert result.count("too_short") == 2 and result.count("assistant_first") == 1
     assert [s.row for s in result.skipped] == [1, 3, 4]
     assert "1 user turn(s), the context needs 2" in result.skipped[0].reason
     assert any("skipped 3 rows" in note for note in result.notes)
     # k=3: only the first conversation reaches its third user turn, which is unanswered.
     (deep,) = conversation_items(_sharegpt_file(tmp_path), context_turns=3).items
-    assert deep.query == "U3" and DATA_ANSWER not in deep.metadata and deep.reference is None
+    assert deep.query == "U3" and deep.data_answer is None and deep.reference is None
 
 
 def test_messages_style_jsonl(tmp_path) -> None:
@@ -178,17 +176,17 @@ def test_messages_style_jsonl(tmp_path) -> None:
     first, hashed, unanswered = result.items
     assert first.id == "wild-00000" and first.metadata["line"] == 1
     assert first.messages == ({"role": "user", "content": "Hi"},)
-    assert (first.metadata[DATA_ANSWER], first.metadata[NEXT_USER_TURN]) == ("Hello",
+    assert (first.data_answer, first.next_user_turn) == ("Hello",
                                                                             "How are you?")
     assert hashed.id == "abc123" and hashed.query == "Look\nhere"
-    assert (hashed.metadata[DATA_ANSWER], hashed.metadata[NEXT_USER_TURN]) == ("Seen", "Now what?")
-    assert unanswered.id == "wild-00002" and unanswered.metadata.keys() & {DATA_ANSWER,
-                                                                           NEXT_USER_TURN} == set()
+    assert (hashed.data_answer, hashed.next_user_turn) == ("Seen", "Now what?")
+    assert unanswered.id == "wild-00002" and (unanswered.data_answer,
+                                                       unanswered.next_user_turn) == (None, None)
     two = conversation_items(path, context_turns=2, name="wild")
     assert [item.id for item in two.items] == ["wild-00000-turn2", "abc123-turn2"]
     assert two.items[0].messages[-1] == {"role": "user", "content": "How are you?"}
-    assert DATA_ANSWER not in two.items[0].metadata
-    assert two.items[1].metadata[DATA_ANSWER] == "Done"
+    assert two.items[0].data_answer is None
+    assert two.items[1].data_answer == "Done"
     assert two.count("too_short") == 1 and two.skipped[0].row == 3
 
 
@@ -198,7 +196,7 @@ def test_conversation_parquet(tmp_path) -> None:
     path = tmp_path / "convs.parquet"
     pq.write_table(pa.Table.from_pylist([SHAREGPT[2], SHAREGPT[1]]), path)
     items = conversation_items(path, context_turns=1).items
-    assert [(i.id, i.metadata[DATA_ANSWER]) for i in items] == [("two", "R1"),
+    assert [(i.id, i.data_answer) for i in items] == [("two", "R1"),
                                                                 ("one", "Only answer")]
 
 
@@ -332,12 +330,12 @@ def test_healthbench_rows(tmp_path) -> None:
     assert result.name == "healthbench" and [i.id for i in result.items] == ["healthbench-hb-1",
                                                                             "healthbench-hb-2"]
     assert first.messages == tuple(HEALTHBENCH[0]["prompt"])
-    assert first.metadata[DATA_ANSWER] == first.reference == "Please seek care now if ..."
+    assert first.data_answer == first.reference == "Please seek care now if ..."
     assert first.metadata["rubrics"] == HEALTHBENCH[0]["rubrics"]
     assert first.metadata["theme"] == "emergency_referrals"
     assert first.metadata["ideal_completions_group"] == "Group 1"
     assert second.messages == tuple(HEALTHBENCH[1]["prompt"]) and second.query == "An adult."
-    assert DATA_ANSWER not in second.metadata and second.reference is None
+    assert second.data_answer is None and second.reference is None
     assert not any(has_human_baseline(item) for item in result.items)
 
 
@@ -363,8 +361,8 @@ def test_coval_minimal_format(tmp_path) -> None:
     path = _write_jsonl(tmp_path / "coval.jsonl", rows)
     result = coval_items(path)
     assert result.name == "coval" and [i.id for i in result.items] == ["coval-c1", "coval-c2"]
-    assert result.items[0].metadata[NEXT_USER_TURN] == "Four"
-    assert result.items[0].metadata[DATA_ANSWER] == "For how many?"
+    assert result.items[0].next_user_turn == "Four"
+    assert result.items[0].data_answer == "For how many?"
     assert [i.id for i in coval_items(path, context_turns=2).items] == ["coval-c1-turn2"]
     _write_jsonl(path, [rows[0], {"messages": rows[1]["messages"]}])
     with pytest.raises(DatasetError, match=r"coval\.jsonl line 2: field 'id': missing"):

@@ -140,6 +140,17 @@ def test_local_jsonl_loads(tmp_path) -> None:
     assert len(load_dataset(str(path), limit=2).items) == 2
 
 
+def test_local_ndjson_loads_as_jsonl(tmp_path) -> None:
+    # .ndjson is JSON Lines to every reader: the same GSM8K items and scorer as a .jsonl copy.
+    path = tmp_path / "mine.ndjson"
+    _write_jsonl(path, ROWS)
+    dataset = load_dataset(str(path))
+    _check_rows(dataset, "mine")
+    assert dataset.items[1].metadata["line"] == 2
+    assert isinstance(dataset.scorer, GSM8KScorer)
+    assert load_dataset(f"gsm8k:{path}").items == dataset.items
+
+
 def test_local_json_list_loads(tmp_path) -> None:
     path = tmp_path / "listed.json"
     path.write_text(json.dumps(ROWS), encoding="utf-8")
@@ -205,6 +216,10 @@ def test_missing_file_and_unknown_spec(tmp_path) -> None:
         load_dataset("mmlu")
     with pytest.raises(DatasetError, match="at least 1"):
         load_dataset("gsm_symbolic", limit=0)
+    with pytest.raises(DatasetError, match="dataset ifbench takes no file"):
+        load_dataset(f"ifbench:{missing}")
+    with pytest.raises(DatasetError, match="dataset coval needs a file: coval:PATH"):
+        load_dataset("coval")
 
 
 def test_gsm8k_hub_unreachable_is_one_clear_error(monkeypatch) -> None:

@@ -32,8 +32,8 @@ from userturn.data.instructions import (  # noqa: E402
     ifbench_path,
     looks_like_ifeval,
     loose_variants,
-    sentence_splitter,
 )
+from userturn.data.verifiers import sentence_splitter  # noqa: E402
 
 HAS_IFBENCH = importlib.util.find_spec("ifbench") is not None
 needs_ifbench = pytest.mark.skipif(
@@ -397,7 +397,7 @@ def test_local_file_errors(tmp_path) -> None:
         file_items(dupes)
     listed = tmp_path / "rows.json"
     listed.write_text(json.dumps(ROWS), encoding="utf-8")
-    with pytest.raises(DatasetError, match=r"must be a \.jsonl file"):
+    with pytest.raises(DatasetError, match=r"must be a \.jsonl or \.ndjson file"):
         file_items(listed)
 
 

@@ -98,7 +98,7 @@ def test_skipped_rows_are_counted_in_the_metadata_and_the_summary(tmp_path, caps
     printed = capsys.readouterr()
     assert code == 0, printed.err
     assert "rows skipped at load (invalid, counted in the run's metadata): data: 2" in printed.out
-    assert RunStore.open(out).meta()["skipped"] == {"data": 2}
+    assert RunStore.open(out).meta().skipped == {"data": 2}
 
 
 def test_gsm_symbolic_limit_is_clamped_with_a_warning(monkeypatch):

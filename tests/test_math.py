@@ -9,17 +9,14 @@ import types
 
 import pytest
 
-from userturn.data.math import (
-    MathScorer,
+from userturn.data.latex import latex_to_sympy
+from userturn.data.math import MathScorer, file_items, hub_items, looks_like_math
+from userturn.data.math_answers import (
     as_fraction,
     equivalence,
     extract_answer,
     extract_boxed,
-    file_items,
-    hub_items,
     is_equivalent,
-    latex_to_sympy,
-    looks_like_math,
     normalize_answer,
 )
 from userturn.errors import DatasetError
@@ -236,7 +233,7 @@ def test_file_errors(tmp_path) -> None:
         file_items(dupes)
     csv = tmp_path / "table.csv"
     csv.write_text("problem,answer\n", encoding="utf-8")
-    with pytest.raises(DatasetError, match=".jsonl or .json"):
+    with pytest.raises(DatasetError, match=r"must be a \.jsonl, \.ndjson or \.json file"):
         file_items(csv)
 
 

@@ -114,7 +114,7 @@ def test_stored_generation_keeps_prompt_template_hash_and_raw_text(gsm_file, tmp
     assert json.loads(row["stop"])[0] == "<|im_end|>"
     assert row["raw_text"].endswith("<|im_end|>")
     meta = store.meta()
-    assert meta["config"]["samples"] == SAMPLES and "userturn" in meta["versions"]
+    assert meta.config["samples"] == SAMPLES and "userturn" in meta.versions
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "parquet"])

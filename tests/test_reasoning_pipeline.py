@@ -93,7 +93,7 @@ def test_thinking_is_stored_apart_and_the_visible_text_is_scored_and_labelled(gs
 
     # drop (the default): the prober sees the answer as the template shows it, without thinking
     assert all(ANSWER_THOUGHT not in t.prompt for t in turns.values())
-    assert store.meta()["config"]["thinking"] == "drop"
+    assert store.meta().config["thinking"] == "drop"
 
     records = {t.key: t.record() for t in read_turns(store)}
     assert records[only.key]["thinking"] == only.thinking
@@ -117,7 +117,7 @@ def test_keep_policy_shows_the_thinking_and_is_part_of_the_key(gsm_file, tmp_pat
     for turn in turns:
         assert f"<|im_start|>assistant\n<think>\n{ANSWER_THOUGHT}\n</think>\n\nThe answer is" \
             in turn.prompt
-    assert kept.meta()["config"]["thinking"] == "keep"
+    assert kept.meta().config["thinking"] == "keep"
 
     again = qwen3_backend()
     run_experiment(experiment(gsm_file, out, thinking="keep"), backends={"fake/qwen3": again})
@@ -134,7 +134,7 @@ def test_enable_thinking_variants_are_models_of_their_own(gsm_file, tmp_path):
     assert all((a.thinking is None) is (model == off) for (model, _), a in answers.items())
     assert len(backend.requests) == 2 * (ITEMS + ITEMS)  # answers and user turns, per variant
     assert {row.model for row in load_run(store).summary()} >= {on, off}
-    variables = {m: v.get("template_variables") for m, v in store.meta()["models"].items()}
+    variables = {m: v.template_variables for m, v in store.meta().models.items()}
     assert variables == {on: {"enable_thinking": True}, off: {"enable_thinking": False}}
 
     other = run_experiment(experiment(gsm_file, tmp_path / "b", enable_thinking=[True, False],

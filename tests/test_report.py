@@ -90,7 +90,7 @@ def add_judge_labels(store: RunStore) -> None:
     humans = [(t.key, "h", Label("follow_up", source="human:alice", rationale="<i>agree</i>"))
               for t in read_turns(store)[:5]]
     store.put_labels(rows + humans)
-    store.set_meta({"label_sources": ["rules", "judge:fake"]})
+    store.update_meta(label_sources=["rules", "judge:fake"])
 
 
 @pytest.fixture(scope="module")

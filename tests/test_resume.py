@@ -24,6 +24,41 @@ def userturn(log: Path, *args: str) -> subprocess.Popen:
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
+# The killed run: the real CLI run, whose model stops answering after STALL_AFTER chunks (the
+# chunks before it are committed), so the kill always lands mid-run however fast the machine is.
+STALL_AFTER = 6
+STALLING_RUN = f"""
+import sys, time
+from userturn.backends import BackendSpec
+from userturn.cli.main import main
+
+build = BackendSpec.build
+
+class Stalling:
+    def __init__(self, backend):
+        self.backend, self.calls = backend, 0
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def complete(self, requests):
+        self.calls += 1
+        if self.calls > {STALL_AFTER}:
+            time.sleep(3600)
+        return self.backend.complete(requests)
+
+BackendSpec.build = lambda spec: Stalling(build(spec))
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def stalling_userturn(log: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    with log.open("ab") as out:
+        return subprocess.Popen([sys.executable, "-c", STALLING_RUN, "run", *ARGS, *args],
+                                stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
 def stored(folder: Path) -> dict[str, tuple[str, str]]:
     with sqlite3.connect(folder / "userturn.db") as db:
         rows = db.execute("SELECT key, text, raw_text FROM generations WHERE error IS NULL")
@@ -44,11 +79,11 @@ def count(folder: Path) -> int:
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tiny_backend):
     killed, clean = tmp_path / "killed", tmp_path / "clean"
     log = tmp_path / "log.txt"
-    process = userturn(log, "--output", str(killed))
-    deadline = time.time() + 120
+    process = stalling_userturn(log, "--output", str(killed))
+    deadline = time.time() + 300
     while count(killed) < 12 and process.poll() is None and time.time() < deadline:
         time.sleep(0.02)
-    assert process.poll() is None, "the run finished before it could be killed"
+    assert process.poll() is None, log.read_text()
     process.send_signal(signal.SIGKILL)
     process.wait()
     partial = stored(killed)

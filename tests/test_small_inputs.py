@@ -12,7 +12,8 @@ from userturn.cli.main import main
 from userturn.config import load_experiment
 from userturn.errors import ConfigError
 from userturn.labels.judge import Judge, OpenAIChatClient, judge_from_spec
-from userturn.probe.pipeline import judge_turns, run_experiment
+from userturn.labels.stages import judge_turns
+from userturn.probe.pipeline import run_experiment
 from userturn.store.database import RunStore
 
 
@@ -40,12 +41,15 @@ def test_config_faults_are_one_line(tmp_path, capsys):
 def test_relative_dataset_paths_are_the_experiment_files(tmp_path, monkeypatch):
     (tmp_path / "exp" / "data").mkdir(parents=True)
     (tmp_path / "exp" / "run.yaml").write_text(
-        "datasets: [data/q.jsonl, 'conversations:data/c.jsonl', gsm_symbolic]\n")
+        "datasets: [data/q.jsonl, 'conversations:data/c.jsonl', gsm_symbolic, data/n.ndjson,\n"
+        "  'openai/gsm8k:data/g.json', 'mtbench:data/m.jsonl', ifbench]\n")
     monkeypatch.chdir(tmp_path)  # elsewhere than the file
     exp = load_experiment(tmp_path / "exp" / "run.yaml", {})
     folder = (tmp_path / "exp" / "data").resolve()
     assert exp.datasets == [str(folder / "q.jsonl"), f"conversations:{folder / 'c.jsonl'}",
-                            "gsm_symbolic"]
+                            "gsm_symbolic", str(folder / "n.ndjson"),
+                            f"openai/gsm8k:{folder / 'g.json'}", f"mtbench:{folder / 'm.jsonl'}",
+                            "ifbench"]
     flags = load_experiment(None, {"datasets": ["data/q.jsonl"]})
     assert flags.datasets == ["data/q.jsonl"]  # a flag is the shell's: relative to where it runs
 

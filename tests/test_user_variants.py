@@ -120,10 +120,10 @@ def test_a_run_with_two_variants_reports_both_rates_and_the_paired_difference(
     assert {a.model for a in answers} == {"tiny"} and len(answers) == 3
     keys = {t.key for t in turns}
     assert len(keys) == len(turns) == 9  # each condition its own generation key
-    meta = store.meta()["models"]
-    assert meta["tiny[user=prefill:Thanks]"]["user_turn_variant"] == "prefill:Thanks"
-    assert meta["tiny[user=warmup:1]"]["base_model"] == "tiny"
-    assert meta["tiny"]["system_message"] == "none"
+    meta = store.meta().models
+    assert meta["tiny[user=prefill:Thanks]"].user_turn_variant == "prefill:Thanks"
+    assert meta["tiny[user=warmup:1]"].base_model == "tiny"
+    assert meta["tiny"].system_message == "none"
 
     comparisons = variant_comparisons(turns)
     assert [(c.native, c.variant) for c in comparisons] == [

@@ -6,6 +6,7 @@ in use. Heavy libraries (torch, pandas, polars) are imported only by the calls t
 
 from __future__ import annotations
 
+import typing
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from userturn.errors import ConfigError, UserturnError
 from userturn.records import Case, Label, Message
 from userturn.store.database import RunStore
+from userturn.store.meta import RunMeta
 from userturn.store.turns import COLUMNS, Answer, Turn, label_sources, read_answers, read_turns
 
 if TYPE_CHECKING:
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from userturn.config import Experiment
     from userturn.report.compute import Report
     from userturn.report.summary import SummaryRow
+    from userturn.report.view import RunView
 
 Labels = str | Sequence[str] | None
 
@@ -42,7 +45,7 @@ class Run:
         return closing(RunStore.open(self.folder))
 
     @property
-    def meta(self) -> dict[str, Any]:
+    def meta(self) -> RunMeta:
         """The run's stored metadata: its experiment config, models, versions, label sources."""
         with self._open() as store:
             return store.meta()
@@ -64,25 +67,19 @@ class Run:
     def summary(self, labels: Labels = None) -> list[SummaryRow]:
         """The rows of ``userturn report``'s table: the follow-up rate with its interval, label
         counts, undecided / invalid / failed turns and task accuracy per condition."""
-        from userturn.labels.calibration import inclusion_probabilities
-        from userturn.report.summary import summarize
-
-        with self._open() as store:
-            turns = read_turns(store, labels)
-            return summarize(turns, read_answers(store), inclusion_probabilities(store, turns))
+        return self.view(labels).summary()
 
     def report(self, labels: Labels = None) -> Report:
         """Every number of the HTML report (perturbation effects, accuracy panels, ...)."""
-        from userturn.labels.calibration import inclusion_probabilities
-        from userturn.report.compute import build_report
-        from userturn.store.runstate import run_state
+        return self.view(labels).report()
+
+    def view(self, labels: Labels = None) -> RunView:
+        """The run read once: meta, label sources, turns, answers, run state; ``summary`` and
+        ``report`` are computed from it."""
+        from userturn.report.view import read_run
 
         with self._open() as store:
-            sources = label_sources(store, labels)
-            turns = read_turns(store, sources)
-            return build_report(turns, read_answers(store), folder=self.folder, meta=store.meta(),
-                                sources=sources, inclusion=inclusion_probabilities(store, turns),
-                                state=run_state(store))
+            return read_run(store, labels)
 
     def records(self, labels: Labels = None) -> list[dict[str, Any]]:
         """One flat dict per user turn, with the columns of ``userturn export``."""
@@ -148,18 +145,27 @@ def render_user_turn(model: str, messages: Sequence[Message], *,
 CaseLike = Case | Turn | Mapping[str, Any]
 
 
-def classify(cases: Iterable[CaseLike], labeller: str = "rules") -> list[Label]:
-    """Label user turns. ``cases`` are ``Case`` values, ``Turn``s of a run, or dicts with the
-    fields ``query``, ``answer`` and ``user_turn`` (as ``userturn export`` writes them).
+def classify(cases: Iterable[CaseLike], labeller: str = "rules",
+             classifier: str | Path | None = None) -> list[Label]:
+    """Label user turns, as ``userturn classify`` does. ``cases`` are ``Case`` values,
+    ``Turn``s of a run, or dicts with the fields ``query``, ``answer`` and ``user_turn`` (as
+    ``userturn export`` writes them).
 
-    ``labeller="rules"`` is the offline rule classifier: it decides the clear cases and leaves
-    the rest undecided (``Label.label`` None)."""
-    if labeller != "rules":
-        raise ConfigError(f"unknown labeller {labeller!r}: the labellers are: rules")
-    from userturn.labels.rules import RulesClassifier
+    ``labeller``: ``rules`` decides the clear cases and leaves the rest undecided
+    (``Label.label`` None); ``classifier`` labels every turn with a probability; ``cascade``
+    takes the rules' label where they decide and the classifier's elsewhere (each label's
+    ``source`` says which). ``classifier``: parameters from ``userturn train-classifier``
+    (default: the shipped ones)."""
+    from userturn.labels.classifier import offline_labeller
+    from userturn.records import Labeller
 
-    rules = RulesClassifier()
-    return [rules.classify(_case(case)) for case in cases]
+    known = typing.get_args(Labeller)
+    if labeller not in known:
+        raise ConfigError(f"unknown labeller {labeller!r}: the labellers are: "
+                          f"{', '.join(known)}")
+    label = offline_labeller(typing.cast(Labeller, labeller),
+                             Path(classifier) if classifier else None)
+    return [label(_case(case)) for case in cases]
 
 
 def _case(value: CaseLike) -> Case:

@@ -1,16 +1,27 @@
-"""The experiment config: one typed object, from a YAML file, with CLI flags on top."""
+"""The experiment config: one typed object, from a YAML file, with CLI flags on top (the flags
+are generated from these fields, so each setting is defined here once)."""
 
 from __future__ import annotations
 
 import math
 import urllib.parse
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from userturn.data import spec_file
 from userturn.errors import ConfigError
+from userturn.records import JudgeScopeName, Labeller
 
 MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise; inf/nan break every backend
 MAX_ITEMS = 1_000_000
@@ -19,26 +30,86 @@ MAX_TOKENS = 1_000_000  # a budget; each backend also clamps it to what its cont
 DEFAULT_MODEL = "smollm2"
 DEFAULT_DATASET = "gsm_symbolic"
 
+def _checked_url(value: str | None) -> str | None:
+    try:
+        return check_url(value, "the server address")
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+
+
+# The judge settings, defined once for `userturn run` (the judge* keys of an experiment) and
+# `userturn judge` (a ``JudgeSpec``): the same names, limits and help in both, and the defaults
+# of ``JudgeSpec``.
+JudgeModels = Annotated[str | list[str] | None, Field(
+    description="e.g. openai/gpt-5.4-mini, or a list of judges (each stored "
+    "under its own source, their majority deciding); key from OPENAI_API_KEY, never from a "
+    "file")]
+JudgeScope = Annotated[JudgeScopeName, Field(
+    description="judge what the rules leave undecided, only the turns "
+    "the classifier is unsure of (probability below the judge threshold), or all")]
+JudgeThreshold = Annotated[float, Field(
+    gt=0.0, le=1.0, description="judge scope uncertain: the classifier "
+    "probability below which the judge is asked")]
+JudgeBaseUrl = Annotated[str | None, AfterValidator(_checked_url), Field(
+    description="the judge's OpenAI-compatible server, e.g. "
+    "http://127.0.0.1:8000/v1; default: OPENAI_BASE_URL, else the OpenAI API")]
+JudgeConcurrency = Annotated[int, Field(ge=1, le=256,
+                                        description="judge requests in flight at most")]
+
+
+def unique_judges(judge: str | list[str] | None) -> list[str]:
+    """The judge specs, one or several (``judge: [A, B]``), without repeats."""
+    if judge is None:
+        return []
+    return list(dict.fromkeys([judge] if isinstance(judge, str) else judge))
+
+
+class JudgeSpec(BaseModel):
+    """Who judges which turns, where: what `userturn judge` is given (an experiment holds the
+    same settings under the same names, see ``Experiment.judge_spec``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    judge: JudgeModels = None
+    judge_scope: JudgeScope = "undecided"
+    judge_threshold: JudgeThreshold = 0.7
+    judge_base_url: JudgeBaseUrl = None
+    judge_concurrency: JudgeConcurrency = 8
+
+    @property
+    def judges(self) -> list[str]:
+        return unique_judges(self.judge)
+
+
+_JUDGE = JudgeSpec()  # the judge defaults, for an experiment's judge* keys
+
 
 class Experiment(BaseModel):
     """Models x datasets x temperatures x samples. Greedy (temperature 0) gets one sample."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL], min_length=1)
-    datasets: list[str] = Field(default_factory=lambda: [DEFAULT_DATASET], min_length=1)
+    models: list[str] = Field(default_factory=lambda: [DEFAULT_MODEL], min_length=1,
+                              description="model specs: an embedded name, a local folder, a hub "
+                              "id, or ENGINE/MODEL (openai/, vllm/, llamacpp/, fake/)")
+    datasets: list[str] = Field(default_factory=lambda: [DEFAULT_DATASET], min_length=1,
+                                description="gsm_symbolic (offline), gsm8k (hub), any spec of "
+                                "`userturn datasets`, or a .jsonl/.json/.parquet/.csv file")
     limit: int | None = Field(default=20, ge=1, le=MAX_ITEMS,
-                              description="items per dataset; null for all")
-    temperatures: list[float] = Field(default_factory=lambda: [0.0, 1.0], min_length=1)
+                              description="items per dataset; all (or null) for every item")
+    temperatures: list[float] = Field(default_factory=lambda: [0.0, 1.0], min_length=1,
+                                      description="sampling temperatures, 0 = greedy")
     samples: int = Field(default=4, ge=1, le=10_000,
                          description="user turns per item at each T > 0")
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="nucleus sampling at T > 0")
     max_tokens: int = Field(default=256, ge=1, le=MAX_TOKENS, description="assistant turn budget")
     user_max_tokens: int = Field(default=96, ge=1, le=MAX_TOKENS,
                                  description="generated user turn budget")
     seed: int = Field(default=0, ge=0, description="run seed; every sample's seed derives from it")
-    batch_size: int = Field(default=8, ge=1, le=4096)
-    system_prompt: str | None = None
+    batch_size: int = Field(default=8, ge=1, le=4096,
+                            description="prompts per backend batch")
+    system_prompt: str | None = Field(default=None, description="a system message put before "
+                                      "every item's conversation")
     answerers: list[str] = Field(
         default_factory=lambda: ["self"], min_length=1,
         description="where the assistant answer comes from: self (the probed model), reference "
@@ -56,7 +127,7 @@ class Experiment(BaseModel):
                                "instead of stopping at the first")
     context_turns: int | None = Field(default=None, ge=1, description="conversation datasets: "
                                       "the probe context is the first k user turns (default 1)")
-    output: Path = Path("runs/demo")
+    output: Path = Field(default=Path("runs/demo"), description="the run folder")
     base_url: str | list[str] | None = Field(
         default=None, description="openai/MODEL models: the OpenAI-compatible server (its "
         "/v1/completions endpoint), or a list of servers of the same model")
@@ -91,31 +162,26 @@ class Experiment(BaseModel):
     enable_thinking: list[bool] | None = Field(
         default=None, description="Qwen3-style templates: probe each model with thinking on "
         "and/or off, each a model of its own, e.g. MODEL[thinking=on]; unset: template default")
-    judge: str | list[str] | None = Field(
-        default=None, description="e.g. openai/gpt-5.4-mini, or a list of judges (each stored "
-        "under its own source, their majority deciding); key from OPENAI_API_KEY, never from "
-        "this file")
-    labeller: Literal["cascade", "classifier", "rules"] = Field(
+    judge: JudgeModels = _JUDGE.judge
+    labeller: Labeller = Field(
         default="cascade", description="who labels the user turns offline: cascade (the rules "
         "decide the clear cases, the learned classifier labels every other turn), the "
         "classifier alone, or the rules alone (undecided turns stay undecided)")
     classifier: Path | None = Field(default=None, description="the classifier's parameters "
                                     "(from userturn train-classifier); default: the shipped one")
-    judge_scope: Literal["undecided", "uncertain", "all"] = Field(
-        default="undecided", description="judge what the rules leave undecided, only the turns "
-        "the classifier is unsure of (probability below judge_threshold), or all")
-    judge_threshold: float = Field(default=0.7, gt=0.0, le=1.0, description="judge_scope "
-                                   "uncertain: the classifier probability below which the judge "
-                                   "is asked")
-    judge_base_url: str | None = None
-    judge_concurrency: int = Field(default=8, ge=1, le=256)
+    judge_scope: JudgeScope = _JUDGE.judge_scope
+    judge_threshold: JudgeThreshold = _JUDGE.judge_threshold
+    judge_base_url: JudgeBaseUrl = _JUDGE.judge_base_url
+    judge_concurrency: JudgeConcurrency = _JUDGE.judge_concurrency
 
     @property
     def judges(self) -> list[str]:
         """The judge specs, one or several (``judge: [A, B]``), without repeats."""
-        if self.judge is None:
-            return []
-        return list(dict.fromkeys([self.judge] if isinstance(self.judge, str) else self.judge))
+        return unique_judges(self.judge)
+
+    @property
+    def judge_spec(self) -> JudgeSpec:
+        return JudgeSpec(**{name: getattr(self, name) for name in JudgeSpec.model_fields})
 
     @model_validator(mode="before")
     @classmethod
@@ -149,15 +215,17 @@ class Experiment(BaseModel):
                              f"{MAX_TEMPERATURE:g}, got {bad}")
         return sorted(set(values))
 
-    @field_validator("base_url", "judge_base_url")
+    @field_validator("base_url")
     @classmethod
     def _urls(cls, value: str | list[str] | None) -> str | list[str] | None:
-        try:
-            if isinstance(value, list):  # several replicas' addresses: each checked
-                return [check_url(url, "the server address") or url for url in value]
-            return check_url(value, "the server address")
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
+        if isinstance(value, list):  # several replicas' addresses: each checked
+            return [_checked_url(url) or url for url in value]
+        return _checked_url(value)
+
+    @field_validator("limit", mode="before")
+    @classmethod
+    def _all_items(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and value.strip().lower() == "all" else value
 
     @field_validator("enable_thinking", mode="before")
     @classmethod
@@ -190,9 +258,18 @@ class Experiment(BaseModel):
         return 1 if temperature <= 0 else self.samples
 
 
+Settings = TypeVar("Settings", bound=BaseModel)
+
+
 def load_experiment(path: Path | None, overrides: Mapping[str, Any]) -> Experiment:
-    """The config file (if any) with non-None overrides on top, validated. Relative dataset
-    paths in the file are the file's: resolved against its folder, not the current one."""
+    return load_settings(Experiment, path, overrides)
+
+
+def load_settings(model: type[Settings], path: Path | None,
+                  overrides: Mapping[str, Any]) -> Settings:
+    """The config file (if any) with non-None overrides (the flags given) on top, validated
+    as ``model``: the one loader of every command's settings. Relative dataset paths in the
+    file are the file's: resolved against its folder, not the current one."""
     data: dict[str, Any] = {}
     if path is not None:
         data = _with_file_paths(read_yaml(Path(path)), Path(path).parent)
@@ -201,17 +278,11 @@ def load_experiment(path: Path | None, overrides: Mapping[str, Any]) -> Experime
             data.pop({"models": "model", "datasets": "dataset"}.get(key, ""), None)
             data[key] = value
     try:
-        return Experiment.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"
         raise ConfigError(f"invalid config ({where}): {first['msg']}") from None
-
-
-# Dataset specs whose argument after ``NAME:`` is a file (see ``userturn datasets``).
-_FILE_ARGUMENTS = ("gsm8k", "ifeval", "math500", "mtbench", "conversations", "healthbench",
-                   "coval")
-_FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet", ".csv", ".tsv")
 
 
 def _with_file_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
@@ -225,12 +296,11 @@ def _with_file_paths(data: dict[str, Any], folder: Path) -> dict[str, Any]:
 
 
 def _resolve_spec(spec: str, folder: Path) -> str:
-    head, colon, argument = spec.strip().partition(":")
-    if colon and head in _FILE_ARGUMENTS and argument:
-        return f"{head}:{_resolve(argument, folder)}"
-    if not colon and spec.strip().lower().endswith(_FILE_SUFFIXES):
-        return _resolve(spec.strip(), folder)
-    return spec
+    named = spec_file(spec)
+    if named is None:
+        return spec
+    before, file = named
+    return before + _resolve(file, folder)
 
 
 def _resolve(path: str, folder: Path) -> str:

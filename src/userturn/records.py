@@ -7,7 +7,7 @@ Messages are plain ``{"role": ..., "content": ...}`` dicts, as every chat templa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, get_args
 
 Message = Mapping[str, str]
 
@@ -18,7 +18,19 @@ LABELS: tuple[str, ...] = (
     "follow_up", "generic", "new_query", "restatement", "assistant_drift", "meta", "empty"
 )
 FinishReason = Literal["stop", "length", "error"]
+# The offline labellers a run can name; labels.sources.source_order says where each decides.
+Labeller = Literal["cascade", "classifier", "rules"]
+LABELLERS: tuple[Labeller, ...] = get_args(Labeller)
+# Which turns a judge is asked about (labels.stages).
+JudgeScopeName = Literal["undecided", "uncertain", "all"]
 HUMAN = "human"  # the pseudo-model whose user turns are the data's real next user turns
+# How a long stage reports progress: (description, total) -> advance(n); the CLI draws bars.
+Progress = Callable[[str, int], Callable[[int], None]]
+
+
+def silent_progress(description: str, total: int) -> Callable[[int], None]:
+    """Progress that shows nothing (the library's default)."""
+    return lambda n: None
 
 
 @dataclass(frozen=True)
@@ -29,6 +41,10 @@ class Item:
     messages: tuple[Message, ...]
     reference: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    data_answer: str | None = None
+    """The data's own assistant reply to the last user message, where the data has one."""
+    next_user_turn: str | None = None
+    """The real next user message, where the data has one: the human baseline."""
 
     @property
     def query(self) -> str:

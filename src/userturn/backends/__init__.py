@@ -10,9 +10,9 @@ import importlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
-from userturn.backends.models import resolve_model
+from userturn.backends.models import resolve_model, split_spec
 from userturn.chat.render import ChatTemplate
 from userturn.errors import ModelError
 from userturn.records import Generation, Request
@@ -71,33 +71,79 @@ def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
     ``{"n_ctx": 8192, "n_gpu_layers": -1}``). Without them, the JSON object in the environment
     variable ``USERTURN_VLLM_ARGS`` or ``USERTURN_LLAMACPP_ARGS`` is used.
     """
-    if spec.startswith("openai/"):
-        if not base_url:
-            raise ModelError(f"{spec} needs the server's address: --base-url "
-                             "http://HOST:PORT/v1 (an OpenAI-compatible /v1/completions server)")
-        from userturn.backends.openai import OpenAICompletionsBackend
+    options = BackendOptions(batch_size, device, base_url, tokenizer, prompt_as,
+                             backend_args, endpoint_concurrency)
+    return engine_of(spec).build(spec, options)
 
-        return OpenAICompletionsBackend(spec.split("/", 1)[1], base_url=base_url,
-                                        tokenizer=tokenizer, prompt_as=prompt_as,  # type: ignore[arg-type]
-                                        concurrency=endpoint_concurrency)
-    ref = resolve_model(spec)
-    if ref.backend == "fake":
-        from userturn.backends.fake import ScriptedBackend, probe_script
 
-        return ScriptedBackend(probe_script, spec=spec, chunk_size=batch_size)
-    if ref.backend == "vllm":
-        from userturn.backends.vllm import VLLMBackend
+@dataclass(frozen=True)
+class BackendOptions:
+    """What ``load_backend`` was given besides the spec; each engine reads what concerns it."""
 
-        return VLLMBackend(ref, options=_engine_args(ref.backend, backend_args),
-                           chunk_size=max(batch_size, 64))
-    if ref.backend == "llamacpp":
-        from userturn.backends.llamacpp import LlamaCppBackend
+    batch_size: int = 8
+    device: str | None = None
+    base_url: str | Sequence[str] | None = None
+    tokenizer: str | None = None
+    prompt_as: str = "tokens"
+    backend_args: Mapping[str, Any] | None = None
+    endpoint_concurrency: int = 8
 
-        return LlamaCppBackend(ref, options=_engine_args(ref.backend, backend_args),
-                               chunk_size=batch_size)
+
+@dataclass(frozen=True)
+class Engine:
+    """What a spec prefix runs on: how its backend is built and how its chat template is read
+    without the weights. Each function imports its engine's module (and heavy library) itself."""
+
+    build: Callable[[str, BackendOptions], Backend]
+    template: Callable[[str, str | None], ChatTemplate]  # (spec, --tokenizer)
+
+
+def engine_of(spec: str) -> Engine:
+    """The engine a model spec names: ``openai/`` (a server's model, never resolved locally), or
+    the prefix ``resolve_model`` reads (``transformers`` when there is none)."""
+    if spec.startswith(f"{OPENAI}/"):
+        return ENGINES[OPENAI]
+    return ENGINES[split_spec(spec)[0]]
+
+
+def _openai_backend(spec: str, options: BackendOptions) -> Backend:
+    if not options.base_url:
+        raise ModelError(f"{spec} needs the server's address: --base-url "
+                         "http://HOST:PORT/v1 (an OpenAI-compatible /v1/completions server)")
+    from userturn.backends.openai import OpenAICompletionsBackend
+
+    return OpenAICompletionsBackend(spec.split("/", 1)[1], base_url=options.base_url,
+                                    tokenizer=options.tokenizer,
+                                    prompt_as=options.prompt_as,  # type: ignore[arg-type]
+                                    concurrency=options.endpoint_concurrency)
+
+
+def _fake_backend(spec: str, options: BackendOptions) -> Backend:
+    from userturn.backends.fake import ScriptedBackend, probe_script
+
+    return ScriptedBackend(probe_script, spec=spec, chunk_size=options.batch_size)
+
+
+def _vllm_backend(spec: str, options: BackendOptions) -> Backend:
+    from userturn.backends.vllm import VLLMBackend
+
+    return VLLMBackend(resolve_model(spec), options=_engine_args("vllm", options.backend_args),
+                       chunk_size=max(options.batch_size, 64))
+
+
+def _llamacpp_backend(spec: str, options: BackendOptions) -> Backend:
+    from userturn.backends.llamacpp import LlamaCppBackend
+
+    return LlamaCppBackend(resolve_model(spec),
+                           options=_engine_args("llamacpp", options.backend_args),
+                           chunk_size=options.batch_size)
+
+
+def _transformers_backend(spec: str, options: BackendOptions) -> Backend:
     from userturn.backends.hf import TransformersBackend
 
-    return TransformersBackend(ref, batch_size=batch_size, device=device)
+    return TransformersBackend(resolve_model(spec), batch_size=options.batch_size,
+                               device=options.device)
 
 
 def _engine_args(backend: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -119,26 +165,54 @@ def _engine_args(backend: str, given: Mapping[str, Any] | None) -> dict[str, Any
 def load_template(spec: str, tokenizer: str | None = None) -> ChatTemplate:
     """The chat template of a model, without loading its weights. ``openai/MODEL`` takes it from
     ``tokenizer`` (a local folder, embedded name or hub id; default MODEL), as its backend does."""
-    if spec.startswith("openai/"):
-        from userturn.backends.openai import load_tokenizer
+    return engine_of(spec).template(spec, tokenizer)
 
-        loaded, _ = load_tokenizer(tokenizer or spec.split("/", 1)[1])
-        return ChatTemplate.from_tokenizer(loaded, spec)
+
+def _no_tokenizer(spec: str, tokenizer: str | None) -> None:
     if tokenizer is not None:
         raise ModelError("--tokenizer is for openai/MODEL models: other models bring their own")
-    ref = resolve_model(spec)
-    if ref.backend == "fake":
-        from userturn.backends.fake import fake_template
 
-        return fake_template(spec)
-    if ref.backend == "llamacpp":
-        from userturn.backends.llamacpp import read_gguf_template
 
-        return read_gguf_template(ref.path, spec)
+def _openai_template(spec: str, tokenizer: str | None) -> ChatTemplate:
+    from userturn.backends.openai import load_tokenizer
+
+    loaded, _ = load_tokenizer(tokenizer or spec.split("/", 1)[1])
+    return ChatTemplate.from_tokenizer(loaded, spec)
+
+
+def _fake_template(spec: str, tokenizer: str | None) -> ChatTemplate:
+    _no_tokenizer(spec, tokenizer)
+    from userturn.backends.fake import fake_template
+
+    return fake_template(spec)
+
+
+def _gguf_template(spec: str, tokenizer: str | None) -> ChatTemplate:
+    _no_tokenizer(spec, tokenizer)
+    from userturn.backends.llamacpp import read_gguf_template
+
+    return read_gguf_template(resolve_model(spec).path, spec)
+
+
+def _tokenizer_template(spec: str, tokenizer: str | None) -> ChatTemplate:
+    """The template of a model folder or hub id, from its tokenizer (transformers and vLLM)."""
+    _no_tokenizer(spec, tokenizer)
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(ref.path)
+        loaded = AutoTokenizer.from_pretrained(resolve_model(spec).path)
     except OSError as exc:
         raise ModelError(f"cannot load the tokenizer of {spec!r}: {str(exc).splitlines()[0]}") from exc
-    return ChatTemplate.from_tokenizer(tokenizer, spec)
+    return ChatTemplate.from_tokenizer(loaded, spec)
+
+
+OPENAI = "openai"
+# The one table of engines, by spec prefix. Every prefix but openai/ is also one that
+# ``resolve_model`` reads (``models.BACKENDS``), since those name a model to find here.
+ENGINES: Mapping[str, Engine] = {
+    OPENAI: Engine(_openai_backend, _openai_template),
+    "transformers": Engine(_transformers_backend, _tokenizer_template),
+    "vllm": Engine(_vllm_backend, _tokenizer_template),
+    "llamacpp": Engine(_llamacpp_backend, _gguf_template),
+    "fake": Engine(_fake_backend, _fake_template),
+}

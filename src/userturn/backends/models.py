@@ -25,6 +25,8 @@ from typing import Iterator
 
 from userturn.errors import ModelError
 
+# The prefixes whose model part names a model to find here; each has its engine in
+# ``userturn.backends.ENGINES`` (beside openai/, whose model is a server's).
 BACKENDS = ("transformers", "vllm", "llamacpp", "fake")
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED = {

@@ -311,6 +311,18 @@ def render_assistant_turn(template: ChatTemplate, messages: Sequence[Message]) -
                   _system_verdict(text, messages, markers, merged))
 
 
+# The assistant answer a probe prompt is rendered with before any real answer exists: to check
+# that a template can open a user turn before a run starts, to say what it does with the system
+# message, and to build the prompt variants. Only the prompt's shape is used, so any short answer
+# does; every place that needs one uses this one.
+PLACEHOLDER_ANSWER = "42"
+
+
+def with_placeholder_answer(messages: Sequence[Message]) -> list[Message]:
+    """``messages`` (a conversation ending in a user message) answered by ``PLACEHOLDER_ANSWER``."""
+    return [*messages, {"role": "assistant", "content": PLACEHOLDER_ANSWER}]
+
+
 def render_user_turn(template: ChatTemplate, messages: Sequence[Message],
                      thinking: str | None = None) -> Prompt:
     """The probe's prompt: ``[system?, user, assistant]`` rendered, then an OPEN user turn.

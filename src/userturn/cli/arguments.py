@@ -7,6 +7,10 @@ import argparse
 from pathlib import Path
 from typing import Any, Callable
 
+from userturn.cli.flags import Flag, add_flags, count_or_all, flag_values, key_values, names
+from userturn.config import Experiment, JudgeSpec, load_settings
+from userturn.data.files import parse_field_mappings
+
 Subparsers = Any  # argparse's subparsers action (its class is private to argparse)
 Handler = Callable[..., int]
 
@@ -16,81 +20,47 @@ EXAMPLE_ANSWER = ("She makes 24 + 18 = 42 muffins. After selling 35, she has 42 
                   "#### 7")
 
 
+# The run flags whose name or form is not the field's own (``--field-name``, parsed by type).
+RUN_FLAGS: dict[str, Flag] = {
+    "models": Flag(("--model",), repeat=True, metavar="MODEL"),
+    "datasets": Flag(("--dataset",), repeat=True, metavar="DATASET"),
+    "limit": Flag(parse=count_or_all, metavar="N|all"),
+    "fields": Flag(("--field",), repeat=True, collect=parse_field_mappings,
+                   metavar="FIELD=COLUMN"),
+    "answerers": Flag(("--answerer",), repeat=True, metavar="ANSWERER"),
+    "perturbations": Flag(("--perturbation",), repeat=True, metavar="SPEC"),
+    "user_turn_variants": Flag(("--user-turn-variant",), repeat=True, metavar="SPEC"),
+    "output": Flag(("--output", "-o")),
+    "base_url": Flag(repeat=True, metavar="URL"),
+    "backend_args": Flag(("--backend-arg",), repeat=True, collect=key_values,
+                         metavar="KEY=VALUE"),
+    "judge": Flag(repeat=True, metavar="JUDGE"),
+}
+
+# `userturn judge` takes the judge settings of a run under shorter names.
+JUDGE_FLAGS: dict[str, Flag] = {
+    "judge": Flag(repeat=True, required=True, metavar="JUDGE"),
+    "judge_scope": Flag(("--scope",)),
+    "judge_threshold": Flag(("--threshold",)),
+    "judge_base_url": Flag(("--base-url",)),
+    "judge_concurrency": Flag(("--concurrency",)),
+}
+
+
 def add_run(sub: Subparsers, handler: Handler) -> None:
     run = sub.add_parser("run", help="run (or resume) an experiment and print the table",
                          description="Run the probe. Settings come from CONFIG (YAML) if given, "
-                         "then from flags. Re-running the same command resumes a killed run and "
-                         "makes no model calls for a finished one.")
+                         "then from flags (each flag is the setting of the same name). "
+                         "Re-running the same command resumes a killed run and makes no model "
+                         "calls for a finished one.")
     run.add_argument("config", nargs="?", type=Path, help="experiment YAML file")
-    run.add_argument("--model", dest="models", action="append",
-                     help="model spec (repeatable); default: smollm2")
-    run.add_argument("--dataset", dest="datasets", action="append",
-                     help="gsm_symbolic (offline), gsm8k (hub), or a .jsonl/.json/.parquet file")
-    run.add_argument("--field", dest="fields", action="append", metavar="FIELD=COLUMN",
-                     help="your file's column for query, answer, id or system (repeatable)")
-    run.add_argument("--skip-invalid", dest="skip_invalid", action="store_true", default=None,
-                     help="record and count malformed rows instead of stopping at the first")
-    run.add_argument("--context-turns", dest="context_turns", type=int,
-                     help="conversation datasets: probe after the first k user turns")
-    run.add_argument("--limit", type=int, help="items per dataset (default 20)")
-    run.add_argument("--temperatures", type=floats, help="comma list, 0 = greedy (default 0,1.0)")
-    run.add_argument("--samples", type=int, help="user turns per item at each T > 0 (default 4)")
-    run.add_argument("--top-p", dest="top_p", type=float)
-    run.add_argument("--max-tokens", dest="max_tokens", type=int, help="assistant turn budget")
-    run.add_argument("--user-max-tokens", dest="user_max_tokens", type=int,
-                     help="user turn budget")
-    run.add_argument("--seed", type=int, help="run seed (default 0)")
-    run.add_argument("--batch-size", dest="batch_size", type=int)
-    run.add_argument("--system-prompt", dest="system_prompt")
-    run.add_argument("--answerer", dest="answerers", action="append",
-                     help="self (default), reference, or a model spec (repeatable)")
-    run.add_argument("--perturbation", dest="perturbations", action="append",
-                     help="truncate[:F], append_question[:generic|specific], wrong_answer, swap, "
-                     "empty, refusal (repeatable)")
-    run.add_argument("--user-turn-variant", dest="user_turn_variants", action="append",
-                     metavar="SPEC", help="native, prefill:TEXT, system:none|default|TEXT, "
-                     "template:FILE or warmup:K (repeatable; each paired with native)")
-    run.add_argument("--output", "-o", type=Path, help="run folder (default runs/demo)")
-    run.add_argument("--base-url", dest="base_url", action="append",
-                     help="for openai/MODEL: an OpenAI-compatible server with /v1/completions "
-                     "(vLLM, SGLang, llama.cpp, transformers serve); repeat it for several "
-                     "servers of the same model")
-    run.add_argument("--endpoint-concurrency", dest="endpoint_concurrency", type=int,
-                     help="for openai/MODEL: requests in flight at most per server (default 8)")
-    run.add_argument("--executor", choices=("local", "ray"), help="where generations run: in "
-                     "this process (default) or on Ray actors (pip install 'userturn[ray]')")
-    run.add_argument("--ray-address", dest="ray_address", help="executor ray: the cluster, "
-                     "auto or HOST:PORT (default: start a local one)")
-    run.add_argument("--replicas", type=int, help="executor ray: actors per model (default 1)")
-    run.add_argument("--gpus-per-replica", dest="gpus_per_replica", type=float,
-                     help="executor ray: GPUs per actor, e.g. 4 for tensor_parallel_size 4")
-    run.add_argument("--tokenizer", help="for openai/MODEL: local folder, embedded name or hub id "
-                     "of the tokenizer and chat template (default: MODEL)")
-    run.add_argument("--prompt-as", dest="prompt_as", choices=("tokens", "text"),
-                     help="for openai/MODEL: send prompts as token ids (default) or text")
-    run.add_argument("--thinking", choices=("drop", "keep"),
-                     help="the answer's thinking in the user-turn prompt: drop it as the "
-                     "template does (default) or keep it before the answer")
-    run.add_argument("--enable-thinking", dest="enable_thinking", type=on_off,
-                     help="Qwen3-style templates: on, off or on,off (each a model of its own, "
-                     "MODEL[thinking=on]); default: the template's own")
-    run.add_argument("--judge", action="append", help="LLM judge for what the rules leave "
-                     "undecided, e.g. openai/gpt-5.4-mini (key from OPENAI_API_KEY); repeat for "
-                     "several, whose majority then decides")
-    run.add_argument("--labeller", choices=("cascade", "classifier", "rules"),
-                     help="offline labels: cascade (rules, then the learned classifier; "
-                     "default), classifier, or rules alone")
-    run.add_argument("--classifier", type=Path, help="classifier parameters from "
-                     "train-classifier (default: the shipped ones)")
-    run.add_argument("--judge-scope", dest="judge_scope", choices=("undecided", "uncertain", "all"),
-                     help="judge what the rules leave undecided (default), what the classifier "
-                     "is unsure of, or all")
-    run.add_argument("--judge-threshold", dest="judge_threshold", type=float,
-                     help="scope uncertain: judge turns whose classifier probability is below it "
-                     "(default 0.7)")
-    run.add_argument("--judge-base-url", dest="judge_base_url",
-                     help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1")
+    add_flags(run, Experiment, RUN_FLAGS)
     run.set_defaults(handler=handler)
+
+
+def experiment_from(args: argparse.Namespace) -> Experiment:
+    """The experiment of ``userturn run``: CONFIG, with the flags given on top."""
+    return load_settings(Experiment, args.config, flag_values(args, Experiment, RUN_FLAGS))
 
 
 def add_judge(sub: Subparsers, handler: Handler) -> None:
@@ -99,18 +69,12 @@ def add_judge(sub: Subparsers, handler: Handler) -> None:
                            "generating anything. Several judges live side by side in one run; "
                            "the last one judged counts in reports unless --labels says otherwise.")
     judge.add_argument("run", type=Path)
-    judge.add_argument("--judge", dest="judges", action="append", required=True,
-                       help="e.g. openai/gpt-5.4-mini; repeat for several judges: each is "
-                       "stored under its own source and their majority decides")
-    judge.add_argument("--scope", choices=("undecided", "uncertain", "all"), default="undecided",
-                       help="judge only what the rules leave undecided (default), the turns the "
-                       "classifier is unsure of (see --threshold), or all turns")
-    judge.add_argument("--threshold", type=float, default=0.7, help="scope uncertain: judge "
-                       "turns whose classifier probability is below it (default 0.7)")
-    judge.add_argument("--base-url", help="an OpenAI-compatible server (default: OPENAI_BASE_URL "
-                       "or the OpenAI API)")
-    judge.add_argument("--concurrency", type=int, default=8)
+    add_flags(judge, JudgeSpec, JUDGE_FLAGS)
     judge.set_defaults(handler=handler)
+
+
+def judge_spec_from(args: argparse.Namespace) -> JudgeSpec:
+    return load_settings(JudgeSpec, None, flag_values(args, JudgeSpec, JUDGE_FLAGS))
 
 
 def add_render(sub: Subparsers, handler: Handler) -> None:
@@ -228,22 +192,3 @@ def add_doctor(sub: Subparsers, handler: Handler) -> None:
                             "vs stored per stage. Exit 0 when whole, 1 when damaged.")
     doctor.add_argument("run", type=Path)
     doctor.set_defaults(handler=handler)
-
-
-def names(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def on_off(text: str) -> list[bool]:
-    values = {"on": True, "off": False, "true": True, "false": False}
-    try:
-        return [values[part.strip().lower()] for part in text.split(",") if part.strip()]
-    except KeyError:
-        raise argparse.ArgumentTypeError(f"expected on, off or on,off, got {text!r}") from None
-
-
-def floats(text: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a comma list of numbers, got {text!r}") from None

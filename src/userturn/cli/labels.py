@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import typing
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
@@ -12,12 +13,13 @@ from typing import Any, Callable
 from rich.console import Console
 from rich.table import Table
 
+from userturn.cli.flags import number
 from userturn.errors import UserturnError
-from userturn.records import LABELS, Case, Label
+from userturn.records import LABELS, Labeller
 from userturn.store.atomic import refuse_to_replace, write_text
 from userturn.store.lock import RunLock
 
-LABELLERS = ("cascade", "classifier", "rules")
+LABELLERS = typing.get_args(Labeller)
 
 
 def add_classifier_parsers(sub: Any, handler: Callable[..., int]) -> None:
@@ -53,7 +55,7 @@ def add_classifier_parsers(sub: Any, handler: Callable[..., int]) -> None:
                        "--classifier or `classifier:` in an experiment file")
     train.add_argument("--with-corpus", action="store_true", help="adapt: train on the shipped "
                        "corpus's train split plus your rows")
-    train.add_argument("--c", type=float, default=0.5, help="inverse regularisation strength "
+    train.add_argument("--c", type=number, default=0.5, help="inverse regularisation strength "
                        "(default 0.5: the best of the grid on the corpus dev split)")
     train.add_argument("--force", action="store_true", help="overwrite --output")
     train.set_defaults(handler=handler, action=train_command)
@@ -66,18 +68,8 @@ def _labeller_options(parser: argparse.ArgumentParser) -> None:
                         "train-classifier (default: the shipped ones)")
 
 
-def offline_labeller(labeller: str, classifier: Path | None = None) -> Callable[[Case], Label]:
-    """One function that labels a case the way a run's offline labeller would."""
-    from userturn.labels.classifier import Cascade, LearnedClassifier
-    from userturn.labels.rules import RulesClassifier
-
-    if labeller == "rules":
-        return RulesClassifier().classify
-    learned = LearnedClassifier(path=classifier) if classifier else LearnedClassifier()
-    return learned.classify if labeller == "classifier" else Cascade(learned).classify
-
-
 def classify_command(args: argparse.Namespace, console: Console) -> int:
+    from userturn.labels.classifier import offline_labeller
     from userturn.labels.training import case_of, read_rows
 
     if args.out is not None:
@@ -106,7 +98,7 @@ def classify_command(args: argparse.Namespace, console: Console) -> int:
 
 
 def label_command(args: argparse.Namespace, console: Console) -> int:
-    from userturn.probe.pipeline import label_turns
+    from userturn.labels.stages import label_turns
     from userturn.store.database import RunStore
 
     with RunLock(args.run, "label"):  # no run, judge or other label writes meanwhile
@@ -114,9 +106,10 @@ def label_command(args: argparse.Namespace, console: Console) -> int:
         try:
             count = label_turns(store, args.labeller, classifier_path=args.classifier)
             console.print(f"{count} label(s) added ({args.labeller}); nothing generated")
-            from userturn.cli.main import print_tables
+            from userturn.report.terminal import print_run
+            from userturn.report.view import read_run
 
-            print_tables(store, console)
+            print_run(read_run(store), console)
         finally:
             store.close()
     return 0

@@ -24,7 +24,6 @@ from userturn.errors import ConfigError, UserturnError
 
 if TYPE_CHECKING:
     from userturn.store.database import RunStore
-    from userturn.store.turns import Answer, Turn
 
 def _parser() -> argparse.ArgumentParser:
     models = "; ".join(f"{name}: {text}" for name, text in EMBEDDED.items())
@@ -108,25 +107,14 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:  #
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
-    from userturn.config import load_experiment
     from userturn.probe.pipeline import run_experiment
+    from userturn.report.terminal import print_run
+    from userturn.report.view import read_run
 
-    keys = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
-            "user_max_tokens", "seed", "batch_size", "system_prompt", "output", "judge",
-            "judge_scope", "judge_base_url", "answerers", "perturbations", "skip_invalid",
-            "context_turns", "base_url", "tokenizer", "prompt_as", "thinking", "enable_thinking",
-            "labeller", "classifier", "judge_threshold",
-            "endpoint_concurrency", "executor", "ray_address", "replicas", "gpus_per_replica",
-            "user_turn_variants")
-    overrides = {k: getattr(args, k) for k in keys}
-    if args.fields:
-        from userturn.data.files import parse_field_mappings
-
-        overrides["fields"] = parse_field_mappings(args.fields)
-    experiment = load_experiment(args.config, overrides)
+    experiment = arguments.experiment_from(args)
     with _progress_bars() as progress:
         store = run_experiment(experiment, progress=progress)
-    print_tables(store, console)
+    print_run(read_run(store), console)
     console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
     store.close()
     _fail_if_all_failed(store, "generation")
@@ -203,19 +191,16 @@ class _TemplateOnly:
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:
-    from userturn.labels.calibration import inclusion_probabilities
+    from userturn.report.terminal import print_run
+    from userturn.report.view import read_run
     from userturn.store.database import RunStore
 
     store = RunStore.open(args.run)
     _check_sources(store, args.labels)
-    turns, answers, sources = print_tables(store, console, args.labels)
+    view = read_run(store, args.labels)
+    print_run(view, console)
     if args.html or args.figures:
-        from userturn.report import build_report
-        from userturn.store.runstate import run_state
-
-        report = build_report(turns, answers, folder=store.folder, meta=store.meta(),
-                              sources=sources, inclusion=inclusion_probabilities(store, turns),
-                              state=run_state(store))
+        report = view.report()
         if args.figures:
             from userturn.report.figures import write_figures
 
@@ -234,18 +219,21 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 def _judge(args: argparse.Namespace, console: Console) -> int:
     from userturn.labels.agreement import pairwise_agreement, print_agreement
     from userturn.labels.judge import judge_from_spec
-    from userturn.probe.pipeline import judge_with_all
+    from userturn.labels.stages import judge_with_all
+    from userturn.report.terminal import print_run
+    from userturn.report.view import read_run
     from userturn.store.database import RunStore
     from userturn.store.lock import RunLock
     from userturn.store.turns import read_turns
 
     store = RunStore.open(args.run)  # before the judge: a wrong folder is the likelier mistake
-    judges = [judge_from_spec(spec, base_url=args.base_url)
-              for spec in dict.fromkeys(args.judges)]
+    spec = arguments.judge_spec_from(args)
+    judges = [judge_from_spec(name, base_url=spec.judge_base_url) for name in spec.judges]
     for judge in judges:
-        judge.concurrency = args.concurrency
+        judge.concurrency = spec.judge_concurrency
     with RunLock(args.run, "judge"), _progress_bars() as progress:
-        sent = judge_with_all(store, judges, args.scope, progress, threshold=args.threshold)
+        sent = judge_with_all(store, judges, spec.judge_scope, progress,
+                              threshold=spec.judge_threshold)
     names = ", ".join(judge.name for judge in judges)
     failed = store.tally.failed.get("judge", 0)
     console.print(f"{names}: {sent - failed} user turn(s) judged, {failed} failed "
@@ -254,7 +242,7 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     if len(judges) > 1:
         print_agreement(pairwise_agreement(read_turns(store),
                                            sources=[judge.name for judge in judges]), console)
-    print_tables(store, console)
+    print_run(read_run(store), console)
     store.close()
     _fail_if_all_failed(store, "judge")
     return 0
@@ -338,51 +326,15 @@ def _compare(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _check_sources(store, labels: Sequence[str] | None) -> None:  # type: ignore[no-untyped-def]
+def _check_sources(store: RunStore, labels: Sequence[str] | None) -> None:
     """--labels names sources the run holds: a typo would show every turn undecided."""
     if not labels:
         return
-    stored = [r[0] for r in store.db.execute("SELECT DISTINCT source FROM labels ORDER BY 1")]
+    stored = store.stored_label_sources()
     unknown = [name for name in labels if name not in stored]
     if unknown:
         raise ConfigError(f"--labels: no labels from {', '.join(unknown)} in {store.folder}; "
                           f"it holds: {', '.join(stored) or 'none'}")
-
-
-def print_tables(store: RunStore, console: Console, labels: Sequence[str] | None = None
-                  ) -> tuple[list[Turn], list[Answer], list[str]]:
-    """Print the run's tables; returns what they were read from (each run is read once)."""
-    from userturn.labels.calibration import inclusion_probabilities
-    from userturn.probe.user_variants import print_variant_comparisons, variant_comparisons
-    from userturn.report.summary import (
-        assistant_errors,
-        print_instruction_accuracy,
-        print_summary,
-        summarize,
-    )
-    from userturn.store.turns import label_sources, read_answers, read_turns
-
-    sources = label_sources(store, labels or None)
-    turns, answers = read_turns(store, sources), read_answers(store)
-    print_summary(summarize(turns, answers, inclusion_probabilities(store, turns)), console,
-                  assistant_failures=assistant_errors(answers))
-    print_variant_comparisons(variant_comparisons(turns), console)
-    print_instruction_accuracy(answers, console)
-    by: dict[str, int] = {}
-    for turn in turns:
-        if turn.error is None:
-            by[turn.label_source or "nobody (undecided)"] = \
-                by.get(turn.label_source or "nobody (undecided)", 0) + 1
-    counts = ", ".join(f"{source} {n}" for source, n in by.items())
-    console.print(f"[dim]labels from: {', then '.join(sources)} (user turns labelled by "
-                  f"{counts or 'nobody yet'})[/dim]")
-    from userturn.store.runstate import run_state
-
-    state = run_state(store)
-    for line in (state.skipped_line(), state.line()):
-        if line:
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return turns, answers, sources
 
 
 def _export(args: argparse.Namespace, console: Console) -> int:

@@ -4,14 +4,14 @@ CLI, a YAML config and the manifest name every setting the same way."""
 from __future__ import annotations
 
 import argparse
-import typing
 from pathlib import Path
 from typing import Any, Callable
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from rich.console import Console
 
-from userturn.errors import ConfigError
+from userturn.cli.flags import add_flags, flag_values
+from userturn.config import load_settings
 from userturn.train.settings import RLSettings, SFTSettings
 
 SFT_HELP = ("Supervised fine-tuning toward collaboration (TRL SFTTrainer, LoRA by default). "
@@ -34,7 +34,7 @@ def add_train_parser(sub: Any, run_handler: Callable[..., int]) -> None:
     for name, model, text in (("sft", SFTSettings, SFT_HELP), ("rl", RLSettings, RL_HELP)):
         parser = kinds.add_parser(name, help=text.split(".")[0], description=text)
         parser.add_argument("config", nargs="?", type=Path, help="settings YAML file (flags win)")
-        _add_fields(parser, model)
+        add_flags(parser, model)
         parser.set_defaults(handler=run_handler, settings_model=model)
     evaluate = kinds.add_parser("eval", help="repeat the before/after of a training folder",
                                 description="Probe base and checkpoint over the held-out items "
@@ -43,45 +43,9 @@ def add_train_parser(sub: Any, run_handler: Callable[..., int]) -> None:
     evaluate.set_defaults(handler=run_handler, settings_model=None)
 
 
-def _add_fields(parser: argparse.ArgumentParser, model: type[BaseModel]) -> None:
-    for name, field in model.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        annotation = field.annotation
-        default = field.get_default(call_default_factory=True)
-        help_text = f"{field.description + '; ' if field.description else ''}default: {default}"
-        kwargs: dict[str, Any] = {"dest": name, "default": None, "help": help_text}
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if annotation is bool or (args == [bool]):
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif typing.get_origin(annotation) is typing.Literal:
-            kwargs["choices"] = typing.get_args(annotation)
-        elif typing.get_origin(annotation) is list:
-            kwargs["type"] = _floats
-        elif annotation in (int, float, Path) or (args and args[0] in (int, float)):
-            kwargs["type"] = annotation if annotation in (int, float, Path) else args[0]
-        parser.add_argument(flag, **kwargs)
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a comma list of numbers, got {text!r}") from None
-
-
 def settings_from(args: argparse.Namespace) -> BaseModel:
-    from userturn.config import read_yaml
-
     model: type[BaseModel] = args.settings_model
-    data: dict[str, Any] = read_yaml(args.config) if args.config else {}
-    data.update({name: getattr(args, name) for name in model.model_fields
-                 if getattr(args, name) is not None})
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors())
-        raise ConfigError(f"invalid training settings: {problems}") from None
+    return load_settings(model, args.config, flag_values(args, model))
 
 
 def train_command(args: argparse.Namespace, console: Console, progress: Any) -> int:

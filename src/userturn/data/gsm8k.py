@@ -17,7 +17,9 @@ from typing import Any, Iterable, Mapping
 
 from userturn.data.hub import hub_rows
 from userturn.data.rows import (
+    FileFormat,
     existing_file,
+    file_format,
     items_with_default_ids,
     json_rows,
     jsonl_rows,
@@ -29,6 +31,7 @@ from userturn.errors import DatasetError
 from userturn.records import Item, Score
 
 HUB_NAME = "openai/gsm8k"
+GSM8K_FORMATS: tuple[FileFormat, ...] = ("jsonl", "json", "parquet")
 OFFLINE_HINT = "use 'gsm_symbolic' (offline) or a local .jsonl/.json/.parquet file instead"
 
 # A number as models write it: optional sign and currency, thousands commas, decimals. The
@@ -240,11 +243,11 @@ def file_items(path: Path, limit: int | None) -> tuple[Item, ...]:
     its 0-based index (what ``data[i]`` and pandas show), which is also the number in its item id.
     """
     existing_file(path)
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
+    kind = file_format(path, GSM8K_FORMATS, "GSM8K-format data")
+    if kind == "jsonl":
         rows, unit = jsonl_rows(path), "line"
     else:
-        rows = json_rows(path) if suffix == ".json" else enumerate(parquet_records(path))
+        rows = json_rows(path) if kind == "json" else enumerate(parquet_records(path))
         unit = "row"
     return items_with_default_ids(islice(rows, limit), path.stem, str(path), unit, _row_item)
 

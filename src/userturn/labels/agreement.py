@@ -32,7 +32,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from userturn.labels.reliability import constant_baseline, gwet_ac1, pabak
+from userturn.labels.reliability import constant_baseline, gwet_ac1, pabak, per_label
 from userturn.records import LABELS
 from userturn.report.numbers import decimal, label_header, percent
 from userturn.stats.rates import check_bootstrap, percentiles
@@ -94,27 +94,6 @@ def cohen_kappa(pairs: Sequence[Pair], labels: Sequence[str] = LABELS) -> float:
 def observed_agreement(pairs: Sequence[Pair]) -> float:
     """Share of pairs on which the raters agree (``p_o``); NaN with no pairs."""
     return sum(a == b for a, b in pairs) / len(pairs) if pairs else _NAN
-
-
-def per_label(pairs: Sequence[Pair], labels: Sequence[str] = LABELS) -> dict[str, dict[str, Any]]:
-    """Per label, with rater A as the reference: ``{"precision", "recall", "support"}``.
-
-    ``support``: turns A gave the label; ``recall``: the share of those B also gave it;
-    ``precision``: the share of B's uses of the label that A agrees with. A ratio with a zero
-    denominator is NaN (B never used the label, or A never did). Only labels used by at least one
-    rater are listed, in the order of ``labels``."""
-    matrix = confusion_matrix(pairs, labels)
-    out: dict[str, dict[str, Any]] = {}
-    for i, label in enumerate(labels):
-        hit = matrix[i][i]
-        support = sum(matrix[i])
-        predicted = sum(row[i] for row in matrix)
-        if support == 0 and predicted == 0:
-            continue
-        out[label] = {"precision": hit / predicted if predicted else _NAN,
-                      "recall": hit / support if support else _NAN,
-                      "support": support}
-    return out
 
 
 def kappa_interval(pairs: Sequence[Pair], items: Sequence[Hashable], *, resamples: int = 2000,
@@ -299,12 +278,6 @@ def _kappa_cell(result: Agreement) -> str:
     return f"{_num(result.kappa)} [{_num(result.low)}, {_num(result.high)}]"
 
 
-def _f1(precision: float, recall: float) -> float:
-    if math.isnan(precision) or math.isnan(recall):
-        return _NAN
-    return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-
-
 def _short(label: str) -> str:
     return label_header(label)
 
@@ -341,10 +314,10 @@ def print_agreement(results: Sequence[Agreement], console: Console) -> None:
             table.add_column(name, justify="right")
         for i in used:
             stats = r.per_label.get(r.labels[i], {"precision": _NAN, "recall": _NAN,
-                                                   "support": 0})
+                                                   "f1": _NAN, "support": 0})
             table.add_row(_short(r.labels[i]), *(str(r.matrix[i][j]) for j in used),
                           _num(stats["precision"]), _num(stats["recall"]),
-                          _num(_f1(stats["precision"], stats["recall"])), str(stats["support"]))
+                          _num(stats["f1"]), str(stats["support"]))
         console.print(table)
     notes = []
     if any(r.n < 2 for r in results):

@@ -35,6 +35,7 @@ from userturn.labels.calibration import calibration_sample
 from userturn.records import LABELS, Label
 from userturn.stats.correction import MIN_HUMAN_LABELS
 from userturn.store.database import RunStore
+from userturn.store.meta import AnnotationSample
 from userturn.store.turns import Turn, read_turns
 
 DEFAULT_SIZE = 100
@@ -120,20 +121,20 @@ def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | N
                 strata_source: str, calibration: int | None = None) -> list[str]:
     """The annotator's stored sample, or a new one stored right away (reopening gives the same).
     ``calibration``: a calibration sample of that size instead (:mod:`.calibration`)."""
-    meta_key = f"annotation_sample:{annotator}"
-    stored = store.meta().get(meta_key)
+    stored = store.meta().annotation_samples.get(annotator)
     if calibration is not None:
         size = calibration
-        if stored is not None and "inclusion" not in stored:
+        if stored is not None and not stored.calibration:
             raise AnnotationError(f"{annotator} already has an annotation sample that is not a "
                                   "calibration sample: calibrate under another name")
     if stored is not None:
         for name, given in (("size", size), ("seed", seed)):
-            if given is not None and given != stored[name]:
+            if given is not None and given != getattr(stored, name):
                 raise AnnotationError(
-                    f"{annotator} already has a sample with {name} {stored[name]}, not {given}: "
+                    f"{annotator} already has a sample with {name} {getattr(stored, name)}, "
+                    f"not {given}: "
                     f"reopen without --{name} to continue it, or annotate under another name")
-        return list(stored["keys"])
+        return list(stored.keys)
     size = DEFAULT_SIZE if size is None else size
     seed = DEFAULT_SEED if seed is None else seed
     if size < 1:
@@ -141,14 +142,14 @@ def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | N
     if calibration is not None:
         # Stratified by the run's own labeller (its label sources), the one being corrected.
         keys, inclusion = calibration_sample(read_turns(store), size, seed)
-        store.set_meta({meta_key: {"keys": keys, "size": size, "seed": seed,
-                                   "labeller": store.label_sources(), "inclusion": inclusion}})
+        store.put_annotation_sample(annotator, AnnotationSample(
+            keys=keys, size=size, seed=seed, labeller=store.label_sources(), inclusion=inclusion))
         return keys
     keys = build_sample(read_turns(store, strata_source), size=size, seed=seed)
     if not keys:
         raise AnnotationError(f"{store.folder} has no generated user turns to annotate")
-    store.set_meta({meta_key: {"keys": keys, "size": size, "seed": seed,
-                               "strata_source": strata_source}})
+    store.put_annotation_sample(annotator, AnnotationSample(keys=keys, size=size, seed=seed,
+                                                            strata_source=strata_source))
     return keys
 
 

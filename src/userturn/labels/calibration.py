@@ -18,18 +18,21 @@ cascade of them): the turns' resolved label, so any label source works the same 
 from __future__ import annotations
 
 import csv
-import json
 import random
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
+from userturn.data.rows import json_lines, suffixes_of
 from userturn.errors import UserturnError
 from userturn.records import LABELS, Label
 from userturn.store.database import RunStore
+from userturn.store.meta import AnnotationSample
 from userturn.store.turns import Turn, read_turns
 
 HUMAN_PREFIX = "human:"
 PREDICTED = ("follow_up", "other")  # the calibration strata
+# Human labels come as JSON Lines (a .json file too, one object a line) or else as CSV.
+JSONL_SUFFIXES = (*suffixes_of(("jsonl",)), ".json")
 
 
 class CalibrationError(UserturnError):
@@ -84,27 +87,27 @@ def inclusion_probabilities(store: RunStore, turns: Sequence[Turn]) -> dict[str,
     eligible = [t for t in turns if t.counts_toward_rate]
     out: dict[str, float] = {}
     for source, keys in by_source.items():
-        sample = meta.get(f"annotation_sample:{source[len(HUMAN_PREFIX):]}") or {}
-        stored = sample.get("inclusion")
+        sample = meta.annotation_samples.get(source[len(HUMAN_PREFIX):])
+        stored = sample.inclusion if sample is not None else None
         if stored and keys <= set(stored):
             out.update({key: float(stored[key]) for key in keys})
-        elif sample.get("strata_source") and keys <= set(sample.get("keys", ())):
+        elif sample is not None and sample.strata_source and keys <= set(sample.keys):
             out.update(_stratified_inclusion(store, sample, keys))
         else:
             out.update(dict.fromkeys(keys, min(1.0, len(keys) / max(1, len(eligible)))))
     return out
 
 
-def _stratified_inclusion(store: RunStore, sample: Mapping[str, Any],
+def _stratified_inclusion(store: RunStore, sample: AnnotationSample,
                           keys: set[str]) -> dict[str, float]:
     """An annotation sample stratified by a source's seven labels: slots over stratum size."""
     stratum_of = {t.key: t.label or "undecided"
-                  for t in read_turns(store, sample["strata_source"]) if t.error is None}
+                  for t in read_turns(store, sample.strata_source) if t.error is None}
     sizes: dict[str, int] = {}
     for stratum in stratum_of.values():
         sizes[stratum] = sizes.get(stratum, 0) + 1
     slots: dict[str, int] = {}
-    for key in sample["keys"]:
+    for key in sample.keys:
         if key in stratum_of:
             slots[stratum_of[key]] = slots.get(stratum_of[key], 0) + 1
     return {key: slots[stratum_of[key]] / sizes[stratum_of[key]] for key in keys
@@ -125,12 +128,7 @@ def import_labels(store: RunStore, path: Path, annotator: str) -> int:
     Every row is checked first; an unknown key or label is named with its line, and nothing is
     stored then. Returns the number of labels stored."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CalibrationError(f"cannot read {path}: {exc.strerror or exc}") from None
-    rows = _jsonl_rows(path, text) if path.suffix.lower() in (".jsonl", ".json") \
-        else _csv_rows(path, text)
+    rows = _jsonl_rows(path) if path.suffix.lower() in JSONL_SUFFIXES else _csv_rows(path)
     known = {row["key"] for row in store.user_turn_rows()}
     labels = []
     for line, key, label in rows:
@@ -148,7 +146,12 @@ def import_labels(store: RunStore, path: Path, annotator: str) -> int:
     return len(labels)
 
 
-def _csv_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
+def _csv_rows(path: Path) -> list[tuple[int, str, str]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CalibrationError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}"
+                               ) from None
     reader = csv.DictReader(text.splitlines())
     if not reader.fieldnames or not {"key", "label"} <= set(reader.fieldnames):
         raise CalibrationError(f"{path} line 1: a CSV header with key and label is needed")
@@ -156,16 +159,12 @@ def _csv_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
             for row in reader]
 
 
-def _jsonl_rows(path: Path, text: str) -> list[tuple[int, str, str]]:
+def _jsonl_rows(path: Path) -> list[tuple[int, str, str]]:
     rows = []
-    for line, raw in enumerate(text.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError:
-            raise CalibrationError(f"{path} line {line}: not a JSON object") from None
-        if not isinstance(record, dict):
-            raise CalibrationError(f"{path} line {line}: not a JSON object")
-        rows.append((line, str(record.get("key", "")), str(record.get("label", ""))))
+    for line in json_lines(path):
+        if line.error is not None or not isinstance(line.value, dict):
+            raise CalibrationError(f"{path} line {line.number}: "
+                                   f"{line.error or 'not a JSON object'}")
+        record = line.value
+        rows.append((line.number, str(record.get("key", "")), str(record.get("label", ""))))
     return rows

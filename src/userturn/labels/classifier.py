@@ -22,12 +22,15 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from userturn.labels.rules import RulesClassifier, signals_of
 from userturn.records import LABELS, Case, Label
+
+if TYPE_CHECKING:
+    from userturn.records import Labeller
 
 MODEL_FILE = Path(__file__).with_name("classifier_model.npz")
 HASH_BITS = 14
@@ -199,3 +202,13 @@ class Cascade:
     def classify(self, case: Case) -> Label:
         decided = self.rules.classify(case)
         return decided if decided.label is not None else self.classifier.classify(case, decided)
+
+
+def offline_labeller(labeller: Labeller, classifier: Path | None = None
+                     ) -> Callable[[Case], Label]:
+    """One function that labels a case the way a run's offline labeller would: the rules, the
+    classifier (``classifier``: its parameters; default the shipped ones) or the cascade."""
+    if labeller == "rules":
+        return RulesClassifier().classify
+    learned = LearnedClassifier(path=classifier) if classifier else LearnedClassifier()
+    return learned.classify if labeller == "classifier" else Cascade(learned).classify

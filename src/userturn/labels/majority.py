@@ -12,11 +12,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
+from userturn.labels.sources import MAJORITY, JudgeScope, source_order
 from userturn.records import Label
 from userturn.store.database import RunStore
 from userturn.store.turns import read_turns
-
-MAJORITY = "judges:majority"
 
 
 def majority_label(verdicts: dict[str, str | None], judges: Sequence[str]) -> Label:
@@ -29,9 +28,10 @@ def majority_label(verdicts: dict[str, str | None], judges: Sequence[str]) -> La
     return Label(None, source=MAJORITY, error=f"no majority ({split})")
 
 
-def store_majority(store: RunStore, judges: Sequence[str], scope: str) -> int:
+def store_majority(store: RunStore, judges: Sequence[str], scope: JudgeScope) -> int:
     """Store the majority of ``judges`` for every turn at least one of them labelled, and make
-    it the run's deciding source after the rules (or alone, with scope ``all``)."""
+    it the run's deciding judge source (:func:`.sources.source_order`: after the rules where the
+    run's labeller has them, before the classifier; alone with scope ``all``)."""
     version = "+".join(judges)
     rows = []
     for turn in read_turns(store, list(judges)):
@@ -39,7 +39,6 @@ def store_majority(store: RunStore, judges: Sequence[str], scope: str) -> int:
         if verdicts:
             rows.append((turn.key, version, majority_label(verdicts, judges)))
     store.put_labels(rows)
-    offline = [s for s in store.label_sources() if s == "classifier"]  # its guesses come last
-    store.set_meta({"label_sources": [MAJORITY] if scope == "all" else
-                    ["rules", MAJORITY, *offline]})
+    labeller = store.meta().offline_labeller
+    store.update_meta(label_sources=source_order(labeller, judges, scope))
     return len(rows)

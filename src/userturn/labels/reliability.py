@@ -11,7 +11,8 @@ So ``userturn agreement`` also gives:
   uniform chance agreement ``1/q``.
 - :func:`alpha`: Krippendorff's alpha (nominal), for any number of raters and missing labels,
   from the ``krippendorff`` package; here over the people alone and over everyone.
-- :func:`f1_per_label`: precision, recall and F1 per label, the reference rater in rows.
+- :func:`per_label`: precision, recall and F1 per label, the reference rater in rows (the one
+  computation of them: ``userturn agreement``, the classifier's evaluation and this module).
 - :func:`constant_baseline`: what a labeller that always says the reference's most common label
   scores (its observed agreement; its kappa is 0 by construction), the floor a labeller must beat.
 
@@ -75,23 +76,30 @@ def alpha(ratings: Mapping[str, Mapping[str, str | None]],
                                     value_domain=list(range(len(labels)))))
 
 
-def f1_per_label(pairs: Sequence[Pair], labels: Sequence[str] = LABELS
-                 ) -> dict[str, dict[str, Any]]:
-    """Per label used by either rater: precision, recall, F1 and support (rater a = reference)."""
+def per_label(pairs: Sequence[Pair], labels: Sequence[str] = LABELS) -> dict[str, dict[str, Any]]:
+    """Per label, with rater A as the reference: ``{"precision", "recall", "f1", "support"}``.
+
+    ``support``: turns A gave the label; ``recall``: the share of those B also gave it;
+    ``precision``: the share of B's uses of the label that A agrees with. A ratio with a zero
+    denominator is NaN (B never used the label, or A never did), and so is F1 then; F1 is 0 when
+    both are 0. Only labels used by at least one rater are listed, in the order of ``labels``."""
+    support = Counter(a for a, _ in pairs)
+    predicted = Counter(b for _, b in pairs)
+    hits = Counter(a for a, b in pairs if a == b)
     out: dict[str, dict[str, Any]] = {}
     for label in labels:
-        support = sum(1 for a, _ in pairs if a == label)
-        predicted = sum(1 for _, b in pairs if b == label)
-        if not support and not predicted:
+        if not support[label] and not predicted[label]:
             continue
-        hit = sum(1 for a, b in pairs if a == b == label)
-        precision = hit / predicted if predicted else _NAN
-        recall = hit / support if support else _NAN
-        f1 = (2 * precision * recall / (precision + recall)
-              if predicted and support and precision + recall else (0.0 if predicted and support
-                                                                    else _NAN))
-        out[label] = {"precision": precision, "recall": recall, "f1": f1, "support": support}
+        precision = hits[label] / predicted[label] if predicted[label] else _NAN
+        recall = hits[label] / support[label] if support[label] else _NAN
+        f1 = (_NAN if precision != precision or recall != recall
+              else 2 * precision * recall / (precision + recall) if precision + recall else 0.0)
+        out[label] = {"precision": precision, "recall": recall, "f1": f1,
+                      "support": support[label]}
     return out
+
+
+f1_per_label = per_label  # the name this module first gave it
 
 
 def constant_baseline(pairs: Sequence[Pair]) -> tuple[str | None, float]:

@@ -7,15 +7,14 @@ scikit-learn (``pip install 'userturn[classifier]'``).
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from userturn.data.rows import json_lines
 from userturn.errors import UserturnError
 from userturn.labels.agreement import cohen_kappa, confusion_matrix, per_label
 from userturn.labels.classifier import N_DENSE, LinearModel, design_matrix
@@ -40,22 +39,13 @@ def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     path = Path(path)
     if not path.is_file():
         raise UserturnError(f"{path}: no such file")
-    opener = gzip.open if path.suffix == ".gz" else open
     rows = []
-    try:
-        with opener(path, "rt", encoding="utf-8") as handle:  # type: ignore[operator]
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UserturnError(f"{path}: line {number}: not JSON ({exc.msg})") from None
-                if not isinstance(row, dict):
-                    raise UserturnError(f"{path}: line {number}: expected a JSON object")
-                rows.append((number, row))
-    except (UnicodeDecodeError, OSError, EOFError) as exc:
-        raise UserturnError(f"{path}: cannot read ({exc})") from None
+    for line in json_lines(path):
+        if line.error is not None:
+            raise UserturnError(f"{path}: line {line.number}: {line.error}")
+        if not isinstance(line.value, dict):
+            raise UserturnError(f"{path}: line {line.number}: expected a JSON object")
+        rows.append((line.number, line.value))
     return rows
 
 

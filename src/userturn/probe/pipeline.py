@@ -15,59 +15,44 @@ import json
 import platform
 import time
 import warnings
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from userturn import __version__
 from userturn.backends import Backend, BackendSpec
-from userturn.chat.render import Prompt, render_assistant_turn, render_user_turn
-from userturn.chat.thinking import (
-    ThinkingFormat,
-    prompt_opens_thinking,
-    split_thinking,
-    thinking_format,
+from userturn.chat.render import (
+    Prompt,
+    render_assistant_turn,
+    render_user_turn,
+    with_placeholder_answer,
 )
 from userturn.config import Experiment
 from userturn.data import Dataset, load_dataset
-from userturn.errors import TemplateError, UserturnError
-from userturn.labels.classifier import LearnedClassifier
+from userturn.errors import TemplateError
 from userturn.labels.judge import Judge, judge_from_spec
-from userturn.labels.majority import store_majority
-from userturn.labels.rules import RulesClassifier
-from userturn.probe.executor import Executor, LocalExecutor, WorkUnit, cut_units
+from userturn.labels.stages import judge_with_all, label_turns
+from userturn.probe.executor import Executor, LocalExecutor
+from userturn.probe.generation import Job, generate_jobs
 from userturn.probe.perturb import Perturbation, parse_perturbations
-from userturn.probe.thinking_variants import ThinkingVariant, thinking_variants
+from userturn.probe.thinking_variants import thinking_variants
 from userturn.probe.user_variants import (
-    UserVariantBackend,
     answers_as,
     expand_user_variants,
     user_prompt_of,
     variant_meta,
 )
-from userturn.records import HUMAN, Generation, GenerationParams, Item, Message, Request
+from userturn.records import (
+    HUMAN,
+    Generation,
+    GenerationParams,
+    Item,
+    Message,
+    Progress,
+    Request,
+    silent_progress,
+)
 from userturn.store.database import RunStore, generation_key
 from userturn.store.lock import RunLock
-from userturn.store.turns import StoredLabel, Turn, read_turns
-
-CLASSIFIER = LearnedClassifier.name
-Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
-
-
-@dataclass(frozen=True)
-class Job:
-    """One planned generation: its request and where it sits in the experiment."""
-
-    key: str
-    request: Request
-    sample_index: int
-    dataset: str
-    item_id: str
-    context: str
-    temperature: float = 0.0
-    assistant_key: str | None = None
-    answerer: str = "self"
-    perturbation: str = "none"
+from userturn.store.rows import ContextRow, GenerationRow, PlanRow
 
 
 def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = None,
@@ -78,7 +63,7 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
 
     ``datasets`` replaces loading ``exp.datasets`` (training draws its items from a split).
     ``executor`` with ``backends`` (its handles) replaces the executor ``exp`` names."""
-    progress = progress or _silent
+    progress = progress or silent_progress
     if datasets is None:
         datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed, fields=exp.fields,
                                  skip_invalid=exp.skip_invalid, context_turns=exp.context_turns)
@@ -113,7 +98,7 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
     first = _conversation(datasets[0].items[0], exp)
     backends, probers = thinking_variants(backends, first, exp)
     backends, probers = expand_user_variants(
-        backends, probers, exp.user_turn_variants, [*first, {"role": "assistant", "content": "42"}])
+        backends, probers, exp.user_turn_variants, with_placeholder_answer(first))
     answer_models = _answer_models(exp, [answers_as(backends[spec]) for spec in probers])
     judges = _judges(exp)
     for dataset in datasets:
@@ -121,15 +106,15 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
             warnings.warn(note, stacklevel=2)
     with RunLock(exp.output, "run"):  # one writer: a second run here fails naming this one
         store = RunStore.create(exp.output)
-        store.set_meta({"config": exp.model_dump(mode="json"), "versions": versions(),
-                        "started": time.time(), "finished": None,
-                        "models": _model_meta(backends, first),
-                        "skipped": {d.name: d.skipped for d in datasets if d.skipped},
-                        "dataset_notes": {d.name: list(d.notes) for d in datasets if d.notes}})
+        store.update_meta(config=exp.model_dump(mode="json"), versions=versions(),
+                          started=time.time(), finished=None,
+                          models=_model_meta(backends, first),
+                          skipped={d.name: d.skipped for d in datasets if d.skipped},
+                          dataset_notes={d.name: list(d.notes) for d in datasets if d.notes})
         _run_stages(store, exp, datasets, backends, probers, answer_models, perturbations,
                     judges, executor, progress)
         store.check_present()
-        store.set_meta({"finished": time.time()})
+        store.update_meta(finished=time.time())
     return store
 
 
@@ -166,20 +151,22 @@ def _human_stage(store: RunStore, dataset: Dataset,
     """The human baseline: where the data holds the real next user turn, it is stored as a user
     turn of the pseudo-model ``human`` and labelled like the models' own. Its context is the
     data's assistant answer, or (MT-Bench: a scripted second turn) the first model's answer."""
-    rows, jobs, contexts = [], [], []
+    rows: list[GenerationRow] = []
+    jobs: list[Job] = []
+    contexts: list[ContextRow] = []
     for item in dataset.items:
-        real = item.metadata.get("next_user_turn")
-        answer = item.metadata.get("data_answer") or model_answers.get(item.id, (None, ""))[1]
+        real = item.next_user_turn
+        answer = item.data_answer or model_answers.get(item.id, (None, ""))[1]
         if not real or not answer:
             continue
         context = hashlib.sha256(f"human|{item.id}|{answer}".encode()).hexdigest()[:16]
         request = Request("", GenerationParams(0.0, 1.0, 0), (), 0)
         key = generation_key("user", HUMAN, "data", "", Request(real, request.params), 0)
         jobs.append(Job(key, request, 0, dataset.name, item.id, context,
-                        answerer="data" if item.metadata.get("data_answer") else "self"))
-        contexts.append((context, "none", answer))
-        rows.append((key, "user", HUMAN, "data", "", request, 0,
-                     Generation(real, real, "stop", 0, 0)))
+                        answerer="data" if item.data_answer else "self"))
+        contexts.append(ContextRow(context, "none", answer))
+        rows.append(GenerationRow(key, "user", HUMAN, "data", "", request, 0,
+                                  Generation(real, real, "stop", 0, 0)))
     store.put_contexts(contexts)
     store.put_generations(rows)
     _replan(store, "user", HUMAN, dataset.name, jobs)
@@ -195,8 +182,7 @@ def _answer_models(exp: Experiment, probers: Sequence[str]) -> list[str]:
 
 def _data_answers(dataset: Dataset) -> dict[str, tuple[str | None, str]]:
     """The conversation's own assistant turn (items without one are left out)."""
-    return {item.id: (None, str(item.metadata["data_answer"])) for item in dataset.items
-            if item.metadata.get("data_answer")}
+    return {item.id: (None, item.data_answer) for item in dataset.items if item.data_answer}
 
 
 def _reference_answers(dataset: Dataset) -> dict[str, tuple[str | None, str]]:
@@ -212,83 +198,6 @@ def _judges(exp: Experiment) -> list[Judge]:
     return judges
 
 
-def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: str,
-                   progress: Progress | None = None, threshold: float = 0.7) -> int:
-    """Label with each judge (each under its own source); with two or more, their majority
-    becomes a source of its own that decides after the rules (:mod:`.labels.majority`).
-    Returns the turns sent, over all judges."""
-    sent = sum(judge_turns(store, judge, scope, progress, threshold=threshold)
-               for judge in judges)
-    if len(judges) > 1:
-        store_majority(store, [judge.name for judge in judges], scope)
-    return sent
-
-
-def judge_turns(store: RunStore, judge: Judge, scope: str, progress: Progress | None = None,
-                chunk: int = 32, threshold: float = 0.7) -> int:
-    """Label the run's user turns with an LLM judge: those the rules left undecided, those the
-    cascade labelled with a classifier probability below ``threshold`` (``uncertain``), or all.
-
-    Cached by judge name (which carries the rubric version) and generation key: turns this judge
-    already labelled successfully are not sent again; a failed verdict (an error label) is
-    retried by the next call. Verdicts are committed as they arrive, ``chunk`` at a time and
-    whatever was received when interrupted. Returns the number of turns sent; the outcome
-    (sent, failed, first error) is counted in ``store.tally``. The judge's labels take priority
-    over the classifier's and yield to the rules' (``all``: the judge alone decides).
-    """
-    done = store.labelled_keys(judge.name, judge.version)
-    candidates = [t for t in read_turns(store, judge.name) if t.error is None
-                  and t.key not in done]
-    turns = [t for t in candidates if _judge_wanted(t, scope, threshold)]
-    if scope == "uncertain" and candidates and not any(
-            _stored(t, CLASSIFIER) for t in candidates):
-        raise UserturnError("judge scope 'uncertain' needs the classifier's labels: run "
-                            "`userturn label RUN` first (or use --scope undecided)")
-    advance = (progress or _silent)(f"judge {judge.name}", len(turns))
-    received: list[tuple[str, str, Any]] = []
-    verdicts = judge.classify_as_done([turn.case() for turn in turns])
-    try:
-        for index, label in verdicts:
-            received.append((turns[index].key, judge.version, label))
-            store.tally.count("judge", label.error)
-            if len(received) >= chunk:
-                store.put_labels(received)
-                advance(len(received))
-                received = []
-    finally:
-        verdicts.close()  # cancels what was not sent (Ctrl-C)
-        store.put_labels(received)  # every verdict received is kept
-    offline = [s for s in store.label_sources() if s in ("rules", CLASSIFIER)] or ["rules"]
-    if scope == "all":
-        sources = [judge.name]
-    else:  # the rules' clear cases stand; the judge comes before the classifier's guesses
-        sources = [*[s for s in offline if s == "rules"], judge.name,
-                   *[s for s in offline if s == CLASSIFIER]]
-    store.set_meta({"label_sources": sources})
-    return len(turns)
-
-
-def _stored(turn: Turn, source: str) -> StoredLabel | None:
-    return next((lab for lab in turn.labels if lab.source == source), None)
-
-
-def _judge_wanted(turn: Turn, scope: str, threshold: float) -> bool:
-    """Whether the judge is asked about this turn, by scope."""
-    if scope == "all":
-        return True
-    rules = _stored(turn, RulesClassifier.name)
-    if rules is not None and rules.label is not None:
-        return False  # the rules' clear cases stand
-    if scope == "undecided":
-        return True
-    learned = _stored(turn, CLASSIFIER)
-    return learned is not None and (learned.probability or 0.0) < threshold
-
-
-def _silent(description: str, total: int) -> Callable[[int], None]:
-    return lambda n: None
-
-
 def _conversation(item: Item, exp: Experiment) -> list[Message]:
     system = [{"role": "system", "content": exp.system_prompt}] if exp.system_prompt else []
     return [*system, *item.messages]
@@ -297,7 +206,7 @@ def _conversation(item: Item, exp: Experiment) -> list[Message]:
 def _check_renders(backend: Backend, item: Item, exp: Experiment) -> None:
     messages = _conversation(item, exp)
     render_assistant_turn(backend.template, messages)
-    render_user_turn(backend.template, [*messages, {"role": "assistant", "content": "42"}])
+    render_user_turn(backend.template, with_placeholder_answer(messages))
 
 
 def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, exp: Experiment,
@@ -311,7 +220,7 @@ def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, exp: E
         key = _key("assistant", backend, prompt, request, 0)
         jobs.append(Job(key, request, 0, dataset.name, item.id, context=""))
     _replan(store, "assistant", backend.spec, dataset.name, jobs)
-    rows = _generate(store, backend, "assistant", jobs, executor, progress,
+    rows = generate_jobs(store, backend, "assistant", jobs, executor, progress,
                      f"{backend.spec} · {dataset.name} · assistant turns")
     _score(store, dataset, rows)
     return {job.item_id: (job.key, rows[job.key]["text"]) for job in jobs
@@ -335,7 +244,7 @@ def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
     """Plan and generate the user turns of one prober on one dataset: for every answerer, the
     original context and each perturbed one, at every temperature and sample."""
     jobs: list[Job] = []
-    contexts: list[tuple[str, str, str]] = []
+    contexts: list[ContextRow] = []
     thoughts = _answer_thinking(store, answer_sets) if exp.thinking == "keep" else {}
     for answerer, answers in answer_sets.items():
         texts = {item_id: text for item_id, (_, text) in answers.items()}
@@ -350,14 +259,14 @@ def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
                 policy = "|keep" if thought else ""
                 context = hashlib.sha256(
                     f"{assistant_key}|{answerer}|{spec}|{shown}{policy}".encode()).hexdigest()[:16]
-                contexts.append((context, spec, shown))
+                contexts.append(ContextRow(context, spec, shown))
                 messages = [*_conversation(item, exp), {"role": "assistant", "content": shown}]
                 prompt = user_prompt_of(backend, messages, thought)
                 jobs.extend(_user_jobs(backend, dataset, item, prompt, context, assistant_key,
                                        answerer, spec, exp))
     store.put_contexts(contexts)
     _replan(store, "user", backend.spec, dataset.name, jobs)
-    _generate(store, backend, "user", jobs, executor, progress,
+    generate_jobs(store, backend, "user", jobs, executor, progress,
               f"{backend.spec} · {dataset.name} · user turns")
 
 
@@ -410,126 +319,17 @@ def _key(role: str, backend: Backend, prompt: Prompt, request: Request, sample: 
 
 
 def _replan(store: RunStore, role: str, model: str, dataset: str, jobs: Sequence[Job]) -> None:
-    rows = [{"key": job.key, "role": role, "model": model, "dataset": job.dataset,
-             "item_id": job.item_id, "context": job.context, "temperature": job.temperature,
-             "sample_index": job.sample_index, "assistant_key": job.assistant_key,
-             "answerer": job.answerer, "perturbation": job.perturbation}
+    rows = [PlanRow(job.key, role, model, job.dataset, job.item_id, job.context,
+                    job.temperature, job.sample_index, job.assistant_key, job.answerer,
+                    job.perturbation)
             for job in jobs]
     store.replace_plan(rows, role=role, model=model, dataset=dataset)
 
 
-def _generate(store: RunStore, backend: Backend, role: str, jobs: Sequence[Job],
-              executor: Executor, progress: Progress, description: str) -> dict[str, Any]:
-    """Generate what the store lacks, unit by unit, committing each unit; return all rows."""
-    keys = [job.key for job in jobs]
-    finished = store.finished_keys(keys)
-    missing = [job for job in jobs if job.key not in finished]
-    advance = progress(description, len(jobs))
-    advance(len(jobs) - len(missing))
-    units = cut_units(_engine(backend).spec,
-                      [(job.key, job.request, f"{job.dataset}|{job.item_id}") for job in missing],
-                      executor.unit_size or backend.chunk_size, executor.lanes)
-    fmt, by_key = thinking_format(backend.template.source), {job.key: job for job in missing}
-    for result in executor.run(units):
-        advance(_store_unit(store, backend, role, result.unit, result.generations, fmt, by_key))
-    rows = store.generations(keys)
-    return {job.key: {**dict(rows[job.key]), "item_id": job.item_id} for job in jobs}
-
-
-def _store_unit(store: RunStore, backend: Backend, role: str, unit: WorkUnit,
-                generations: Sequence[Generation], fmt: ThinkingFormat,
-                jobs: Mapping[str, Job]) -> int:
-    """One unit in one transaction, leaving out keys the store already holds finished (a unit
-    that ran twice lands once); returns how many of the unit's requests it accounts for."""
-    have = store.finished_keys(list(unit.keys))
-    rows = {}
-    for key, generation in zip(unit.keys, generations):
-        if key not in have and key not in rows:
-            job = jobs[key]
-            rows[key] = (key, role, backend.spec, backend.revision, backend.template.hash,
-                         job.request, job.sample_index, _split(generation, job.request, fmt))
-            store.tally.count("generation", generation.error)
-    store.put_generations(list(rows.values()))
-    return len(unit.keys)
-
-
-def _engine(backend: Backend) -> Backend:
-    """The backend that generates for ``backend``: a thinking or user-turn variant's base model
-    (a user-turn variant of a thinking variant: the thinking variant's base)."""
-    while isinstance(backend, (ThinkingVariant, UserVariantBackend)):
-        backend = backend.base
-    return backend
-
-
-def _split(generation: Generation, request: Request, fmt: ThinkingFormat) -> Generation:
-    """Thinking out of the generated text, once for every backend: ``text`` becomes the visible
-    part (what is scored, shown and labelled), ``thinking`` is kept apart, ``raw_text`` as is."""
-    if generation.error is not None:
-        return generation
-    body = generation.raw_text or generation.text
-    for marker in request.stop:
-        if marker and body.endswith(marker):
-            body = body[:-len(marker)]
-            break
-    thinking, visible = split_thinking(body, fmt,
-                                       opened=prompt_opens_thinking(request.prompt, fmt))
-    if thinking is None and visible == body.strip():
-        return generation  # nothing to split: the backend's own text stands
-    return replace(generation, text=visible, thinking=thinking)
-
-
-LABEL_SOURCES = {"cascade": ["rules", CLASSIFIER], "classifier": [CLASSIFIER],
-                 "rules": ["rules"]}
-
-
-def label_turns(store: RunStore, labeller: str = "cascade",
-                backends: Mapping[str, Backend] | None = None, *,
-                classifier_path: Path | None = None, progress: Progress | None = None) -> int:
-    """The offline labels: the rules, and (cascade, classifier) the learned classifier on every
-    user turn, each for the turns it has not labelled at its version. The cascade resolves a
-    turn to the rules' label where they decide and to the classifier's elsewhere. Never
-    generates: re-labelling an old run changes its labels only. Returns the labels added."""
-    if labeller not in LABEL_SOURCES:
-        raise UserturnError(f"unknown labeller {labeller!r}: cascade, classifier or rules")
-    headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
-    labellers: list[Any] = [RulesClassifier()]
-    if labeller != "rules":
-        labellers.append(LearnedClassifier(path=classifier_path) if classifier_path
-                         else LearnedClassifier())
-    turns = [t for t in read_turns(store, "rules") if t.error is None]
-    count = 0
-    for source in labellers:
-        done = store.labelled_keys(source.name, source.version)
-        todo = [t for t in turns if t.key not in done]
-        advance = (progress or _silent)(f"label · {source.name}", len(todo))
-        for start in range(0, len(todo), 256):
-            batch = todo[start:start + 256]
-            store.put_labels([(t.key, source.version,
-                               source.classify(t.case(headers.get(t.model, ""))))
-                              for t in batch])
-            advance(len(batch))
-        count += len(todo)
-    # A judged run keeps its judges, between the rules' clear cases and the classifier's guesses.
-    judges = [s for s in store.label_sources() if s not in ("rules", CLASSIFIER)]
-    offline = LABEL_SOURCES[labeller]
-    sources = [*[s for s in offline if s == "rules"], *judges,
-               *[s for s in offline if s == CLASSIFIER]]
-    store.set_meta({"label_sources": sources, "labeller": labeller})
-    return count
-
-
-def _assistant_header(backend: Backend) -> str:
-    try:
-        from userturn.chat.render import derive_markers
-
-        return derive_markers(backend.template).assistant_header.strip()
-    except TemplateError:
-        return ""
-
-
 def _item_record(item: Item) -> dict[str, Any]:
     return {"id": item.id, "messages": [dict(m) for m in item.messages],
-            "reference": item.reference, "metadata": dict(item.metadata)}
+            "reference": item.reference, "metadata": dict(item.metadata),
+            "data_answer": item.data_answer, "next_user_turn": item.next_user_turn}
 
 
 def _model_meta(backends: Mapping[str, Backend], conversation: Sequence[Message]
@@ -544,8 +344,7 @@ def _model_meta(backends: Mapping[str, Backend], conversation: Sequence[Message]
 def _system_verdict(backend: Backend, conversation: Sequence[Message]) -> str:
     """What the probe prompt does with the run's system message, in plain words."""
     try:
-        return user_prompt_of(backend, [*conversation, {"role": "assistant", "content": "42"}],
-                            None).system
+        return user_prompt_of(backend, with_placeholder_answer(conversation), None).system
     except TemplateError as exc:
         return f"not rendered: {exc}"
 

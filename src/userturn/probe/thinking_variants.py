@@ -11,7 +11,12 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from userturn.backends import Backend
-from userturn.chat.render import ChatTemplate, render_assistant_turn, render_user_turn
+from userturn.chat.render import (
+    ChatTemplate,
+    render_assistant_turn,
+    render_user_turn,
+    with_placeholder_answer,
+)
 from userturn.config import Experiment
 from userturn.errors import ConfigError
 from userturn.records import Generation, Message, Request
@@ -64,7 +69,7 @@ def _probe_prompts(backend: Backend, messages: Sequence[Message], exp: Experimen
                    ) -> tuple[str, ...]:
     """The prompts a prober is given for one conversation: its answer prompt (if it answers
     itself) and the user-turn prompt."""
-    user = render_user_turn(backend.template, [*messages, {"role": "assistant", "content": "42"}])
+    user = render_user_turn(backend.template, with_placeholder_answer(messages))
     if "self" not in exp.answerers:
         return (user.text,)
     return (render_assistant_turn(backend.template, messages).text, user.text)

@@ -20,6 +20,7 @@ from rich.table import Table
 from userturn.errors import StoreError
 from userturn.labels.calibration import human_label, inclusion_probabilities, is_human
 from userturn.records import HUMAN
+from userturn.report import markup
 from userturn.report.numbers import difference, percent, temperature, temperature_label
 from userturn.stats.correction import CorrectedDifference, Observation, corrected_difference
 from userturn.stats.rates import (
@@ -284,15 +285,14 @@ def comparison_html(comparisons: Sequence[Comparison], accuracy: Sequence[Accura
     note_html = "".join(f"<p><strong>{escape(line)}</strong></p>"
                         for line in note.splitlines() if line.strip())
     return PAGE.format(a=escape(names[0]), b=escape(names[1]), note=note_html, forest=forest,
-                       table=_html_table(header, body),
-                       accuracy=_html_table(("A", "B", "dataset", "items", "A", "B",
-                                             "difference [95% CI]", "McNemar p"), acc_body))
+                       table=_escaped_table(header, body, numeric_from=5),
+                       accuracy=_escaped_table(("A", "B", "dataset", "items", "A", "B",
+                                                "difference [95% CI]", "McNemar p"), acc_body,
+                                               numeric_from=3))
 
 
-def _html_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    from html import escape
-
-    head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{escape(str(v))}</td>" for v in row) + "</tr>"
-                   for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def _escaped_table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric_from: int
+                   ) -> str:
+    """The report's table of plain values: every cell is run metadata or a number, escaped."""
+    return markup.table([markup.esc(h) for h in header],
+                        [[markup.esc(v) for v in row] for row in rows], numeric_from=numeric_from)

@@ -28,6 +28,7 @@ from userturn.stats.rates import (
     rank_correlation,
     single_sample_mcnemar,
 )
+from userturn.store.meta import RunMeta
 from userturn.store.turns import STATUSES, Answer, Turn
 
 # The stacked categories of the label plot and the browser's filter: labels, then statuses.
@@ -69,7 +70,7 @@ Joint = tuple[tuple[str, str, str, float], dict[str, Any]]  # (model, answerer, 
 @dataclass
 class Report:
     folder: Path
-    meta: Mapping[str, Any]
+    meta: RunMeta
     sources: list[str]
     rows: list[SummaryRow]
     comparisons: list[PerturbationEffect]
@@ -91,7 +92,7 @@ class Report:
 
 
 def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Path,
-                 meta: Mapping[str, Any], sources: Sequence[str],
+                 meta: RunMeta, sources: Sequence[str],
                  inclusion: Mapping[str, float] | None = None, state: Any = None) -> Report:
     """Every number of the report. ``turns`` are read with ``sources`` (the label sources in
     priority order); ``meta`` is the run's stored metadata; ``inclusion`` the human-labelled
@@ -99,7 +100,7 @@ def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Pa
     run's :class:`~userturn.store.runstate.RunState` for the header."""
     rows = summarize(turns, answers, inclusion)
     ordered = sorted(turns, key=_turn_order)
-    models = list(dict.fromkeys(meta.get("config", {}).get("models", [])))
+    models = list(dict.fromkeys(meta.config.get("models", [])))
     models += sorted({r.model for r in rows} - set(models))
     from userturn.probe.user_variants import variant_comparisons
 

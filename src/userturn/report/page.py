@@ -50,14 +50,14 @@ _NAV = [("summary", "Summary"), ("temperature", "Temperature"), ("accuracy", "Ac
 
 # -- header ----------------------------------------------------------------------------------------
 def _header(report: Report) -> str:
-    meta, config = report.meta, report.meta.get("config", {})
+    meta, config = report.meta, report.meta.config
     items = [("Run folder", f"<code>{esc(report.folder)}</code>"),
              ("Report written", esc(now()))]
-    for key, name in (("started", "Run started"), ("finished", "Run finished")):
-        if key == "finished" and (report.state is None or not report.state.finished):
+    for stamped, name in ((meta.started, "Run started"), (meta.finished, "Run finished")):
+        if name == "Run finished" and (report.state is None or not report.state.finished):
             continue  # a finish stamp of an earlier run, before this one started: not this run's
-        if isinstance(meta.get(key), (int, float)):
-            stamp = dt.datetime.fromtimestamp(meta[key], dt.timezone.utc)
+        if stamped is not None:
+            stamp = dt.datetime.fromtimestamp(stamped, dt.timezone.utc)
             items.append((name, esc(stamp.strftime("%Y-%m-%d %H:%M UTC"))))
     state = report.state
     if state is not None:
@@ -76,13 +76,13 @@ def _header(report: Report) -> str:
             counts[label.source] += 1
     items.append(("Label sources stored", esc(", ".join(f"{s} ({n})" for s, n in
                                                        sorted(counts.items()))) or "none"))
-    versions = meta.get("versions", {})
+    versions = meta.versions
     items.append(("Versions", esc(" · ".join(f"{k} {v}" for k, v in versions.items())) or "–"))
-    models = meta.get("models", {})
+    models = meta.models
     if models:
         items.append(("Models", "<br>".join(
-            f"{esc(m)} <span class='muted'>revision {esc(v.get('revision'))}, template "
-            f"{esc(v.get('template_hash'))}</span>" for m, v in models.items())))
+            f"{esc(m)} <span class='muted'>revision {esc(v.revision)}, template "
+            f"{esc(v.template_hash)}</span>" for m, v in models.items())))
     facts = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items)
     settings = "".join(f'<div><span class="k">{esc(k)}</span> {esc(_setting(v))}</div>'
                        for k, v in config.items())

@@ -22,7 +22,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from userturn.credentials import scrub, scrub_value
 from userturn.errors import StoreError
-from userturn.records import Generation, Label, Request, Score
+from userturn.records import Label, Request, Score
+from userturn.store.meta import AnnotationSample, RunMeta
+from userturn.store.rows import ContextRow, GenerationRow, PlanRow
 
 DB_NAME = "userturn.db"
 SCHEMA_VERSION = 1  # stored in meta; a store of a newer schema is refused, not misread
@@ -166,7 +168,8 @@ def _storage_errors(method):  # type: ignore[no-untyped-def]
     the database is still the one opened."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if method.__name__.startswith(("put_", "set_", "replace_", "keep_", "delete_")):
+        if method.__name__.startswith(("put_", "update_", "replace_", "keep_",
+                                            "delete_")):
             self.check_present()
         try:
             return method(self, *args, **kwargs)
@@ -202,6 +205,16 @@ class Tally:
 
 def _scrubbed(text: str | None) -> str | None:
     return None if text is None else scrub(text)
+
+
+def _generation_values(row: GenerationRow, created: float) -> tuple[Any, ...]:
+    """The ``generations`` columns of one row, in the order of the INSERT below."""
+    req, gen = row.request, row.generation
+    return (row.key, row.role, row.model, row.revision, row.template_hash, scrub(req.prompt),
+            json.dumps(list(req.stop)), req.params.temperature, req.params.top_p,
+            req.params.max_tokens, row.sample_index, req.seed, scrub(gen.text),
+            scrub(gen.raw_text), gen.finish_reason, gen.prompt_tokens, gen.completion_tokens,
+            _scrubbed(gen.error), created, _scrubbed(gen.thinking))
 
 
 class RunStore:
@@ -270,13 +283,24 @@ class RunStore:
         self.db.close()
 
     # -- metadata and items -------------------------------------------------------------------
-    def set_meta(self, values: Mapping[str, Any]) -> None:
+    def update_meta(self, **changes: Any) -> RunMeta:
+        """Change fields of the run's :class:`RunMeta` (validated first: a wrong type is a bug
+        caught here, not a report that misreads it later); returns the metadata as stored."""
+        current = self.meta()
+        updated = RunMeta.model_validate({**current.model_dump(), **changes})
         with self.db:
             self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
-                                [(k, json.dumps(scrub_value(v))) for k, v in values.items()])
+                                [(k, json.dumps(scrub_value(v)))
+                                 for k, v in updated.rows(changes).items()])
+        return updated
 
-    def meta(self) -> dict[str, Any]:
-        return {r["key"]: json.loads(r["value"]) for r in self.db.execute("SELECT * FROM meta")}
+    def put_annotation_sample(self, annotator: str, sample: AnnotationSample) -> None:
+        samples = self.meta().annotation_samples
+        self.update_meta(annotation_samples={**samples, annotator: sample})
+
+    def meta(self) -> RunMeta:
+        return RunMeta.from_rows({r["key"]: json.loads(r["value"])
+                                  for r in self.db.execute("SELECT key, value FROM meta")})
 
     def put_items(self, dataset: str, items: Iterable[Mapping[str, Any]]) -> None:
         with self.db:
@@ -289,7 +313,7 @@ class RunStore:
         return {r["item_id"]: json.loads(r["data"]) for r in rows}
 
     # -- the plan -----------------------------------------------------------------------------
-    def replace_plan(self, rows: Sequence[Mapping[str, Any]], *, role: str, model: str,
+    def replace_plan(self, rows: Sequence[PlanRow], *, role: str, model: str,
                      dataset: str) -> None:
         """The plan of one role, model and dataset, replaced as a whole."""
         with self.db:
@@ -298,7 +322,7 @@ class RunStore:
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan VALUES (:key, :role, :model, :dataset, :item_id, "
                 ":context, :temperature, :sample_index, :assistant_key, :answerer, "
-                ":perturbation)", rows)
+                ":perturbation)", [asdict(row) for row in rows])
 
     def keep_plan(self, models: Sequence[str], datasets: Sequence[str]) -> None:
         """Drop planned rows of models or datasets the current experiment no longer has."""
@@ -319,9 +343,7 @@ class RunStore:
             found.update(r["key"] for r in rows)
         return found
 
-    def put_generations(self, rows: Sequence[tuple[str, str, str, str, str, Request, int,
-                                                   Generation]]) -> None:
-        """Store (key, role, model, revision, template_hash, request, sample_index, generation)."""
+    def put_generations(self, rows: Sequence[GenerationRow]) -> None:
         now = time.time()
         with self.db:
             self.db.executemany(
@@ -329,12 +351,7 @@ class RunStore:
                 "prompt, stop, temperature, top_p, max_tokens, sample_index, seed, text, "
                 "raw_text, finish_reason, prompt_tokens, completion_tokens, error, created, "
                 "thinking) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(key, role, model, revision, template, scrub(req.prompt),
-                  json.dumps(list(req.stop)), req.params.temperature, req.params.top_p,
-                  req.params.max_tokens, sample, req.seed, scrub(gen.text), scrub(gen.raw_text),
-                  gen.finish_reason, gen.prompt_tokens, gen.completion_tokens, _scrubbed(gen.error),
-                  now, _scrubbed(gen.thinking))
-                 for key, role, model, revision, template, req, sample, gen in rows])
+                [_generation_values(row, now) for row in rows])
 
     def generations(self, keys: Sequence[str]) -> dict[str, sqlite3.Row]:
         out: dict[str, sqlite3.Row] = {}
@@ -372,6 +389,11 @@ class RunStore:
         return list(self.db.execute("SELECT key, source, version, label, rationale, error, "
                                     "probability FROM labels ORDER BY source"))
 
+    def stored_label_sources(self) -> list[str]:
+        """Every source the run holds labels from, by name."""
+        return [r["source"] for r in
+                self.db.execute("SELECT DISTINCT source FROM labels ORDER BY source")]
+
     def keys_labelled_by(self, source: str) -> list[tuple[str, str | None, str | None]]:
         """(key, label, rationale) of one source's labels, newest first (rowid breaks ties of
         equal times)."""
@@ -393,7 +415,7 @@ class RunStore:
     # -- reading a run ------------------------------------------------------------------------
     def label_sources(self) -> list[str]:
         """Which labellers decide a turn's label, first non-empty wins (set by run and judge)."""
-        return self.meta().get("label_sources", ["rules"])
+        return self.meta().label_sources
 
     def user_turn_rows(self) -> list[dict[str, Any]]:
         """Every planned user turn joined with its generation, the answer it follows (the
@@ -434,11 +456,10 @@ class RunStore:
             row["details"] = json.loads(row["details"]) if row["details"] else {}
         return found
 
-    def put_contexts(self, rows: Sequence[tuple[str, str, str]]) -> None:
-        """Store (context id, perturbation spec, the answer shown in that context)."""
+    def put_contexts(self, rows: Sequence[ContextRow]) -> None:
         with self.db:
             self.db.executemany("INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",
-                                [(c, spec, scrub(answer)) for c, spec, answer in rows])
+                                [(r.context, r.perturbation, scrub(r.answer)) for r in rows])
 
     def answer_rows(self) -> list[dict[str, Any]]:
         """Every planned assistant answer joined with its task score (``details`` decoded)."""

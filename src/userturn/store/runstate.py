@@ -64,9 +64,7 @@ def run_state(store: RunStore) -> RunState:
         "WHERE p.model != 'human' GROUP BY p.role ORDER BY p.role")
     stages = tuple(Stage(r["role"], r["planned"], r["stored"] or 0, r["failed"] or 0)
                    for r in rows)
-    finished = isinstance(meta.get("finished"), (int, float)) and (
-        meta.get("finished", 0) >= (meta.get("started") or 0))
-    return RunState(finished, holder(store.folder), stages, dict(meta.get("skipped") or {}))
+    return RunState(meta.finished_now, holder(store.folder), stages, dict(meta.skipped))
 
 
 def doctor(store: RunStore) -> list[str]:

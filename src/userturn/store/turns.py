@@ -184,9 +184,17 @@ def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> li
             answer_correct=None if row["correct"] is None else bool(row["correct"]),
             user_turn=row["text"], raw_user_turn=row["raw_text"], thinking=row["thinking"],
             finish_reason=row["finish_reason"], error=row["error"], prompt=row["prompt"],
-            messages=messages, next_user_turn=record.get("metadata", {}).get("next_user_turn"),
+            messages=messages, next_user_turn=_next_user_turn(record),
             labels=own, **_resolve(own, sources)))
     return turns
+
+
+def _next_user_turn(record: Mapping[str, Any]) -> str | None:
+    """The item's real next user turn; a run stored before items had the field keeps it in the
+    item's metadata."""
+    if "next_user_turn" in record:
+        return record["next_user_turn"]
+    return record.get("metadata", {}).get("next_user_turn")
 
 
 def _query(messages: Sequence[Message]) -> str:

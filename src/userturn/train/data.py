@@ -27,8 +27,8 @@ from userturn.chat.render import render_assistant_turn
 from userturn.config import Experiment
 from userturn.data import Dataset, load_dataset
 from userturn.data.conversations import (
+    CONVERSATION_FORMATS,
     CONVERSATION_KEYS,
-    CONVERSATION_SUFFIXES,
     content_at,
     role_at,
 )
@@ -158,7 +158,7 @@ def conversations_file(path: str | Path, *, limit: int | None = None) -> list[Co
     ``from``/``value``), messages (``messages`` of ``role``/``content``) or preference rows
     (``prompt`` messages plus a ``chosen`` reply, message or message list). Leading system
     messages are kept; the rest must alternate user and assistant, starting with the user."""
-    file = check_file(path, CONVERSATION_SUFFIXES)
+    file = check_file(path, CONVERSATION_FORMATS, "conversation data")
     rows, _ = read_rows(file, allow_truncated=True)
     out: list[Conversation] = []
     for row in rows:

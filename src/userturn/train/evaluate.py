@@ -16,11 +16,11 @@ from typing import Any
 
 from userturn.config import Experiment
 from userturn.data import Dataset
-from userturn.probe.pipeline import Progress, run_experiment
-from userturn.records import Case
+from userturn.labels.sources import judge_sources, source_order
+from userturn.labels.stages import label_with
+from userturn.probe.pipeline import run_experiment
+from userturn.records import Progress
 from userturn.report.compare import AccuracyComparison, Comparison, compare_runs, comparison_html
-from userturn.store.database import RunStore
-from userturn.store.turns import read_turns
 from userturn.train.heldout import HeldOutRules
 from userturn.train.settings import TrainSettings
 
@@ -55,11 +55,11 @@ def before_after(settings: TrainSettings, held_out: Dataset, checkpoint: Path, *
     base, tuned = runs["eval-base"], runs["eval-tuned"]
     heldout = HeldOutRules()
     for store, model in ((base, settings.model), (tuned, str(checkpoint))):
-        label_turns(store, heldout, _assistant_header(model))
-    labellers: dict[str, list[str]] = {"cascade": ["rules", "classifier"],
+        label_with(store, [heldout], {model: _assistant_header(model)})
+    labellers: dict[str, list[str]] = {"cascade": source_order("cascade"),
                                        f"{heldout.name} (played no part in training)":
                                        [heldout.name]}
-    judged = [s for s in tuned.label_sources() if s not in ("rules", "classifier", heldout.name)]
+    judged = judge_sources(tuned.label_sources())
     if judged:
         labellers[f"{judged[0]} (played no part in training)"] = judged[:1]
     other = (f": the held-out rule set and {judged[0]}" if judged else
@@ -84,16 +84,6 @@ def _assistant_header(model: str) -> str:
     from userturn.chat.render import derive_markers
 
     return derive_markers(load_template(model)).assistant_header.strip()
-
-
-def label_turns(store: RunStore, classifier: HeldOutRules, assistant_header: str) -> None:
-    """Label every user turn of a run that this labeller has not labelled yet."""
-    done = store.labelled_keys(classifier.name, classifier.version)
-    rows = [(t.key, classifier.version,
-             classifier.classify(Case(t.query, t.answer, t.user_turn, t.raw_user_turn,
-                                      assistant_header)))
-            for t in read_turns(store, "rules") if t.error is None and t.key not in done]
-    store.put_labels(rows)
 
 
 def summary_rows(result: BeforeAfter) -> list[dict[str, Any]]:

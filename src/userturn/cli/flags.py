@@ -1,0 +1,166 @@
+"""Command-line flags generated from a settings model's fields, so a setting is named, typed,
+documented and defaulted once (in the model) and the CLI, a YAML file and the stored config all
+call it the same. A field's flag is ``--field-name`` with a parser chosen from its type; a
+``Flag`` entry covers the few that read better renamed, repeated or parsed another way."""
+
+from __future__ import annotations
+
+import argparse
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+
+from userturn.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one field appears on the command line where ``--field-name`` and its type's parser
+    do not fit: other names, one value per use (``repeat``), its own parser, and ``collect``
+    to turn the repeated values into the field's value."""
+
+    names: tuple[str, ...] = ()
+    repeat: bool = False
+    parse: Callable[[str], Any] | None = None
+    collect: Callable[[list[Any]], Any] | None = None
+    metavar: str | None = None
+    required: bool = False
+
+
+def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel],
+              table: Mapping[str, Flag] | None = None) -> None:
+    """One flag per field of ``model``; each defaults to None (unset: the file's value, else
+    the model's default), so flags override a config file only where given."""
+    table = table or {}
+    unknown = set(table) - set(model.model_fields)
+    if unknown:  # a renamed field left behind in the table
+        raise TypeError(f"flag table names no field of {model.__name__}: {sorted(unknown)}")
+    for name, field in model.model_fields.items():
+        flag = table.get(name, Flag())
+        names = flag.names or ("--" + name.replace("_", "-"),)
+        kwargs: dict[str, Any] = {"dest": name, "default": None,
+                                  "help": _help(field, flag.repeat)}
+        if flag.metavar:
+            kwargs["metavar"] = flag.metavar
+        if flag.required:
+            kwargs["required"] = True
+        if flag.parse is None and not flag.repeat:
+            kwargs.update(_by_type(model, name, field.annotation))
+        if flag.parse is not None:
+            kwargs["type"] = flag.parse
+        if flag.repeat:
+            kwargs["action"] = "append"
+        if "choices" not in kwargs and kwargs.get("action") is not argparse.BooleanOptionalAction:
+            kwargs.setdefault("metavar", names[0].lstrip("-").replace("-", "_").upper())
+        parser.add_argument(*names, **kwargs)
+
+
+def flag_values(args: argparse.Namespace, model: type[BaseModel],
+                table: Mapping[str, Flag] | None = None) -> dict[str, Any]:
+    """The fields the flags set (None: not given), collected into each field's shape."""
+    table = table or {}
+    values: dict[str, Any] = {}
+    for name in model.model_fields:
+        value = getattr(args, name)
+        collect = table[name].collect if name in table else None
+        values[name] = collect(value) if collect is not None and value is not None else value
+    return values
+
+
+def _by_type(model: type[BaseModel], name: str, annotation: Any) -> dict[str, Any]:
+    """The argparse options for a field from its type (None left out of a union)."""
+    kinds = [a for a in typing.get_args(annotation) if a is not type(None)] \
+        if _is_union(annotation) else [annotation]
+    if kinds == [bool]:
+        return {"action": argparse.BooleanOptionalAction}
+    if len(kinds) == 1 and typing.get_origin(kinds[0]) is Literal:
+        return {"choices": typing.get_args(kinds[0])}
+    if kinds in ([int], [float], [str], [Path]):
+        return {"type": {float: number}.get(kinds[0], kinds[0])}
+    if len(kinds) == 1 and typing.get_origin(kinds[0]) is list:
+        item = typing.get_args(kinds[0])[0]
+        if item in (float, bool, str):
+            return {"type": {float: numbers, bool: on_off, str: names}[item]}
+    raise TypeError(f"{model.__name__}.{name}: no command-line form for {annotation}; give it "
+                    "a Flag entry (e.g. repeated KEY=VALUE collected by key_values)")
+
+
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType)
+
+
+def _help(field: FieldInfo, repeated: bool) -> str:
+    """The field's description and its default (argparse reads %-formats in help: escaped).
+    A default of None goes unsaid: the description says what unset means."""
+    parts = [field.description or ""]
+    if repeated:
+        parts.append("repeat the flag for several")
+    default = field.get_default(call_default_factory=True)
+    if isinstance(default, bool):
+        parts.append(f"default: {'on' if default else 'off'}")
+    elif default is not None:
+        shown = ",".join(str(v) for v in default) if isinstance(default, (list, dict)) else \
+            str(default)
+        parts.append(f"default: {shown or 'none'}")
+    return "; ".join(part for part in parts if part).replace("%", "%%")
+
+
+def number(text: str) -> float:
+    """A number; its range (nan and inf included) is the setting's to check, in one line."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def numbers(text: str) -> list[float]:
+    """A comma list of finite numbers, e.g. ``0,0.7,1``."""
+    try:
+        return [number(part) for part in text.split(",") if part.strip()]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a comma list of numbers, got {text!r}") \
+            from None
+
+
+def names(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def on_off(text: str) -> list[bool]:
+    values = {"on": True, "off": False, "true": True, "false": False}
+    try:
+        return [values[part.strip().lower()] for part in text.split(",") if part.strip()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"expected on, off or on,off, got {text!r}") from None
+
+
+def count_or_all(text: str) -> int | str:
+    """A count, or ``all`` for no limit (as ``limit: all`` in a file)."""
+    if text.strip().lower() == "all":
+        return "all"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or all, got {text!r}") \
+            from None
+
+
+def key_values(pairs: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` flags to a mapping; each value read as YAML reads it (``4`` a number,
+    ``true`` a boolean, ``[0, 1]`` a list), as the same key in a config file would be."""
+    mapping: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"bad setting {pair!r}: write KEY=VALUE, e.g. n_ctx=4096")
+        try:
+            mapping[key.strip()] = yaml.safe_load(text) if text.strip() else ""
+        except yaml.YAMLError:
+            raise ConfigError(f"bad setting {pair!r}: the value is not valid YAML") from None
+    return mapping

@@ -1,0 +1,120 @@
+"""A run's metadata as one typed value: what ran, when, with which versions, and how its turns
+are labelled.
+
+The store keeps it in its ``meta`` table, one JSON value per key (an annotator's sample under
+``annotation_sample:NAME``); :meth:`RunMeta.from_rows` and :meth:`RunMeta.rows` are the only
+translation between the two, and only :class:`~userturn.store.database.RunStore` calls them.
+Older runs lack some keys (defaults stand in) or hold keys this version no longer writes (kept as
+extra fields, written back unchanged).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from userturn.records import Labeller
+
+SAMPLE_PREFIX = "annotation_sample:"
+
+
+class ModelMeta(BaseModel):
+    """One probed or answering model as the run used it."""
+
+    model_config = ConfigDict(extra="allow")  # variant and template details vary by backend
+
+    revision: str = ""
+    template_hash: str = ""
+    system_message: str | None = None
+    """What the probe prompt did with the run's system message, in plain words."""
+    template_variables: dict[str, Any] | None = None
+    user_turn_variant: str | None = None
+    base_model: str | None = None
+
+
+class AnnotationSample(BaseModel):
+    """The turns one annotator was given, and how they were drawn."""
+
+    model_config = ConfigDict(extra="allow")
+
+    keys: list[str]
+    size: int
+    seed: int
+    strata_source: str | None = None
+    """The source whose labels stratified the sample (an annotation sample)."""
+    labeller: list[str] | None = None
+    """The label sources a calibration sample was stratified by."""
+    inclusion: dict[str, float] | None = None
+    """A calibration sample's inclusion probability of each key."""
+
+    @property
+    def calibration(self) -> bool:
+        return self.inclusion is not None
+
+
+class RunMeta(BaseModel):
+    """Everything a run records about itself besides its generations and labels."""
+
+    model_config = ConfigDict(extra="allow")
+
+    config: dict[str, Any] = Field(default_factory=dict)
+    """The experiment as run (``Experiment.model_dump``), kept as written: an older run's
+    settings stay readable after the experiment's fields change."""
+    versions: dict[str, str] = Field(default_factory=dict)
+    started: float | None = None
+    finished: float | None = None
+    """When the run last finished (None: it has not, or stopped early)."""
+    models: dict[str, ModelMeta] = Field(default_factory=dict)
+    skipped: dict[str, int] = Field(default_factory=dict)
+    """Dataset -> rows skipped at load as invalid."""
+    dataset_notes: dict[str, list[str]] = Field(default_factory=dict)
+    label_sources: list[str] = Field(default_factory=lambda: ["rules"])
+    """Which sources decide a turn's label, in order: the first that labelled it wins."""
+    labeller: Labeller | None = None
+    """The offline labeller of the run (None: a run labelled before it was recorded)."""
+    annotation_samples: dict[str, AnnotationSample] = Field(default_factory=dict)
+    """Annotator name -> the sample they label."""
+    schema_version: int | None = None
+
+    @property
+    def finished_now(self) -> bool:
+        """Whether the latest run into the folder finished (a stamp from an earlier run that a
+        later one restarted does not count)."""
+        return self.finished is not None and self.finished >= (self.started or 0)
+
+    @property
+    def offline_labeller(self) -> Labeller:
+        """The run's offline labeller; for a run that did not record it, what its label
+        sources show."""
+        if self.labeller is not None:
+            return self.labeller
+        has_rules, has_classifier = ("rules" in self.label_sources,
+                                     "classifier" in self.label_sources)
+        if has_classifier:
+            return "cascade" if has_rules else "classifier"
+        return "rules"
+
+    @classmethod
+    def from_rows(cls, rows: Mapping[str, Any]) -> RunMeta:
+        """The metadata from the store's key -> decoded JSON rows."""
+        samples = {key[len(SAMPLE_PREFIX):]: value for key, value in rows.items()
+                   if key.startswith(SAMPLE_PREFIX)}
+        plain = {key: value for key, value in rows.items() if not key.startswith(SAMPLE_PREFIX)}
+        return cls.model_validate({**plain, "annotation_samples": samples})
+
+    def rows(self, fields: Iterable[str]) -> dict[str, Any]:
+        """The store rows (key -> JSON-ready value) that hold ``fields``."""
+        out: dict[str, Any] = {}
+        for name in fields:
+            if name == "annotation_samples":
+                out.update({f"{SAMPLE_PREFIX}{annotator}": sample.model_dump(exclude_none=True)
+                            for annotator, sample in self.annotation_samples.items()})
+            elif name == "models":
+                out[name] = {spec: model.model_dump(exclude_none=True)
+                             for spec, model in self.models.items()}
+            elif name in type(self).model_fields:
+                out[name] = self.model_dump(mode="json", include={name})[name]
+            else:
+                out[name] = (self.model_extra or {})[name]
+        return out

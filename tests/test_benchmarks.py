@@ -1,0 +1,157 @@
+"""Every script in benchmarks/ runs: each is started as `make bench` or a reader of the docs would
+start it, on the tiny model with the smallest arguments, and must exit 0 and print its figure line.
+A signature change inside userturn then fails here, not in the README's performance command.
+
+GPU scripts are marked ``gpu`` and skip without CUDA; scripts that need an optional package (ray,
+lm-eval) skip when it is absent."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+
+
+@dataclass(frozen=True)
+class Smoke:
+    """How to smoke-run one script: its arguments, the line its figure is printed on, and what it
+    needs beyond the default install."""
+
+    args: tuple[str, ...]
+    figure: str  # a regular expression one line of stdout must match
+    needs: tuple[str, ...] = ()  # importable modules; absent: skip
+    gpu: bool = False
+
+
+TINY = ("--model", "tiny", "--items", "2", "--max-tokens", "4", "--repeats", "1")
+NUMBER = r"-?\d+(\.\d+)?"
+
+SMOKES = {
+    "overhead.py": Smoke(TINY, rf"^greedy +userturn +{NUMBER}s +bare generate +{NUMBER}s +"
+                               rf"ratio {NUMBER} \(median ratio {NUMBER}\)$"),
+    "backends.py": Smoke(("--backend", "transformers", *TINY, "--greedy-only"),
+                         rf"^greedy +userturn +{NUMBER} tok/s +bare +{NUMBER} tok/s +ratio "
+                         rf"{NUMBER} \(median\) .* wall-time ratio {NUMBER} +\[\d+ vs \d+ tokens\]$"),
+    "lmeval_compare.py": Smoke(TINY, rf"ratio userturn/lm-eval {NUMBER} +identical answers \d+/2$",
+                               needs=("lm_eval",)),
+    "labelling_cost.py": Smoke(("--model", "tiny", "--turns", "2", "--max-tokens", "4"),
+                               rf"^labelling / generation time: {NUMBER}$"),
+    "coverage.py": Smoke(("--runs", "20", "--resamples", "20"),
+                         rf"^clustered Wilson: coverage min {NUMBER}, mean {NUMBER}, max "
+                         rf"{NUMBER} over \d+ designs, 20 runs each$"),
+    # The test split: the shipped labellers (the dev split fits every family, minutes on a CPU).
+    "classifier_compare.py": Smoke(("--split", "test", "--limit", "60"),
+                                   rf"^  cascade +\[{NUMBER}, {NUMBER}\] +\[{NUMBER}, {NUMBER}\]"),
+    "calibration_demo.py": Smoke(("--size", "3"), rf"^gsm +none +T=0 +{NUMBER}% +\(\d+ of 4\)$"),
+    "soak.py": Smoke(("--kills", "1", "--items", "2", "--samples", "1", "--max-delay", "1"),
+                     r'^  "ok": true$'),
+    "ray_scaling.py": Smoke(("--limit", "2", "--samples", "1", "--max-tokens", "4",
+                             "--unit-size", "2"),
+                            rf"^ratio 2 actors / 1 actor: {NUMBER}$", needs=("ray",)),
+    "gpu_smoke.py": Smoke(("--max-tokens", "4"), r"^PASS transformers cuda greedy == cpu greedy",
+                          needs=("torch",), gpu=True),
+    "gpu_train.py": Smoke(("--size", "tiny", "--steps", "2", "--batch-size", "2", "--seq-len",
+                           "64", "--new-tokens", "4"), r'^\{"size": "tiny", "params": \d+',
+                          needs=("torch", "peft"), gpu=True),
+    "gpu_ray_vllm.py": Smoke(("--limit", "2", "--samples", "1", "--max-tokens", "4"),
+                             r"^PASS both runs stored every planned generation$",
+                             needs=("ray", "vllm"), gpu=True),
+}
+
+
+def test_every_benchmark_script_has_a_smoke_run():
+    """A new script in benchmarks/ must get its smoke arguments here."""
+    assert sorted(p.name for p in BENCHMARKS.glob("*.py")) == sorted(SMOKES)
+
+
+def test_benchmarks_import_no_private_userturn_name():
+    private = re.compile(r"^\s*from userturn[\w.]* import .*\b_\w+|userturn[\w.]*\._\w+", re.M)
+    offenders = {p.name: private.findall(p.read_text()) for p in BENCHMARKS.glob("*.py")}
+    assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def _cuda() -> bool:
+    if importlib.util.find_spec("torch") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _params() -> list:
+    return [pytest.param(name, marks=[pytest.mark.gpu] if smoke.gpu else [],
+                         id=name.removesuffix(".py")) for name, smoke in sorted(SMOKES.items())]
+
+
+def run_script(name: str, args: tuple[str, ...], cwd: Path) -> subprocess.CompletedProcess[str]:
+    # The working tree's userturn, whatever is installed; offline, as `make bench` on a clean clone.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
+                                                        os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"}
+    return subprocess.run([sys.executable, str(BENCHMARKS / name), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("name", _params())
+def test_benchmark_runs_and_prints_its_figure(name, tmp_path):
+    smoke = SMOKES[name]
+    for module in smoke.needs:
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{name} needs {module}, not installed here")
+    if smoke.gpu and not _cuda():
+        pytest.skip(f"{name} needs a CUDA GPU")
+    args = smoke.args
+    if name == "calibration_demo.py":
+        args = ("--run", str(corpus_run(tmp_path / "corpus-run")), *args)
+    if name == "soak.py":
+        args = (*args, "--workdir", str(tmp_path / "soak"))
+    result = run_script(name, args, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert any(re.search(smoke.figure, line) for line in lines), result.stdout[-3000:]
+
+
+def corpus_run(folder: Path) -> Path:
+    """A finished run of four GSM-style items whose every answer and user turn is a turn of the
+    shipped corpus (what calibration_demo.py reads its truth from), made by a scripted backend."""
+    from userturn.backends.fake import USER_HEADER, ScriptedBackend
+    from userturn.config import Experiment
+    from userturn.labels.corpus import corpus_examples
+    from userturn.probe.pipeline import run_experiment
+
+    chosen, queries, answers = [], set(), set()
+    for ex in corpus_examples():
+        case = ex.case
+        plain = all(t == t.strip() and "<|" not in t and "<think" not in t and "\n\n\n" not in t
+                    for t in (case.query, case.answer, case.user_turn))
+        if (plain and ex.source == "generated" and case.user_turn and "####" not in case.query
+                and case.query not in queries and case.answer not in answers):
+            chosen.append(case)
+            queries.add(case.query)
+            answers.add(case.answer)
+        if len(chosen) == 4:
+            break
+
+    def script(request) -> str:  # type: ignore[no-untyped-def]
+        if request.prompt.endswith(USER_HEADER):
+            return next(c.user_turn for c in chosen if c.answer in request.prompt)
+        return next(c.answer for c in chosen if c.query in request.prompt)
+
+    data = folder.parent / "gsm.jsonl"
+    data.write_text("".join(json.dumps({"question": c.query, "answer": "#### 1"}) + "\n"
+                            for c in chosen), encoding="utf-8")
+    exp = Experiment(models=["fake/corpus"], datasets=[str(data)], temperatures=[0.0],
+                     max_tokens=4096, user_max_tokens=4096, output=folder)
+    backend = ScriptedBackend(script, spec="fake/corpus")
+    run_experiment(exp, backends={"fake/corpus": backend}).close()
+    return folder

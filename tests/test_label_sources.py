@@ -1,0 +1,119 @@
+"""Which label source decides a turn, in which order, for every labeller and judge setting; and
+that every labelling stage shows a classifier the same case (``Turn.case``)."""
+
+from __future__ import annotations
+
+import pytest
+from openai_fake import FakeOpenAI
+from test_judge_pipeline import script
+from test_pipeline import experiment
+from test_reasoning_pipeline import experiment as thinking_experiment
+from test_render_golden import load
+
+from userturn.backends.fake import ScriptedBackend
+from userturn.labels.sources import source_order
+from userturn.labels.stages import label_with
+from userturn.probe.pipeline import run_experiment
+from userturn.records import Case, Label, Request
+from userturn.store.database import RunStore
+from userturn.store.turns import read_turns
+from userturn.train.heldout import HeldOutRules
+
+A, B = "judge:openai/a@rubric1", "judge:openai/b@rubric1"
+
+
+@pytest.mark.parametrize(("labeller", "judges", "scope", "expected"), [
+    ("cascade", [], "undecided", ["rules", "classifier"]),
+    ("rules", [], "undecided", ["rules"]),
+    ("classifier", [], "undecided", ["classifier"]),
+    ("cascade", [A], "undecided", ["rules", A, "classifier"]),
+    ("cascade", [A], "uncertain", ["rules", A, "classifier"]),
+    ("rules", [A], "undecided", ["rules", A]),
+    ("classifier", [A], "undecided", [A, "classifier"]),
+    ("cascade", [A, B], "undecided", ["rules", "judges:majority", "classifier"]),
+    ("classifier", [A, B], "undecided", ["judges:majority", "classifier"]),
+    ("rules", [A, B], "undecided", ["rules", "judges:majority"]),
+    ("cascade", [A], "all", [A]),
+    ("classifier", [A, B], "all", ["judges:majority"]),
+    ("cascade", ["judges:majority"], "undecided", ["rules", "judges:majority", "classifier"]),
+])
+def test_source_order(labeller, judges, scope, expected):
+    assert source_order(labeller, judges, scope) == expected
+
+
+def judged_run(gsm_file, tmp_path, judges: list[str], labeller: str) -> RunStore:
+    with FakeOpenAI() as fake:
+        fake.verdict = lambda messages: {"label": "meta", "rationale": "Narrates."}
+        exp = experiment(gsm_file, tmp_path, labeller=labeller, judge=judges,
+                         judge_base_url=fake.url)
+        return run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+
+
+def test_a_classifier_run_with_one_judge_never_lets_the_rules_decide(gsm_file, tmp_path):
+    store = judged_run(gsm_file, tmp_path, ["openai/a"], "classifier")
+    assert store.label_sources() == [A, "classifier"]
+    turns = read_turns(store)
+    assert {t.label_source for t in turns} == {A, "classifier"}
+    # The greedy "Thanks!" is the rules' clear case: the judge was not asked, the classifier
+    # decides it (the rules labelled it too, but they are not this run's labeller).
+    greedy = [t for t in turns if t.temperature == 0]
+    assert {t.label_source for t in greedy} == {"classifier"}
+
+
+def test_a_classifier_run_with_two_judges_puts_their_majority_first(gsm_file, tmp_path):
+    store = judged_run(gsm_file, tmp_path, ["openai/a", "openai/b"], "classifier")
+    assert store.label_sources() == ["judges:majority", "classifier"]
+    turns = read_turns(store)
+    assert "rules" not in {t.label_source for t in turns}
+    sampled = [t for t in turns if t.temperature > 0]
+    assert {(t.label, t.label_source) for t in sampled} == {("meta", "judges:majority")}
+
+
+def test_relabelling_a_judged_run_keeps_the_majority_in_its_place(gsm_file, tmp_path):
+    from userturn.labels.stages import label_turns
+
+    store = judged_run(gsm_file, tmp_path, ["openai/a", "openai/b"], "cascade")
+    assert store.label_sources() == ["rules", "judges:majority", "classifier"]
+    label_turns(store, "classifier")
+    assert store.label_sources() == ["judges:majority", "classifier"]
+    assert store.meta().labeller == "classifier"
+
+
+class Seen:
+    """A labeller that records what it was shown."""
+
+    name, version = "seen", "1"
+
+    def __init__(self) -> None:
+        self.cases: list[Case] = []
+
+    def classify(self, case: Case) -> Label:
+        self.cases.append(case)
+        return Label(None, source=self.name)
+
+
+def thoughtful(request: Request) -> str:
+    """User turns that think first (the thinking reads as narration, the visible turn asks)."""
+    if request.prompt.endswith("<|im_start|>user\n"):
+        return "<think>\nThe user is asking something.\n</think>\n\nWhy 6?"
+    return "The answer is 5."
+
+
+def test_labellers_see_the_visible_turn_with_the_thinking_apart(gsm_file, tmp_path):
+    """The post-training evaluation labels through the same stage as the run, so its held-out
+    rules see what every classifier sees: the visible turn, its thinking apart."""
+    template = load("qwen3")
+    template = template.__class__(template.source, "fake/qwen3", None, "<|im_end|>")
+    backend = ScriptedBackend(thoughtful, spec="fake/qwen3", template=template)
+    store = run_experiment(thinking_experiment(gsm_file, tmp_path / "run", user_max_tokens=64),
+                           backends={"fake/qwen3": backend})
+    seen = Seen()
+    header = "<|im_start|>assistant"
+    added = label_with(store, [seen, HeldOutRules()], {"fake/qwen3": header})
+    turns = read_turns(store, "heldout-rules")
+    assert added == 2 * len(turns) == 2 * 3
+    assert {(c.user_turn, c.raw_user_turn, c.assistant_header) for c in seen.cases} == {
+        ("Why 6?", "Why 6?", header)}
+    assert {c.thinking for c in seen.cases} == {"The user is asking something."}
+    assert all({"seen", "heldout-rules"} <= {lab.source for lab in t.labels} for t in turns)
+    assert label_with(store, [seen, HeldOutRules()], {"fake/qwen3": header}) == 0  # cached
