@@ -151,7 +151,7 @@ def test_imported_samples_are_a_run_with_the_same_keys_turns_and_tables(fake_run
         (a.key, a.correct, a.text) for a in fake_run.answers()]
     assert [(r.follow_up.hits, r.follow_up.n) for r in run.summary()] == [
         (r.follow_up.hits, r.follow_up.n) for r in fake_run.summary()]
-    assert run.meta["imported_from"]["harness"] == "lm-eval"
+    assert (run.meta.model_extra or {})["imported_from"]["harness"] == "lm-eval"
     assert main(["report", str(imported)]) == 0
     assert main(["compare", str(fake_run.folder), str(imported)]) == 0
 

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 
 from userturn.errors import ConfigError
+from userturn.records import LABELLERS
 
 Subparsers = Any  # argparse's subparsers action (its class is private to argparse)
 
@@ -40,7 +41,7 @@ def add_integration_parsers(sub: Subparsers) -> None:
                           help="samples_*.jsonl files, or lm-eval's --output_path folder")
     imported.add_argument("--from", dest="harness", choices=("lm-eval",), required=True)
     imported.add_argument("-o", "--out", type=Path, required=True, help="the new run folder")
-    imported.add_argument("--labeller", choices=("cascade", "classifier", "rules"),
+    imported.add_argument("--labeller", choices=LABELLERS,
                           help="offline labeller (default: the exported run's)")
     imported.set_defaults(handler=_import)
 

@@ -21,11 +21,12 @@ import yaml
 from userturn import __version__
 from userturn.integrations.folders import write_folder
 from userturn.integrations.optional import require
-from userturn.labels.calibration import inclusion_probabilities
 from userturn.labels.corpus import CORPUS_FILE
-from userturn.report.summary import SummaryRow, summarize
+from userturn.report.summary import SummaryRow
+from userturn.report.view import read_run
 from userturn.store.database import RunStore
-from userturn.store.turns import Turn, read_answers, read_turns
+from userturn.store.meta import RunMeta
+from userturn.store.turns import COLUMNS, Turn
 
 # The licences of the sources userturn names itself (docs/datasets.md, docs/corpus.md). A local
 # file or a hub model we do not know is "unknown": the card says so, and the sharer must fill it.
@@ -41,11 +42,9 @@ def export_run(store: RunStore, out: Path, *, force: bool = False) -> int:
     """Write the run's user turns (one row each, with every label source) as a dataset folder
     with its card; returns the number of rows."""
     datasets = require("datasets", "the Hugging Face dataset export")
-    turns = read_turns(store)
-    meta = store.meta()
-    rows = [turn_row(turn) for turn in turns]
-    summary = summarize(turns, read_answers(store), inclusion_probabilities(store, turns))
-    card = run_card(meta, turns, summary, Path(store.folder).name)
+    view = read_run(store)
+    rows = [turn_row(turn) for turn in view.turns]
+    card = run_card(view.meta, view.turns, view.summary(), Path(store.folder).name)
 
     def build(folder: Path) -> None:
         table = datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict(
@@ -60,8 +59,6 @@ def export_run(store: RunStore, out: Path, *, force: bool = False) -> int:
 
 
 def turn_columns() -> list[str]:
-    from userturn.store.turns import COLUMNS
-
     return [*COLUMNS, "messages", "labels"]
 
 
@@ -75,13 +72,13 @@ def turn_row(turn: Turn) -> dict[str, Any]:
                         "error": lab.error} for lab in turn.labels]}
 
 
-def run_card(meta: Mapping[str, Any], turns: Sequence[Turn], summary: Sequence[SummaryRow],
+def run_card(meta: RunMeta, turns: Sequence[Turn], summary: Sequence[SummaryRow],
              name: str) -> str:
-    models = sorted({t.model for t in turns} or set(meta.get("models", {})))
+    models = sorted({t.model for t in turns} or set(meta.models))
     datasets = sorted({t.dataset for t in turns})
     sources = sorted({lab.source for t in turns for lab in t.labels})
-    revisions = {spec: info.get("revision") for spec, info in meta.get("models", {}).items()}
-    config = meta.get("config", {})
+    revisions = {spec: info.revision or None for spec, info in meta.models.items()}
+    config = meta.config
     header = {
         "pretty_name": f"userturn run {name}",
         "license": _licence([*models, *datasets]),
@@ -97,7 +94,7 @@ def run_card(meta: Mapping[str, Any], turns: Sequence[Turn], summary: Sequence[S
                        for m in models],
             "datasets": [{"name": d, "license": _licence([d])} for d in datasets],
             "label_sources": sources,
-            "label_order": meta.get("label_sources", ["rules"]),
+            "label_order": meta.label_sources,
             "decoding": {"temperatures": config.get("temperatures"),
                          "top_p": config.get("top_p"),
                          "user_max_tokens": config.get("user_max_tokens")},

@@ -12,16 +12,17 @@ from __future__ import annotations
 import math
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from userturn import __version__
 from userturn.errors import UserturnError
 from userturn.integrations.optional import require
-from userturn.labels.calibration import inclusion_probabilities
-from userturn.report.summary import SummaryRow, summarize
+from userturn.report.summary import SummaryRow
+from userturn.report.view import read_run
 from userturn.store.atomic import refuse_to_replace, write_file
 from userturn.store.database import RunStore
-from userturn.store.turns import Turn, read_answers, read_turns
+from userturn.store.meta import RunMeta
+from userturn.store.turns import Turn
 
 TASK = "userturn"
 PURPOSE = "the Inspect log export"
@@ -35,18 +36,16 @@ def export_inspect(store: RunStore, out: Path, *, force: bool = False) -> int:
     if out.suffix not in (".eval", ".json"):
         raise UserturnError(f"{out}: an Inspect log is a .eval (or .json) file")
     refuse_to_replace(out, force)
-    turns = read_turns(store)
-    meta = store.meta()
-    summary = summarize(turns, read_answers(store), inclusion_probabilities(store, turns))
-    system = (meta.get("config") or {}).get("system_prompt")
-    samples = [_sample(turn, system) for turn in turns]
+    view = read_run(store)
+    meta = view.meta
+    samples = [_sample(turn, meta.config.get("system_prompt")) for turn in view.turns]
     log = log_module.EvalLog(
-        status="success", eval=_spec(meta, turns, Path(store.folder)),
+        status="success", eval=_spec(meta, view.turns, Path(store.folder)),
         results=log_module.EvalResults(total_samples=len(samples),
                                        completed_samples=len(samples),
-                                       scores=[_score(row) for row in summary]),
-        stats=log_module.EvalStats(started_at=_when(meta.get("started")),
-                                   completed_at=_when(meta.get("finished"))),
+                                       scores=[_score(row) for row in view.summary()]),
+        stats=log_module.EvalStats(started_at=_when(meta.started),
+                                   completed_at=_when(meta.finished)),
         samples=samples)
 
     def write(path: Path) -> None:
@@ -59,16 +58,16 @@ def export_inspect(store: RunStore, out: Path, *, force: bool = False) -> int:
     return len(samples)
 
 
-def _spec(meta: Mapping[str, Any], turns: Sequence[Turn], folder: Path) -> Any:
+def _spec(meta: RunMeta, turns: Sequence[Turn], folder: Path) -> Any:
     from inspect_ai.log import EvalConfig, EvalDataset, EvalSpec
     from inspect_ai.model import GenerateConfig
 
-    config = meta.get("config") or {}
-    models = sorted({t.model for t in turns}) or sorted(meta.get("models", {}))
+    config = meta.config
+    models = sorted({t.model for t in turns}) or sorted(meta.models)
     datasets = sorted({t.dataset for t in turns})
     temperatures = sorted({t.temperature for t in turns})
     return EvalSpec(
-        created=_when(meta.get("started")) or datetime.now(timezone.utc).isoformat(),
+        created=_when(meta.started) or datetime.now(timezone.utc).isoformat(),
         task=TASK, task_version=0,
         dataset=EvalDataset(name=", ".join(datasets), location=str(folder),
                             samples=len(turns)),
@@ -81,8 +80,8 @@ def _spec(meta: Mapping[str, Any], turns: Sequence[Turn], folder: Path) -> Any:
         config=EvalConfig(),
         metadata={"userturn_version": __version__, "run": str(folder), "models": models,
                   "datasets": datasets, "temperatures": temperatures,
-                  "label_sources": meta.get("label_sources", ["rules"]),
-                  "config": config, "versions": meta.get("versions", {})})
+                  "label_sources": meta.label_sources, "config": config,
+                  "versions": meta.versions})
 
 
 def _sample(turn: Turn, system: str | None) -> Any:

@@ -19,9 +19,8 @@ from inspect_ai.scorer import (
 from inspect_ai.solver import TaskState
 
 from userturn.errors import ConfigError
-from userturn.records import Case, Label
+from userturn.records import LABELLERS, Case, Label, Labeller
 
-LABELLERS = ("cascade", "rules", "classifier")
 UNDECIDED, INVALID = "undecided", "invalid"
 
 
@@ -44,7 +43,7 @@ def _label_of(score: Score) -> str:
 
 
 @scorer(metrics=[follow_up_rate()])
-def user_turn_label(labeller: str = "cascade", judge: str | None = None,
+def user_turn_label(labeller: Labeller = "cascade", judge: str | None = None,
                     judge_base_url: str | None = None) -> Scorer:
     """Label the last user message of each sample with userturn's labeller.
 
@@ -86,7 +85,7 @@ def last_user_turn(messages: Sequence[tuple[str, str]]) -> Case | str:
     return Case(query, messages[answers[-1]][1], text.strip(), text)
 
 
-def _labeller(labeller: str, judge: str | None, base_url: str | None) -> Any:
+def _labeller(labeller: Labeller, judge: str | None, base_url: str | None) -> Any:
     """case -> Label: the rules first where they take part; then the judge, or the classifier."""
     if labeller not in LABELLERS:
         raise ConfigError(f"unknown labeller {labeller!r}: {', '.join(LABELLERS)}")

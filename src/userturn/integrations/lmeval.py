@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -29,6 +29,7 @@ from userturn.errors import UserturnError
 from userturn.integrations.folders import write_folder
 from userturn.records import HUMAN
 from userturn.store.database import RunStore
+from userturn.store.rows import PlanRow
 
 FORMAT = "userturn-lm-eval/1"
 DOCS_LOADER = "userturn_docs.py"
@@ -71,12 +72,12 @@ class ExportedTask:
 def export_task(store: RunStore, out: Path, *, force: bool = False) -> list[ExportedTask]:
     """Write the run's user-turn pass as an lm-eval task folder at ``out``; returns its tasks."""
     meta = store.meta()
-    plan = [row for row in store.plan_rows("user") if row["model"] != HUMAN]
+    plan = [row for row in store.plan_rows("user") if row.model != HUMAN]
     if not plan:
         raise UserturnError(f"{store.folder} has no planned user turns of a model to export")
     generations = {key: dict(row) for key, row in
-                   store.generations([row["key"] for row in plan]).items()}
-    missing = [row["key"] for row in plan if row["key"] not in generations]
+                   store.generations([row.key for row in plan]).items()}
+    missing = [row.key for row in plan if row.key not in generations]
     if missing:
         raise UserturnError(f"{store.folder}: {len(missing)} planned user turn(s) have no stored "
                             "prompt (the run stopped before them): resume it with `userturn "
@@ -84,22 +85,23 @@ def export_task(store: RunStore, out: Path, *, force: bool = False) -> list[Expo
     answers = _assistants(store, plan)
     contexts = {row["context"]: (row["perturbation"], row["answer"] or "")
                 for row in store.user_turn_rows()}
-    items = {dataset: store.items(dataset) for dataset in sorted({r["dataset"] for r in plan})}
-    export = hashlib.sha256(json.dumps([str(Path(store.folder).resolve()), meta.get("started"),
-                                        sorted(r["key"] for r in plan)]).encode()
+    items = {dataset: store.items(dataset) for dataset in sorted({r.dataset for r in plan})}
+    export = hashlib.sha256(json.dumps([str(Path(store.folder).resolve()), meta.started,
+                                        sorted(r.key for r in plan)]).encode()
                             ).hexdigest()[:16]
-    run = {"config": meta.get("config", {}), "models": meta.get("models", {}),
-           "versions": meta.get("versions", {}), "source": str(Path(store.folder).resolve()),
+    run = {"config": meta.config,
+           "models": {spec: model.model_dump(exclude_none=True)
+                      for spec, model in meta.models.items()},
+           "versions": meta.versions, "source": str(Path(store.folder).resolve()),
            "export": export}
     groups: dict[tuple[str, float, float, int, tuple[str, ...]], list[dict[str, Any]]] = {}
     for row in plan:
-        gen = generations[row["key"]]
+        gen = generations[row.key]
         stop = tuple(json.loads(gen["stop"]))
-        group = (row["model"], gen["temperature"], gen["top_p"], gen["max_tokens"], stop)
-        groups.setdefault(group, []).append(_doc(row, gen, answers.get(row["assistant_key"]),
-                                                 contexts.get(row["context"]),
-                                                 items[row["dataset"]].get(row["item_id"]),
-                                                 run))
+        group = (row.model, gen["temperature"], gen["top_p"], gen["max_tokens"], stop)
+        answer = answers.get(row.assistant_key) if row.assistant_key else None
+        groups.setdefault(group, []).append(_doc(row, gen, answer, contexts.get(row.context),
+                                                 items[row.dataset].get(row.item_id), run))
     tasks = _name_tasks(groups)
 
     def build(folder: Path) -> None:
@@ -120,17 +122,19 @@ def export_task(store: RunStore, out: Path, *, force: bool = False) -> list[Expo
     return tasks
 
 
-def _assistants(store: RunStore, plan: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def _assistants(store: RunStore, plan: Sequence[PlanRow]) -> dict[str, dict[str, Any]]:
     """assistant key -> its plan row, generation row and scores, for every answer a user turn
     follows (a reference or data answer has no key)."""
-    keys = sorted({row["assistant_key"] for row in plan if row["assistant_key"]})
-    planned = {row["key"]: row for row in store.plan_rows("assistant")}
+    keys = sorted({row.assistant_key for row in plan if row.assistant_key})
+    planned = {row.key: asdict(row) for row in store.plan_rows("assistant")}
     rows = store.generations(keys)
+    wanted = set(keys)
     scores: dict[str, list[dict[str, Any]]] = {}
-    for score in store.scores_of(keys):
-        scores.setdefault(score["key"], []).append(
-            {name: score[name] for name in ("scorer", "correct", "extracted", "reference",
-                                            "details")})
+    for score in store.answer_rows():  # one row per answer and scorer (None: not scored)
+        if score["key"] in wanted and score["scorer"] is not None:
+            scores.setdefault(score["key"], []).append(
+                {name: score[name] for name in ("scorer", "correct", "extracted", "reference",
+                                                "details")})
     return {key: {"plan": planned.get(key), "generation": _generation_row(dict(rows[key])),
                   "scores": scores.get(key, [])}
             for key in keys if key in rows}
@@ -147,7 +151,7 @@ def _generation_row(row: Mapping[str, Any]) -> dict[str, Any]:
             for name in GENERATION_FIELDS}
 
 
-def _doc(plan: Mapping[str, Any], gen: Mapping[str, Any], assistant: Mapping[str, Any] | None,
+def _doc(plan: PlanRow, gen: Mapping[str, Any], assistant: Mapping[str, Any] | None,
          context: tuple[str, str] | None, item: Mapping[str, Any] | None,
          run: Mapping[str, Any]) -> dict[str, Any]:
     """One document: the prompt lm-eval sends, a few readable fields, and (as one JSON string,
@@ -156,13 +160,13 @@ def _doc(plan: Mapping[str, Any], gen: Mapping[str, Any], assistant: Mapping[str
                                             "prompt", "temperature", "top_p", "max_tokens",
                                             "sample_index", "seed")}
     request["stop"] = json.loads(gen["stop"])
-    payload = {"format": FORMAT, "key": plan["key"], "plan": dict(plan), "request": request,
+    payload = {"format": FORMAT, "key": plan.key, "plan": asdict(plan), "request": request,
                "context": list(context) if context else None, "item": item,
                "assistant": assistant, "run": run}
-    return {"prompt": gen["prompt"], "key": plan["key"], "model": plan["model"],
-            "dataset": plan["dataset"], "item_id": plan["item_id"],
-            "perturbation": plan["perturbation"], "temperature": plan["temperature"],
-            "sample_index": plan["sample_index"],
+    return {"prompt": gen["prompt"], "key": plan.key, "model": plan.model,
+            "dataset": plan.dataset, "item_id": plan.item_id,
+            "perturbation": plan.perturbation, "temperature": plan.temperature,
+            "sample_index": plan.sample_index,
             "userturn": json.dumps(payload, ensure_ascii=False)}
 
 

@@ -8,13 +8,18 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, cast
+
+from pydantic import ValidationError
 
 from userturn.errors import StoreError, UserturnError
 from userturn.integrations.lmeval import FORMAT
-from userturn.records import Generation, GenerationParams, Request, Score
+from userturn.labels.stages import label_turns
+from userturn.records import LABELLERS, Generation, GenerationParams, Labeller, Request, Score
 from userturn.store.database import RunStore, generation_key
 from userturn.store.lock import RunLock
+from userturn.store.meta import RunMeta
+from userturn.store.rows import ContextRow, GenerationRow, PlanRow
 
 
 @dataclass(frozen=True)
@@ -26,15 +31,30 @@ class Imported:
     export: str
 
 
+@dataclass(frozen=True)
+class _Answer:
+    """The assistant answer a user turn follows, as the exported run stored it."""
+
+    plan: PlanRow | None
+    generation: GenerationRow
+    scores: tuple[tuple[str, str, Score], ...]
+
 
 @dataclass(frozen=True)
 class _Sample:
+    """One lm-eval sample, checked and read into the rows the store takes."""
+
     where: str  # file:line, for the error lines
-    payload: dict[str, Any]
-    response: str
+    run: Mapping[str, Any]
+    plan: PlanRow
+    user: GenerationRow
+    context: ContextRow | None
+    item: Mapping[str, Any] | None
+    answer: _Answer | None
 
 
-def import_samples(paths: Sequence[Path], out: Path, *, labeller: str | None = None) -> Imported:
+def import_samples(paths: Sequence[Path], out: Path, *,
+                   labeller: Labeller | None = None) -> Imported:
     """Read lm-eval ``--log_samples`` files (or folders holding ``samples_*.jsonl``) of tasks
     that ``export_task`` wrote into a new run folder ``out``, and label the user turns offline
     (the run's own labeller unless ``labeller`` is given). Every bad or mismatched file is
@@ -43,32 +63,51 @@ def import_samples(paths: Sequence[Path], out: Path, *, labeller: str | None = N
     samples = [sample for path in files for sample in _read(path)]
     if not samples:
         raise UserturnError(f"{', '.join(map(str, paths))}: no lm-eval samples in it")
-    exports = {s.payload["run"]["export"] for s in samples}
+    exports = {s.run["export"] for s in samples}
     if len(exports) > 1:
         raise UserturnError("the samples come from different userturn exports "
                             f"({', '.join(sorted(exports))}): import each into its own run")
     seen: dict[str, str] = {}
     for sample in samples:
-        if sample.payload["key"] in seen:
-            raise UserturnError(f"{sample.where}: the same document as {seen[sample.payload['key']]}"
+        if sample.plan.key in seen:
+            raise UserturnError(f"{sample.where}: the same document as {seen[sample.plan.key]}"
                                 " (a task's samples given twice?)")
-        seen[sample.payload["key"]] = sample.where
+        seen[sample.plan.key] = sample.where
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise StoreError(f"{out} exists and is not empty: import into a new run folder")
-    run = samples[0].payload["run"]
+    run = samples[0].run
+    meta = _run_meta(samples[0].where, run, out, files)
+    chosen = labeller or meta.config.get("labeller") or "cascade"
+    if chosen not in LABELLERS:
+        raise UserturnError(f"unknown labeller {chosen!r}: {', '.join(LABELLERS)}")
     with RunLock(out, "import"):
         store = RunStore.create(out)
         try:
-            _store_samples(store, samples, run, files)
-            from userturn.probe.pipeline import label_turns
-
-            config = run.get("config") or {}
-            label_turns(store, labeller or config.get("labeller", "cascade"))
-            store.set_meta({"finished": time.time()})
+            store.update_meta(**meta.model_dump(exclude_unset=True))
+            _store_samples(store, samples)
+            label_turns(store, cast(Labeller, chosen))
+            store.update_meta(finished=time.time())
         finally:
             store.close()
     return Imported(len(samples), len(files), exports.pop())
+
+
+def _run_meta(where: str, run: Mapping[str, Any], out: Path, files: Sequence[Path]) -> RunMeta:
+    """The new run's metadata: the exported run's settings, models and versions (its output
+    the new folder), and where the turns came from."""
+    config = dict(run.get("config") or {})
+    config["output"] = str(out)
+    try:
+        return RunMeta.model_validate({
+            "config": config, "models": run.get("models") or {},
+            "versions": run.get("versions") or {}, "started": time.time(), "finished": None,
+            "imported_from": {"harness": "lm-eval", "export": run["export"],
+                              "run": run.get("source"), "files": [str(path) for path in files]}})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UserturnError(f"{where}: the exported run's metadata is damaged "
+                            f"({'.'.join(map(str, first['loc']))}: {first['msg']})") from None
 
 
 def sample_files(paths: Sequence[Path]) -> list[Path]:
@@ -120,8 +159,49 @@ def _sample(where: str, line: str) -> _Sample:
         found = payload.get("format") if isinstance(payload, dict) else None
         raise UserturnError(f"{where}: a userturn task of format {found!r}; this userturn "
                             f"reads {FORMAT!r}")
-    _check(where, record, payload)
-    return _Sample(where, payload, _response(where, record))
+    try:
+        _check(where, record, payload)
+        return _typed(where, payload, _response(where, record))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserturnError(f"{where}: the document's userturn field is damaged "
+                            f"({type(exc).__name__}: {exc})") from None
+
+
+def _typed(where: str, payload: Mapping[str, Any], response: str) -> _Sample:
+    """The sample as the rows the store takes (a malformed field raises here, before any
+    write): lm-eval's text as the user turn, stripped as userturn's backends strip it (lm-eval
+    already cut it at the stop marker and dropped special tokens). lm-eval's log does not say
+    whether a turn ended at its marker or at the budget, so it is stored as stopped."""
+    plan = PlanRow(**payload["plan"])
+    if plan.key != payload["key"] or plan.role != "user":
+        raise ValueError("its plan row is not of its user turn")
+    request = payload["request"]
+    user = GenerationRow(plan.key, "user", request["model"], request["revision"],
+                         request["template_hash"], _request(request), request["sample_index"],
+                         Generation(response.strip(), response, "stop"))
+    context = None
+    if payload.get("context"):
+        perturbation, answer = payload["context"]
+        context = ContextRow(plan.context, perturbation, answer)
+    item = payload.get("item") or None
+    if item is not None and (not isinstance(item, dict) or item.get("id") != plan.item_id):
+        raise ValueError(f"its item is not item {plan.item_id!r}")
+    found = payload.get("assistant")
+    answer_row = _answer(plan.assistant_key, found) if found and plan.assistant_key else None
+    return _Sample(where, payload["run"], plan, user, context, item, answer_row)
+
+
+def _answer(key: str, found: Mapping[str, Any]) -> _Answer:
+    gen = found["generation"]
+    row = GenerationRow(key, gen["role"], gen["model"], gen["revision"], gen["template_hash"],
+                        _request(gen), gen["sample_index"],
+                        Generation(gen["text"], gen["raw_text"], gen["finish_reason"],
+                                   gen["prompt_tokens"], gen["completion_tokens"], gen["error"],
+                                   gen["thinking"]))
+    scores = tuple((key, score["scorer"], Score(bool(score["correct"]), score["extracted"],
+                                                score["reference"], score["details"]))
+                   for score in found["scores"])
+    return _Answer(PlanRow(**found["plan"]) if found.get("plan") else None, row, scores)
 
 
 def _check(where: str, record: Mapping[str, Any], payload: Mapping[str, Any]) -> None:
@@ -180,69 +260,30 @@ def _request(row: Mapping[str, Any]) -> Request:
                    tuple(row["stop"]), row["seed"])
 
 
-def _store_samples(store: RunStore, samples: Sequence[_Sample], run: Mapping[str, Any],
-                   files: Sequence[Path]) -> None:
-    config = dict(run.get("config") or {})
-    config["output"] = str(store.folder)
-    store.set_meta({"config": config, "models": run.get("models", {}),
-                    "versions": run.get("versions", {}), "started": time.time(),
-                    "finished": None, "imported_from": {
-                        "harness": "lm-eval", "export": run["export"], "run": run.get("source"),
-                        "files": [str(path) for path in files]}})
-    items: dict[str, dict[str, dict[str, Any]]] = {}
-    contexts: dict[str, tuple[str, str, str]] = {}
-    assistants: dict[str, Mapping[str, Any]] = {}
+def _store_samples(store: RunStore, samples: Sequence[_Sample]) -> None:
+    items: dict[str, dict[str, Mapping[str, Any]]] = {}
+    contexts: dict[str, ContextRow] = {}
+    answers: dict[str, _Answer] = {}
     for sample in samples:
-        payload = sample.payload
-        plan = payload["plan"]
-        if payload.get("item"):
-            items.setdefault(plan["dataset"], {})[plan["item_id"]] = payload["item"]
-        if payload.get("context"):
-            perturbation, answer = payload["context"]
-            contexts[plan["context"]] = (plan["context"], perturbation, answer)
-        if payload.get("assistant") and plan.get("assistant_key"):
-            assistants[plan["assistant_key"]] = payload["assistant"]
+        if sample.item is not None:
+            items.setdefault(sample.plan.dataset, {})[sample.plan.item_id] = sample.item
+        if sample.context is not None:
+            contexts[sample.context.context] = sample.context
+        if sample.answer is not None:
+            answers[sample.answer.generation.key] = sample.answer
     for dataset, found in items.items():
         store.put_items(dataset, found.values())
     store.put_contexts(list(contexts.values()))
-    _store_assistants(store, assistants)
-    store.put_generations([_user_generation(sample) for sample in samples])
-    _store_plan(store, "user", [sample.payload["plan"] for sample in samples])
+    store.put_generations([answer.generation for answer in answers.values()])
+    store.put_scores([score for answer in answers.values() for score in answer.scores])
+    _store_plan(store, "assistant", [a.plan for a in answers.values() if a.plan is not None])
+    store.put_generations([sample.user for sample in samples])
+    _store_plan(store, "user", [sample.plan for sample in samples])
 
 
-def _user_generation(sample: _Sample) -> tuple[str, str, str, str, str, Request, int, Generation]:
-    """The harness's text as a stored generation: ``text`` stripped as userturn's backends do
-    (lm-eval already cut it at the stop marker and dropped special tokens); lm-eval's log does
-    not say whether a turn ended at its marker or at the budget, so it is stored as stopped."""
-    request = sample.payload["request"]
-    generation = Generation(sample.response.strip(), sample.response, "stop")
-    return (sample.payload["key"], "user", request["model"], request["revision"],
-            request["template_hash"], _request(request), request["sample_index"], generation)
-
-
-def _store_assistants(store: RunStore, assistants: Mapping[str, Mapping[str, Any]]) -> None:
-    rows, plan = [], []
-    scores: list[tuple[str, str, Score]] = []
-    for key, found in assistants.items():
-        gen = found["generation"]
-        rows.append((key, gen["role"], gen["model"], gen["revision"], gen["template_hash"],
-                     _request(gen), gen["sample_index"],
-                     Generation(gen["text"], gen["raw_text"], gen["finish_reason"],
-                                gen["prompt_tokens"], gen["completion_tokens"], gen["error"],
-                                gen["thinking"])))
-        scores.extend((key, score["scorer"], Score(bool(score["correct"]), score["extracted"],
-                                                   score["reference"], score["details"]))
-                      for score in found["scores"])
-        if found.get("plan"):
-            plan.append(found["plan"])
-    store.put_generations(rows)
-    store.put_scores(scores)
-    _store_plan(store, "assistant", plan)
-
-
-def _store_plan(store: RunStore, role: str, rows: Sequence[Mapping[str, Any]]) -> None:
-    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+def _store_plan(store: RunStore, role: str, rows: Sequence[PlanRow]) -> None:
+    groups: dict[tuple[str, str], list[PlanRow]] = {}
     for row in rows:
-        groups.setdefault((row["model"], row["dataset"]), []).append(row)
+        groups.setdefault((row.model, row.dataset), []).append(row)
     for (model, dataset), found in groups.items():
         store.replace_plan(found, role=role, model=model, dataset=dataset)

@@ -437,24 +437,11 @@ class RunStore:
         """
         return [dict(r) for r in self.db.execute(query)]
 
-    def plan_rows(self, role: str) -> list[dict[str, Any]]:
-        """The planned generations of one role as stored (the plan's columns), for exports
-        that rebuild a run elsewhere (lm-evaluation-harness tasks)."""
+    def plan_rows(self, role: str) -> list[PlanRow]:
+        """The planned generations of one role, for exports that rebuild a run elsewhere."""
         rows = self.db.execute("SELECT * FROM plan WHERE role = ? ORDER BY model, dataset, "
                                "item_id, context, temperature, sample_index", (role,))
-        return [dict(r) for r in rows]
-
-    def scores_of(self, keys: Sequence[str]) -> list[dict[str, Any]]:
-        """Every stored task score of ``keys`` (``details`` decoded)."""
-        found: list[dict[str, Any]] = []
-        for start in range(0, len(keys), 500):
-            chunk = keys[start:start + 500]
-            marks = ",".join("?" * len(chunk))
-            found.extend(dict(r) for r in self.db.execute(
-                f"SELECT * FROM scores WHERE key IN ({marks}) ORDER BY key, scorer", chunk))
-        for row in found:
-            row["details"] = json.loads(row["details"]) if row["details"] else {}
-        return found
+        return [PlanRow(**dict(r)) for r in rows]
 
     def put_contexts(self, rows: Sequence[ContextRow]) -> None:
         with self.db:
