@@ -45,7 +45,7 @@ def test_the_run_folder_opens_in_datasets_with_every_turn_and_label(fake_run, tm
 
 def test_the_card_says_sources_licences_labellers_rates_and_version(fake_run, tmp_path):
     out = tmp_path / "hf"
-    assert main(["export", str(fake_run.folder), "--format", "hf", "--out", str(out)]) == 0
+    assert main(["export", str(fake_run.folder), "--format", "hf", "-o", str(out)]) == 0
     card = read_card(out / "README.md")
     meta = card["userturn"]
     assert meta["version"] == userturn.__version__
