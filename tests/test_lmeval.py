@@ -185,6 +185,20 @@ def _changed_prompt(record):
     return record
 
 
+def _plan_with_unknown_field(record):
+    payload = json.loads(record["doc"]["userturn"])
+    payload["plan"]["colour"] = "red"
+    record["doc"]["userturn"] = json.dumps(payload)
+    return record
+
+
+def _versions_not_text(record):
+    payload = json.loads(record["doc"]["userturn"])
+    payload["run"]["versions"] = {"userturn": 3}
+    record["doc"]["userturn"] = json.dumps(payload)
+    return record
+
+
 @pytest.mark.parametrize("edit, message", [
     (_chat_wrapped, "lm-eval sent another prompt than the exported one"),
     (_longer_budget, "generated with max_gen_toks=256, exported with 40"),
@@ -196,6 +210,8 @@ def _changed_prompt(record):
      "not a document of a userturn task"),
     (lambda r: {k: v for k, v in r.items() if k != "resps"},
      "not an lm-eval --log_samples record"),
+    (_plan_with_unknown_field, "the document's userturn field is damaged"),
+    (_versions_not_text, "the exported run's metadata is damaged (versions.userturn:"),
 ])
 def test_a_mismatched_sample_is_refused_in_one_line(fake_run, task_dir, tmp_path, capsys,
                                                     edit, message):
