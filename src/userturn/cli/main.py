@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     from userturn.cli.labels import add_classifier_parsers
 
     add_classifier_parsers(sub, _classifier)
+    from userturn.cli.integrations import add_integration_parsers
+
+    add_integration_parsers(sub)
     return parser
 
 
@@ -380,6 +383,10 @@ def _check_sources(store: RunStore, labels: Sequence[str] | None,
 
 
 def _export(args: argparse.Namespace, console: Console) -> int:
+    if args.format in ("inspect", "hf"):
+        from userturn.cli.integrations import export_run_as
+
+        return export_run_as(args, console)
     from userturn.store.database import RunStore
     from userturn.store.export import export_user_turns
     from userturn.store.turns import read_turns

@@ -280,6 +280,12 @@ class RunStore:
         """
         return [dict(r) for r in self.db.execute(query)]
 
+    def plan_rows(self, role: str) -> list[PlanRow]:
+        """The planned generations of one role, for exports that rebuild a run elsewhere."""
+        rows = self.db.execute("SELECT * FROM plan WHERE role = ? ORDER BY model, dataset, "
+                               "item_id, context, temperature, sample_index", (role,))
+        return [PlanRow(**dict(r)) for r in rows]
+
     def put_contexts(self, rows: Sequence[ContextRow]) -> None:
         with self.db:
             self.db.executemany("INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",

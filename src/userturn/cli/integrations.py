@@ -1,0 +1,143 @@
+"""The commands of the integrations (docs/integrations.md): ``export-task`` (the user-turn pass
+as an lm-evaluation-harness task), ``import`` (lm-eval's samples back into a run folder),
+``corpus export`` (the shipped labelled corpus as a Hugging Face dataset) and the ``inspect``
+and ``hf`` formats of ``export``. The handlers parse and print; the work is in
+:mod:`userturn.integrations`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from userturn.errors import ConfigError
+from userturn.records import LABELLERS
+
+Subparsers = Any  # argparse's subparsers action (its class is private to argparse)
+
+
+def add_integration_parsers(sub: Subparsers) -> None:
+    task = sub.add_parser(
+        "export-task", help="write the user-turn pass as an lm-evaluation-harness task folder",
+        description="Write a task folder that `lm-eval run --include_path DIR --tasks TASK` "
+        "runs on any of its backends: one document per planned user turn, its text the run's "
+        "stored probe prompt. An experiment YAML is run first (as `userturn run` does) and "
+        "its run exported.")
+    task.add_argument("source", type=Path, metavar="RUN_OR_EXPERIMENT",
+                      help="a run folder, or an experiment YAML file")
+    task.add_argument("--harness", choices=("lm-eval",), default="lm-eval")
+    task.add_argument("-o", "--out", type=Path, required=True, help="the task folder to write")
+    task.add_argument("--force", action="store_true", help="replace --out if it exists")
+    task.set_defaults(handler=_export_task)
+
+    imported = sub.add_parser(
+        "import", help="read lm-eval --log_samples output back into a run folder",
+        description="Read the samples lm-eval wrote for a `userturn export-task` folder into a "
+        "new run folder (same keys and tables as `userturn run`), labelled offline; label, "
+        "judge, report and compare then work on it.")
+    imported.add_argument("samples", type=Path, nargs="+", metavar="SAMPLES",
+                          help="samples_*.jsonl files, or lm-eval's --output_path folder")
+    imported.add_argument("--from", dest="harness", choices=("lm-eval",), required=True)
+    imported.add_argument("-o", "--out", type=Path, required=True, help="the new run folder")
+    imported.add_argument("--labeller", choices=LABELLERS,
+                          help="offline labeller (default: the exported run's)")
+    imported.set_defaults(handler=_import)
+
+    corpus = sub.add_parser("corpus", help="the shipped labelled corpus of user turns")
+    actions = corpus.add_subparsers(dest="corpus_action", required=True, metavar="ACTION")
+    export = actions.add_parser(
+        "export", help="write the corpus as a Hugging Face dataset folder with its card")
+    export.add_argument("-o", "--out", type=Path, required=True, help="the folder to write")
+    export.add_argument("--force", action="store_true", help="replace --out if it exists")
+    export.set_defaults(handler=_corpus_export)
+
+
+def export_run_as(args: argparse.Namespace, console: Console) -> int:
+    """``userturn export RUN --format inspect|hf``."""
+    from userturn.store.database import RunStore
+
+    store = RunStore.open(args.run)
+    try:
+        if args.format == "inspect":
+            from userturn.integrations.inspect_log import export_inspect
+
+            out = args.out or args.run / "user_turns.eval"
+            count = export_inspect(store, out, force=args.force or args.out is None)
+            console.print(f"wrote {count} samples to {out} (inspect view --log-dir "
+                          f"{out.parent})", markup=False, highlight=False, soft_wrap=True)
+        else:
+            from userturn.integrations.hf import export_run
+
+            out = args.out or args.run / "hf"
+            _quiet_datasets()
+            count = export_run(store, out, force=args.force or args.out is None)
+            console.print(f"wrote {count} user turns to {out}/ (datasets.load_from_disk; "
+                          "README.md is its card)", markup=False, highlight=False,
+                          soft_wrap=True)
+    finally:
+        store.close()
+    return 0
+
+
+def _export_task(args: argparse.Namespace, console: Console) -> int:
+    from userturn.integrations.lmeval import export_task
+    from userturn.store.database import RunStore
+
+    folder = args.source
+    if args.source.is_file():
+        from userturn.config import load_experiment
+        from userturn.probe.pipeline import run_experiment
+
+        experiment = load_experiment(args.source, {})
+        console.print(f"running {args.source} into {experiment.output}/ first",
+                      markup=False, highlight=False)
+        run_experiment(experiment).close()
+        folder = experiment.output
+    elif not args.source.exists():
+        raise ConfigError(f"{args.source}: no such run folder or experiment file")
+    store = RunStore.open(folder)
+    try:
+        tasks = export_task(store, args.out, force=args.force)
+    finally:
+        store.close()
+    for task in tasks:
+        console.print(f"{task.name}: {task.docs} documents ({task.model}, T={task.temperature:g})",
+                      markup=False, highlight=False)
+    tags = " ".join(dict.fromkeys(task.tag for task in tasks))
+    console.print(f"wrote {args.out}/; run: lm-eval run --model hf --model_args pretrained=MODEL "
+                  f"--include_path {args.out} --tasks {tags} --log_samples --output_path OUT; "
+                  f"then: userturn import --from lm-eval OUT -o RUN", markup=False,
+                  highlight=False, soft_wrap=True)
+    return 0
+
+
+def _import(args: argparse.Namespace, console: Console) -> int:
+    from userturn.integrations.lmeval_import import import_samples
+
+    found = import_samples(args.samples, args.out, labeller=args.labeller)
+    console.print(f"imported {found.turns} user turns from {found.files} file(s) into "
+                  f"{args.out}/ (userturn report {args.out})", markup=False, highlight=False,
+                  soft_wrap=True)
+    return 0
+
+
+def _corpus_export(args: argparse.Namespace, console: Console) -> int:
+    from userturn.integrations.hf import export_corpus
+
+    _quiet_datasets()
+    counts = export_corpus(args.out, force=args.force)
+    console.print(f"wrote the corpus to {args.out}/: "
+                  + ", ".join(f"{split} {n}" for split, n in counts.items()),
+                  markup=False, highlight=False)
+    return 0
+
+
+def _quiet_datasets() -> None:
+    """datasets draws a progress bar per file written: the command prints one line instead."""
+    try:
+        import datasets
+    except ImportError:
+        return  # the export says what to install
+    datasets.disable_progress_bars()

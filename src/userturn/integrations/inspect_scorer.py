@@ -1,0 +1,112 @@
+"""Our labels as an Inspect scorer: ``user_turn_label()`` labels the last user message of a
+sample (a simulated user's turn) after the assistant message before it, and its metric is the
+follow-up rate. Public as ``userturn.inspect`` (docs/integrations.md)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Sequence
+
+from inspect_ai.scorer import (
+    Metric,
+    SampleScore,
+    Score,
+    Scorer,
+    Target,
+    metric,
+    scorer,
+)
+from inspect_ai.solver import TaskState
+
+from userturn.errors import ConfigError
+from userturn.records import LABELLERS, Case, Label, Labeller
+
+UNDECIDED, INVALID = "undecided", "invalid"
+
+
+@metric
+def follow_up_rate() -> Metric:
+    """The share of ``follow_up`` labels among the labelled and undecided turns (an invalid
+    verdict is out of the denominator, as in ``userturn report``)."""
+    def rate(scores: list[SampleScore]) -> float:
+        labels = [_label_of(s.score) for s in scores]
+        counted = [label for label in labels if label != INVALID]
+        return sum(label == "follow_up" for label in counted) / len(counted) if counted else 0.0
+    return rate
+
+
+def _label_of(score: Score) -> str:
+    """The label a score carries. Inspect reduces the epochs of a sample (its mean, by default)
+    before the metric sees them, which turns a string value into a number: the label is also in
+    the metadata, which the reduction keeps."""
+    return str((score.metadata or {}).get("label", score.value))
+
+
+@scorer(metrics=[follow_up_rate()])
+def user_turn_label(labeller: Labeller = "cascade", judge: str | None = None,
+                    judge_base_url: str | None = None) -> Scorer:
+    """Label the last user message of each sample with userturn's labeller.
+
+    ``labeller``: ``cascade`` (the rules, then the offline classifier: the default),
+    ``rules`` (undecided where they do not decide) or ``classifier``. ``judge``: a judge spec
+    (``openai/MODEL`` or a local model, as ``userturn judge --judge``) that labels what the rules
+    leave undecided, in place of the classifier. The score's value is the label
+    (``undecided`` / ``invalid`` where there is none), its explanation the rationale and its
+    metadata the source and, for the classifier, the probability."""
+    label = _labeller(labeller, judge, judge_base_url)
+
+    async def score(state: TaskState, target: Target) -> Score:
+        case = last_user_turn([(m.role, m.text) for m in state.messages])
+        if isinstance(case, str):
+            return Score(value=INVALID, explanation=case, metadata={"label": INVALID})
+        found = await asyncio.to_thread(label, case)
+        value = found.label or (INVALID if found.error else UNDECIDED)
+        return Score(value=value, answer=case.user_turn,
+                     explanation=found.rationale or found.error or None,
+                     metadata={"label": value, "source": found.source,
+                               "probability": found.probability})
+
+    return score
+
+
+def last_user_turn(messages: Sequence[tuple[str, str]]) -> Case | str:
+    """The case of the last user message: the assistant message before it is the answer and
+    the user message before that the query. A string says why there is none."""
+    roles = [role for role, _ in messages]
+    if "user" not in roles:
+        return "no user message to label"
+    last = len(roles) - 1 - roles[::-1].index("user")
+    answers = [i for i in range(last) if roles[i] == "assistant"]
+    if not answers:
+        return "no assistant message before the last user message"
+    queries = [i for i in range(answers[-1]) if roles[i] == "user"]
+    query = messages[queries[-1]][1] if queries else ""
+    text = messages[last][1]
+    return Case(query, messages[answers[-1]][1], text.strip(), text)
+
+
+def _labeller(labeller: Labeller, judge: str | None, base_url: str | None) -> Any:
+    """case -> Label: the rules first where they take part; then the judge, or the classifier."""
+    if labeller not in LABELLERS:
+        raise ConfigError(f"unknown labeller {labeller!r}: {', '.join(LABELLERS)}")
+    from userturn.labels.classifier import LearnedClassifier
+    from userturn.labels.rules import RulesClassifier
+
+    rules = RulesClassifier()
+    deciding: Any = None
+    if judge:
+        from userturn.labels.judge import judge_from_spec
+
+        deciding = judge_from_spec(judge, base_url=base_url)
+    elif labeller != "rules":
+        deciding = LearnedClassifier()
+
+    def label(case: Case) -> Label:
+        if labeller == "classifier" and not judge:
+            return deciding.classify(case)
+        decided = rules.classify(case)
+        if decided.label is not None or deciding is None:
+            return decided
+        return deciding.classify(case)
+
+    return label

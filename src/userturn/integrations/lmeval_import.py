@@ -1,0 +1,289 @@
+"""lm-evaluation-harness's ``--log_samples`` output back into a run folder: the samples of a task
+folder that :func:`~userturn.integrations.lmeval.export_task` wrote become a run with the same
+keys and tables as ``userturn run`` makes, labelled offline (docs/integrations.md)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence, cast
+
+from pydantic import ValidationError
+
+from userturn.errors import StoreError, UserturnError
+from userturn.integrations.lmeval import FORMAT
+from userturn.labels.stages import label_turns
+from userturn.records import LABELLERS, Generation, GenerationParams, Labeller, Request, Score
+from userturn.store.database import RunStore, generation_key
+from userturn.store.lock import RunLock
+from userturn.store.meta import RunMeta
+from userturn.store.rows import ContextRow, GenerationRow, PlanRow
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What ``import_samples`` stored: user turns, files read, and the export they came from."""
+
+    turns: int
+    files: int
+    export: str
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """The assistant answer a user turn follows, as the exported run stored it."""
+
+    plan: PlanRow | None
+    generation: GenerationRow
+    scores: tuple[tuple[str, str, Score], ...]
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """One lm-eval sample, checked and read into the rows the store takes."""
+
+    where: str  # file:line, for the error lines
+    run: Mapping[str, Any]
+    plan: PlanRow
+    user: GenerationRow
+    context: ContextRow | None
+    item: Mapping[str, Any] | None
+    answer: _Answer | None
+
+
+def import_samples(paths: Sequence[Path], out: Path, *,
+                   labeller: Labeller | None = None) -> Imported:
+    """Read lm-eval ``--log_samples`` files (or folders holding ``samples_*.jsonl``) of tasks
+    that ``export_task`` wrote into a new run folder ``out``, and label the user turns offline
+    (the run's own labeller unless ``labeller`` is given). Every bad or mismatched file is
+    refused in one line, before anything is written."""
+    files = sample_files(paths)
+    samples = [sample for path in files for sample in _read(path)]
+    if not samples:
+        raise UserturnError(f"{', '.join(map(str, paths))}: no lm-eval samples in it")
+    exports = {s.run["export"] for s in samples}
+    if len(exports) > 1:
+        raise UserturnError("the samples come from different userturn exports "
+                            f"({', '.join(sorted(exports))}): import each into its own run")
+    seen: dict[str, str] = {}
+    for sample in samples:
+        if sample.plan.key in seen:
+            raise UserturnError(f"{sample.where}: the same document as {seen[sample.plan.key]}"
+                                " (a task's samples given twice?)")
+        seen[sample.plan.key] = sample.where
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise StoreError(f"{out} exists and is not empty: import into a new run folder")
+    run = samples[0].run
+    meta = _run_meta(samples[0].where, run, out, files)
+    chosen = labeller or meta.config.get("labeller") or "cascade"
+    if chosen not in LABELLERS:
+        raise UserturnError(f"unknown labeller {chosen!r}: {', '.join(LABELLERS)}")
+    with RunLock(out, "import"):
+        store = RunStore.create(out)
+        try:
+            store.update_meta(**meta.model_dump(exclude_unset=True))
+            _store_samples(store, samples)
+            label_turns(store, cast(Labeller, chosen))
+            store.update_meta(finished=time.time())
+        finally:
+            store.close()
+    return Imported(len(samples), len(files), exports.pop())
+
+
+def _run_meta(where: str, run: Mapping[str, Any], out: Path, files: Sequence[Path]) -> RunMeta:
+    """The new run's metadata: the exported run's settings, models and versions (its output
+    the new folder), and where the turns came from."""
+    config = dict(run.get("config") or {})
+    config["output"] = str(out)
+    try:
+        return RunMeta.model_validate({
+            "config": config, "models": run.get("models") or {},
+            "versions": run.get("versions") or {}, "started": time.time(), "finished": None,
+            "imported_from": {"harness": "lm-eval", "export": run["export"],
+                              "run": run.get("source"), "files": [str(path) for path in files]}})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UserturnError(f"{where}: the exported run's metadata is damaged "
+                            f"({'.'.join(map(str, first['loc']))}: {first['msg']})") from None
+
+
+def sample_files(paths: Sequence[Path]) -> list[Path]:
+    """The files named, and every ``samples_*.jsonl`` under the folders named."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            found = sorted(path.rglob("samples_*.jsonl"))
+            if not found:
+                raise UserturnError(f"{path}: no lm-eval samples_*.jsonl files in it (run "
+                                    "lm-eval with --log_samples --output_path)")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise UserturnError(f"{path}: no such file or folder")
+    return files
+
+
+def _read(path: Path) -> Iterable[_Sample]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserturnError(f"{path}: cannot read ({exc})") from None
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            yield _sample(f"{path}:{number}", line)
+
+
+def _sample(where: str, line: str) -> _Sample:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UserturnError(f"{where}: not JSON ({exc.msg}): not an lm-eval samples file"
+                            ) from None
+    if not isinstance(record, dict) or not isinstance(record.get("doc"), dict) \
+            or "resps" not in record or "arguments" not in record:
+        raise UserturnError(f"{where}: not an lm-eval --log_samples record (no doc, resps "
+                            "and arguments)")
+    doc = record["doc"]
+    if "userturn" not in doc:
+        raise UserturnError(f"{where}: not a document of a userturn task (export one with "
+                            "`userturn export-task RUN --harness lm-eval -o DIR`)")
+    try:
+        payload = json.loads(doc["userturn"])
+    except (TypeError, json.JSONDecodeError):
+        raise UserturnError(f"{where}: the document's userturn field is damaged") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        found = payload.get("format") if isinstance(payload, dict) else None
+        raise UserturnError(f"{where}: a userturn task of format {found!r}; this userturn "
+                            f"reads {FORMAT!r}")
+    try:
+        _check(where, record, payload)
+        return _typed(where, payload, _response(where, record))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise UserturnError(f"{where}: the document's userturn field is damaged "
+                            f"({type(exc).__name__}: {exc})") from None
+
+
+def _typed(where: str, payload: Mapping[str, Any], response: str) -> _Sample:
+    """The sample as the rows the store takes (a malformed field raises here, before any
+    write): lm-eval's text as the user turn, stripped as userturn's backends strip it (lm-eval
+    already cut it at the stop marker and dropped special tokens). lm-eval's log does not say
+    whether a turn ended at its marker or at the budget, so it is stored as stopped."""
+    plan = PlanRow(**payload["plan"])
+    if plan.key != payload["key"] or plan.role != "user":
+        raise ValueError("its plan row is not of its user turn")
+    request = payload["request"]
+    user = GenerationRow(plan.key, "user", request["model"], request["revision"],
+                         request["template_hash"], _request(request), request["sample_index"],
+                         Generation(response.strip(), response, "stop"))
+    context = None
+    if payload.get("context"):
+        perturbation, answer = payload["context"]
+        context = ContextRow(plan.context, perturbation, answer)
+    item = payload.get("item") or None
+    if item is not None and (not isinstance(item, dict) or item.get("id") != plan.item_id):
+        raise ValueError(f"its item is not item {plan.item_id!r}")
+    found = payload.get("assistant")
+    answer_row = _answer(plan.assistant_key, found) if found and plan.assistant_key else None
+    return _Sample(where, payload["run"], plan, user, context, item, answer_row)
+
+
+def _answer(key: str, found: Mapping[str, Any]) -> _Answer:
+    gen = found["generation"]
+    row = GenerationRow(key, gen["role"], gen["model"], gen["revision"], gen["template_hash"],
+                        _request(gen), gen["sample_index"],
+                        Generation(gen["text"], gen["raw_text"], gen["finish_reason"],
+                                   gen["prompt_tokens"], gen["completion_tokens"], gen["error"],
+                                   gen["thinking"]))
+    scores = tuple((key, score["scorer"], Score(bool(score["correct"]), score["extracted"],
+                                                score["reference"], score["details"]))
+                   for score in found["scores"])
+    return _Answer(PlanRow(**found["plan"]) if found.get("plan") else None, row, scores)
+
+
+def _check(where: str, record: Mapping[str, Any], payload: Mapping[str, Any]) -> None:
+    """The sample is of the document as exported, sent as exported, with the exported
+    settings: anything else would store a turn under a key it was not generated for."""
+    request = payload["request"]
+    if record["doc"].get("key") != payload["key"] or _key(payload) != payload["key"]:
+        raise UserturnError(f"{where}: the document was changed after export (its key does not "
+                            "match its prompt and settings)")
+    arguments = record["arguments"]
+    first = arguments.get("gen_args_0") if isinstance(arguments, dict) else None
+    if not isinstance(first, dict) or "arg_0" not in first:
+        raise UserturnError(f"{where}: not a generate_until sample (no prompt in arguments)")
+    if first["arg_0"] != request["prompt"]:
+        raise UserturnError(f"{where}: lm-eval sent another prompt than the exported one (a "
+                            "chat template, a system instruction or few-shot examples added? "
+                            "run the task without --apply_chat_template, "
+                            "--system_instruction and --num_fewshot)")
+    settings = first.get("arg_1") or {}
+    expected = {"until": request["stop"], "max_gen_toks": request["max_tokens"],
+                "temperature": request["temperature"]}
+    for name, value in expected.items():
+        got = settings.get(name)
+        if name == "until" and isinstance(got, list):
+            # lm-eval adds the tokenizer's end-of-sequence text to the stop strings.
+            got = [marker for marker in got if marker in value] if set(value) <= set(got) \
+                else got
+        if got is not None and got != value:
+            raise UserturnError(f"{where}: generated with {name}={got!r}, exported with "
+                                f"{value!r} (--gen_kwargs or an edited task YAML): the turn "
+                                "would not be the run's")
+
+
+def _response(where: str, record: Mapping[str, Any]) -> str:
+    resps = record["resps"]
+    if not (isinstance(resps, list) and resps and isinstance(resps[0], list) and resps[0]
+            and isinstance(resps[0][0], str)):
+        raise UserturnError(f"{where}: no generated text in resps")
+    if len(resps[0]) > 1:
+        raise UserturnError(f"{where}: {len(resps[0])} generations for one document (repeats): "
+                            "each sample is its own document, run the task with repeats 1")
+    return resps[0][0]
+
+
+def _key(payload: Mapping[str, Any]) -> str:
+    request = payload["request"]
+    thinking = ((payload["run"].get("config") or {}).get("thinking")) or "drop"
+    return generation_key(request["role"], request["model"], request["revision"],
+                          request["template_hash"], _request(request), request["sample_index"],
+                          thinking)
+
+
+def _request(row: Mapping[str, Any]) -> Request:
+    return Request(row["prompt"], GenerationParams(row["temperature"], row["top_p"],
+                                                   row["max_tokens"]),
+                   tuple(row["stop"]), row["seed"])
+
+
+def _store_samples(store: RunStore, samples: Sequence[_Sample]) -> None:
+    items: dict[str, dict[str, Mapping[str, Any]]] = {}
+    contexts: dict[str, ContextRow] = {}
+    answers: dict[str, _Answer] = {}
+    for sample in samples:
+        if sample.item is not None:
+            items.setdefault(sample.plan.dataset, {})[sample.plan.item_id] = sample.item
+        if sample.context is not None:
+            contexts[sample.context.context] = sample.context
+        if sample.answer is not None:
+            answers[sample.answer.generation.key] = sample.answer
+    for dataset, found in items.items():
+        store.put_items(dataset, found.values())
+    store.put_contexts(list(contexts.values()))
+    store.put_generations([answer.generation for answer in answers.values()])
+    store.put_scores([score for answer in answers.values() for score in answer.scores])
+    _store_plan(store, "assistant", [a.plan for a in answers.values() if a.plan is not None])
+    store.put_generations([sample.user for sample in samples])
+    _store_plan(store, "user", [sample.plan for sample in samples])
+
+
+def _store_plan(store: RunStore, role: str, rows: Sequence[PlanRow]) -> None:
+    groups: dict[tuple[str, str], list[PlanRow]] = {}
+    for row in rows:
+        groups.setdefault((row.model, row.dataset), []).append(row)
+    for (model, dataset), found in groups.items():
+        store.replace_plan(found, role=role, model=model, dataset=dataset)

@@ -1,0 +1,163 @@
+"""Inspect: a run's log read back by Inspect's own reader and samples_df, and the
+userturn.inspect scorer in a real inspect_ai.eval with Inspect's mock model."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import pytest
+
+import userturn
+from userturn.cli.main import main
+from userturn.errors import UserturnError
+
+
+@pytest.fixture(scope="module")
+def fake_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("inspect")
+    data = folder / "mini.jsonl"
+    data.write_text("".join(
+        f'{{"question": "Sam has {n} apples and buys {n + 2} more. How many?", '
+        f'"answer": "x\\n#### {2 * n + 2}"}}\n' for n in range(3)), encoding="utf-8")
+    return userturn.run(models=["fake/probe"], datasets=[str(data)], limit=3, samples=2,
+                        system_prompt="Be brief.", output=folder / "run")
+
+
+def test_the_log_reads_back_in_inspect_with_turns_labels_and_rates(fake_run, tmp_path, capsys):
+    log_module = pytest.importorskip("inspect_ai.log")
+    out = tmp_path / "run.eval"
+    assert main(["export", str(fake_run.folder), "--format", "inspect", "--out", str(out)]) == 0
+    assert "wrote 9 samples" in capsys.readouterr().out
+    log = log_module.read_eval_log(str(out))
+    turns = {t.key: t for t in fake_run.turns()}
+    assert log.status == "success" and log.eval.model == "fake/probe"
+    assert {s.id for s in log.samples} == set(turns)
+    for sample in log.samples:
+        turn = turns[sample.id]
+        roles = [m.role for m in sample.messages]
+        assert roles == ["system", "user", "assistant", "user"]
+        assert sample.messages[-1].text == turn.user_turn  # the generated user turn is last
+        assert sample.messages[1].text == turn.query and sample.messages[2].text == turn.answer
+        assert sample.scores["label"].value == turn.status
+        assert {name for name in sample.scores if name.startswith("label:")} == {
+            f"label:{lab.source}" for lab in turn.labels}
+        assert sample.metadata["temperature"] == turn.temperature
+        assert sample.metadata["perturbation"] == turn.perturbation
+        assert sample.metadata["item_id"] == turn.item_id
+    rows = {(r.temperature, r.perturbation): r for r in fake_run.summary()}
+    assert len(log.results.scores) == len(rows)
+    for score in log.results.scores:
+        row = rows[(score.metadata["temperature"], score.metadata["perturbation"])]
+        assert score.metrics["follow_up_rate"].value == pytest.approx(row.follow_up.value)
+        assert score.metrics["ci_low"].value == pytest.approx(row.follow_up.low)
+        assert score.metrics["turns"].value == row.follow_up.n
+
+
+def test_samples_df_reads_the_log(fake_run, tmp_path):
+    analysis = pytest.importorskip("inspect_ai.analysis")
+    out = tmp_path / "run.eval"
+    assert main(["export", str(fake_run.folder), "--format", "inspect", "--out", str(out)]) == 0
+    frame = analysis.samples_df(str(out))
+    turns = {t.key: t for t in fake_run.turns()}
+    assert sorted(frame["id"]) == sorted(turns)
+    for _, row in frame.iterrows():
+        turn = turns[row["id"]]
+        assert row["score_label"] == turn.status
+        assert row["metadata_model"] == "fake/probe"
+        assert row["score_follow_up"] == (1.0 if turn.follow_up else 0.0)
+
+
+def test_a_log_file_must_end_in_eval_or_json(fake_run, tmp_path, capsys):
+    pytest.importorskip("inspect_ai")
+    assert main(["export", str(fake_run.folder), "--format", "inspect", "--out",
+                 str(tmp_path / "run.txt")]) == 2
+    assert "an Inspect log is a .eval (or .json) file" in capsys.readouterr().err
+
+
+def test_the_scorer_labels_simulated_user_turns_in_a_real_eval(tmp_path):
+    pytest.importorskip("inspect_ai")
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import (
+        ChatMessageAssistant,
+        ChatMessageUser,
+        ModelOutput,
+        ModelUsage,
+        get_model,
+    )
+    from inspect_ai.solver import solver
+
+    from userturn.inspect import user_turn_label
+    from userturn.labels.rules import RulesClassifier
+    from userturn.records import Case
+
+    @solver
+    def simulate_user():
+        """The model writes the next user turn: its output is appended as a user message."""
+        async def solve(state, generate):
+            output = await get_model().generate(state.messages)
+            state.messages.append(ChatMessageUser(content=output.completion))
+            return state
+        return solve
+
+    query = "Tom has 3 boxes of 12 pencils and gives away 10. How many are left?"
+    answer = "3 x 12 = 36 pencils, and 36 - 10 = 26. The answer is 26."
+    turns = ["Why did you subtract 10 from 36?", "", "Why did you subtract 10 from 36?",
+             "What is the capital of France?"]
+    expected = [RulesClassifier().classify(Case(query, answer, t)).label for t in turns]
+    assert None not in expected and expected.count("follow_up") == 2  # the rules decide all
+    # A usage on each output: without one the mock model counts tokens with tiktoken, which
+    # downloads its encoding.
+    usage = ModelUsage(input_tokens=20, output_tokens=8, total_tokens=28)
+    model = get_model("mockllm/model", custom_outputs=[
+        ModelOutput.from_content("mockllm/model", t).model_copy(update={"usage": usage})
+        for t in turns])
+    samples = [Sample(id=i, input=[ChatMessageUser(content=query),
+                                   ChatMessageAssistant(content=answer)], target="")
+               for i in range(len(turns))]
+    log, = eval(Task(dataset=samples, solver=[simulate_user()], scorer=user_turn_label("rules")),
+                model=model, log_dir=str(tmp_path / "logs"), display="none")
+    assert log.status == "success", log.error
+    by_id = {s.id: s for s in log.samples}
+    assert [by_id[i].scores["user_turn_label"].value for i in range(len(turns))] == expected
+    assert by_id[0].scores["user_turn_label"].metadata["source"] == "rules"
+    metrics = log.results.scores[0].metrics
+    assert metrics["follow_up_rate"].value == pytest.approx(2 / 4)
+
+
+def test_the_scorer_says_why_a_sample_has_no_turn_to_label():
+    pytest.importorskip("inspect_ai")
+    from userturn.inspect import last_user_turn
+
+    assert last_user_turn([("user", "q")]) == ("no assistant message before the last user "
+                                               "message")
+    assert last_user_turn([("assistant", "a")]) == "no user message to label"
+    case = last_user_turn([("system", "s"), ("user", "q"), ("assistant", "a"), ("user", " u ")])
+    assert (case.query, case.answer, case.user_turn) == ("q", "a", "u")
+
+
+def test_an_unknown_labeller_is_one_line():
+    pytest.importorskip("inspect_ai")
+    from userturn.inspect import user_turn_label
+
+    with pytest.raises(UserturnError, match="unknown labeller 'vibes'"):
+        user_turn_label("vibes")
+
+
+def test_without_inspect_ai_one_line_says_what_to_install(fake_run, tmp_path, capsys,
+                                                          monkeypatch):
+    # Hidden as if not installed, with every submodule an earlier test imported.
+    for name in ["inspect_ai", "inspect_ai.log",
+                 *[n for n in sys.modules if n.startswith("inspect_ai.")]]:
+        monkeypatch.setitem(sys.modules, name, None)
+    assert main(["export", str(fake_run.folder), "--format", "inspect", "--out",
+                 str(tmp_path / "run.eval")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "userturn: error: the Inspect log export needs inspect_ai: pip install "
+        "'userturn[inspect]'")
+    for name in [n for n in sys.modules if n.startswith(("userturn.inspect",
+                                                         "userturn.integrations.inspect_"))]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(UserturnError, match=r"pip install 'userturn\[inspect\]'"):
+        importlib.import_module("userturn.inspect")

@@ -1,0 +1,307 @@
+"""The user-turn pass as an lm-evaluation-harness task, and its samples back into a run.
+
+Offline: the task folder's shape, and the importer on samples written in lm-eval's
+--log_samples format (and its refusals). Marked ``lmeval``: the round trip on the real harness
+(.venv-lmeval, `make lmeval`), its HF backend on the embedded SmolLM2, greedy."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+import userturn
+from userturn.cli.main import main
+from userturn.integrations.lmeval import MANIFEST
+
+ROOT = Path(__file__).resolve().parents[1]
+LM_EVAL = Path(os.environ.get("USERTURN_LMEVAL", ROOT / ".venv-lmeval" / "bin" / "lm-eval"))
+
+
+class TaskLoader(yaml.SafeLoader):
+    """lm-eval's task YAML tag ``!function module.name`` read as its text."""
+
+
+TaskLoader.add_constructor("!function", lambda loader, node: f"!function {node.value}")
+
+
+def task_configs(folder: Path) -> dict[str, dict]:
+    return {path.stem: yaml.load(path.read_text(), Loader=TaskLoader)  # noqa: S506
+            for path in sorted(folder.glob("*.yaml"))}
+
+
+def read_docs(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def fake_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("lmeval")
+    data = folder / "mini.jsonl"
+    data.write_text("".join(
+        f'{{"question": "Sam has {n} apples and buys {n + 2} more. How many?", '
+        f'"answer": "x\\n#### {2 * n + 2}"}}\n' for n in range(3)), encoding="utf-8")
+    return userturn.run(models=["fake/probe"], datasets=[str(data)], limit=3, samples=2,
+                        temperatures=[0.0, 0.7], top_p=0.9, user_max_tokens=40,
+                        perturbations=["truncate"], output=folder / "run")
+
+
+@pytest.fixture(scope="module")
+def task_dir(fake_run, tmp_path_factory):
+    out = tmp_path_factory.mktemp("task") / "task"
+    assert main(["export-task", str(fake_run.folder), "--harness", "lm-eval", "-o",
+                 str(out)]) == 0
+    return out
+
+
+def lm_eval_samples(task_dir: Path, out: Path, response=lambda doc, turn: turn.user_turn,
+                    run=None, edit=lambda record: record) -> list[Path]:
+    """Samples files as lm-eval writes them with --log_samples (lm_eval/loggers/
+    evaluation_tracker.py): one record per document, the arguments flattened to
+    gen_args_0.arg_0 (the context sent) and arg_1 (the generation settings, the tokenizer's
+    end-of-sequence text added to until), resps the generated texts."""
+    turns = {t.key: t for t in (run.turns() if run else [])}
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    for name, config in task_configs(task_dir).items():
+        settings = dict(config["generation_kwargs"])
+        settings["until"] = [*settings["until"], "<|endoftext|>"]
+        records = []
+        for index, doc in enumerate(read_docs(task_dir / f"{name}.jsonl")):
+            text = response(doc, turns.get(doc["key"]))
+            records.append(edit({
+                "doc_id": index, "doc": doc, "target": "",
+                "arguments": {"gen_args_0": {"arg_0": doc["prompt"], "arg_1": settings}},
+                "resps": [[text]], "filtered_resps": [text], "filter": "none",
+                "metrics": ["exact_match"], "exact_match": float(text == "")}))
+        path = out / f"samples_{name}_2026-01-01T00-00-00.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        files.append(path)
+    return files
+
+
+def test_one_document_per_user_turn_with_the_stored_prompt_and_settings(fake_run, task_dir):
+    turns = {t.key: t for t in fake_run.turns()}
+    configs = task_configs(task_dir)
+    assert sorted(configs) == ["userturn_fake_probe_t0", "userturn_fake_probe_t0_7"]
+    docs = {}
+    for name, config in configs.items():
+        assert config["task"] == name and config["tag"] == ["userturn_fake_probe"]
+        assert config["custom_dataset"] == "!function userturn_docs.load"
+        assert config["output_type"] == "generate_until" and config["doc_to_text"] == "prompt"
+        assert config["num_fewshot"] == 0 and config["target_delimiter"] == ""
+        for doc in read_docs(task_dir / config["dataset_kwargs"]["docs"]):
+            turn = turns[doc["key"]]
+            assert doc["prompt"] == turn.prompt  # exactly what the run generated from
+            settings = config["generation_kwargs"]
+            assert settings["max_gen_toks"] == 40
+            assert settings["until"] == ["<|im_end|>", "<|im_start|>assistant"]
+            assert settings["temperature"] == turn.temperature
+            if turn.temperature == 0:
+                assert settings["do_sample"] is False and "top_p" not in settings
+            else:
+                assert settings["do_sample"] is True and settings["top_p"] == 0.9
+            docs[doc["key"]] = doc
+    assert set(docs) == set(turns)  # one document per (item, condition, sample)
+    assert {(d["perturbation"], d["temperature"]) for d in docs.values()} == {
+        ("none", 0.0), ("none", 0.7), ("truncate", 0.0), ("truncate", 0.7)}
+    manifest = json.loads((task_dir / MANIFEST).read_text())
+    assert sum(task["docs"] for task in manifest["tasks"]) == len(turns)
+    assert "lm-eval run --model hf" in (task_dir / "README.md").read_text()
+
+
+def test_the_docs_loader_works_from_a_moved_folder(task_dir, tmp_path):
+    datasets = pytest.importorskip("datasets")
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(task_dir, moved)
+    loader = {"__file__": str(moved / "userturn_docs.py")}
+    exec((moved / "userturn_docs.py").read_text(), loader)
+    loaded = loader["load"]("userturn_fake_probe_t0.jsonl", version=1)
+    assert isinstance(loaded, datasets.DatasetDict)
+    assert loaded["test"]["prompt"] == [d["prompt"] for d in read_docs(
+        moved / "userturn_fake_probe_t0.jsonl")]
+
+
+def test_imported_samples_are_a_run_with_the_same_keys_turns_and_tables(fake_run, task_dir,
+                                                                        tmp_path, capsys):
+    # lm-eval keeps whitespace around the text; userturn's backends strip it.
+    files = lm_eval_samples(task_dir, tmp_path / "out",
+                            response=lambda doc, turn: f" {turn.user_turn}\n", run=fake_run)
+    imported = tmp_path / "imported"
+    assert main(["import", "--from", "lm-eval", str(tmp_path / "out"), "-o",
+                 str(imported)]) == 0
+    assert f"imported {len(fake_run.turns())} user turns from {len(files)} file(s)" in \
+        capsys.readouterr().out
+    run = userturn.load_run(imported)
+    original = {t.key: t for t in fake_run.turns()}
+    again = {t.key: t for t in run.turns()}
+    assert set(again) == set(original)
+    for key, turn in again.items():
+        before = original[key]
+        for field in ("model", "dataset", "item_id", "context", "perturbation", "temperature",
+                      "sample_index", "answerer", "query", "answer", "answer_correct",
+                      "user_turn", "prompt", "label", "label_source"):
+            assert getattr(turn, field) == getattr(before, field), field
+    assert [(a.key, a.correct, a.text) for a in run.answers()] == [
+        (a.key, a.correct, a.text) for a in fake_run.answers()]
+    assert [(r.follow_up.hits, r.follow_up.n) for r in run.summary()] == [
+        (r.follow_up.hits, r.follow_up.n) for r in fake_run.summary()]
+    assert (run.meta.model_extra or {})["imported_from"]["harness"] == "lm-eval"
+    assert main(["report", str(imported)]) == 0
+    assert main(["compare", str(fake_run.folder), str(imported)]) == 0
+
+
+def _edit_doc(record, **changes):
+    payload = json.loads(record["doc"]["userturn"])
+    payload.update(changes)
+    record["doc"]["userturn"] = json.dumps(payload)
+    return record
+
+
+def _chat_wrapped(record):
+    record["arguments"]["gen_args_0"]["arg_0"] = "<|im_start|>user\n" + record["doc"]["prompt"]
+    return record
+
+
+def _longer_budget(record):
+    record["arguments"]["gen_args_0"]["arg_1"]["max_gen_toks"] = 256
+    return record
+
+
+def _repeats(record):
+    record["resps"] = [["a", "b"]]
+    return record
+
+
+def _changed_prompt(record):
+    payload = json.loads(record["doc"]["userturn"])
+    payload["request"]["prompt"] += " "
+    record["doc"]["userturn"] = json.dumps(payload)
+    return record
+
+
+def _plan_with_unknown_field(record):
+    payload = json.loads(record["doc"]["userturn"])
+    payload["plan"]["colour"] = "red"
+    record["doc"]["userturn"] = json.dumps(payload)
+    return record
+
+
+def _versions_not_text(record):
+    payload = json.loads(record["doc"]["userturn"])
+    payload["run"]["versions"] = {"userturn": 3}
+    record["doc"]["userturn"] = json.dumps(payload)
+    return record
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_chat_wrapped, "lm-eval sent another prompt than the exported one"),
+    (_longer_budget, "generated with max_gen_toks=256, exported with 40"),
+    (_repeats, "2 generations for one document (repeats)"),
+    (_changed_prompt, "the document was changed after export"),
+    (lambda r: _edit_doc(r, format="userturn-lm-eval/0"), "a userturn task of format "
+     "'userturn-lm-eval/0'; this userturn reads 'userturn-lm-eval/1'"),
+    (lambda r: {**r, "doc": {k: v for k, v in r["doc"].items() if k != "userturn"}},
+     "not a document of a userturn task"),
+    (lambda r: {k: v for k, v in r.items() if k != "resps"},
+     "not an lm-eval --log_samples record"),
+    (_plan_with_unknown_field, "the document's userturn field is damaged"),
+    (_versions_not_text, "the exported run's metadata is damaged (versions.userturn:"),
+])
+def test_a_mismatched_sample_is_refused_in_one_line(fake_run, task_dir, tmp_path, capsys,
+                                                    edit, message):
+    lm_eval_samples(task_dir, tmp_path / "out", run=fake_run, edit=edit)
+    imported = tmp_path / "imported"
+    assert main(["import", "--from", "lm-eval", str(tmp_path / "out"), "-o",
+                 str(imported)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("userturn: error: ") and message in err
+    assert not imported.exists()  # refused before anything is written
+
+
+def test_bad_files_and_folders_are_refused_in_one_line(fake_run, task_dir, tmp_path, capsys):
+    cases = []
+    not_json = tmp_path / "samples_x.jsonl"
+    not_json.write_text("{oops\n")
+    cases.append(([str(not_json)], "not JSON"))
+    cases.append(([str(tmp_path / "missing.jsonl")], "no such file or folder"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases.append(([str(empty)], "no lm-eval samples_*.jsonl files in it"))
+    files = lm_eval_samples(task_dir, tmp_path / "twice", run=fake_run)
+    cases.append(([str(files[0]), str(files[0])], "(a task's samples given twice?)"))
+    for paths, message in cases:
+        assert main(["import", "--from", "lm-eval", *paths, "-o", str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("mine")
+    assert main(["import", "--from", "lm-eval", str(files[0]), "-o", str(existing)]) == 2
+    assert "exists and is not empty" in capsys.readouterr().err
+
+
+def test_samples_of_two_exports_are_not_mixed(fake_run, task_dir, tmp_path, capsys):
+    other = tmp_path / "other-task"
+    assert main(["export-task", str(fake_run.folder), "-o", str(other)]) == 0
+    manifest = json.loads((other / MANIFEST).read_text())
+    assert manifest["export"] == json.loads((task_dir / MANIFEST).read_text())["export"]
+    a = lm_eval_samples(task_dir, tmp_path / "a", run=fake_run)
+    b = lm_eval_samples(task_dir, tmp_path / "b", run=fake_run, edit=lambda r: _edit_doc(
+        r, run={**json.loads(r["doc"]["userturn"])["run"], "export": "0" * 16}))
+    assert main(["import", "--from", "lm-eval", str(a[0]), str(b[1]), "-o",
+                 str(tmp_path / "run")]) == 2
+    assert "different userturn exports" in capsys.readouterr().err
+
+
+def test_a_run_without_user_turns_and_a_missing_source_are_one_line(tmp_path, capsys):
+    assert main(["export-task", str(tmp_path / "nothing"), "-o", str(tmp_path / "t")]) == 2
+    assert "no such run folder or experiment file" in capsys.readouterr().err
+    (tmp_path / "folder").mkdir()
+    assert main(["export-task", str(tmp_path / "folder"), "-o", str(tmp_path / "t")]) == 2
+    assert "is not a userturn run folder" in capsys.readouterr().err
+
+
+def test_an_experiment_is_run_first_then_exported(tmp_path, capsys):
+    data = tmp_path / "mini.jsonl"
+    data.write_text('{"question": "What is 2 + 3?", "answer": "x\\n#### 5"}\n')
+    config = tmp_path / "experiment.yaml"
+    config.write_text(f"models: [fake/probe]\ndatasets: [{data}]\nlimit: 1\n"
+                      f"temperatures: [0.0]\noutput: {tmp_path / 'run'}\n")
+    assert main(["export-task", str(config), "-o", str(tmp_path / "task")]) == 0
+    assert "running" in capsys.readouterr().out
+    docs = read_docs(tmp_path / "task" / "userturn_fake_probe_t0.jsonl")
+    assert [d["key"] for d in docs] == [t.key for t in userturn.load_run(tmp_path / "run").turns()]
+
+
+@pytest.mark.lmeval
+@pytest.mark.skipif(not LM_EVAL.exists(), reason=f"no {LM_EVAL}: `make lmeval` builds it")
+def test_lm_eval_on_smollm2_writes_the_user_turns_userturn_stored(tmp_path):
+    """The round trip on the real harness: the run's greedy SmolLM2 user turns, exported,
+    generated again by lm-eval's HF backend, imported: the same texts under the same keys."""
+    from userturn.backends.models import resolve_model
+
+    run = userturn.run(models=["smollm2"], datasets=["gsm_symbolic"], limit=3,
+                       temperatures=[0.0], max_tokens=96, user_max_tokens=48, batch_size=1,
+                       output=tmp_path / "run")
+    task = tmp_path / "task"
+    assert main(["export-task", str(run.folder), "-o", str(task)]) == 0
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(
+        [str(LM_EVAL), "run", "--model", "hf", "--model_args",
+         f"pretrained={resolve_model('smollm2').path}", "dtype=float32", "--device", "cpu",
+         "--batch_size", "1", "--include_path", str(task), "--tasks", "userturn_smollm2",
+         "--log_samples", "--output_path", str(tmp_path / "lmeval")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert main(["import", "--from", "lm-eval", str(tmp_path / "lmeval"), "-o",
+                 str(tmp_path / "imported")]) == 0
+    stored = {t.key: t.user_turn for t in run.turns()}
+    harness = {t.key: t.user_turn for t in userturn.load_run(tmp_path / "imported").turns()}
+    assert len(stored) == 3 and harness == stored
