@@ -16,10 +16,11 @@ from userturn.errors import StoreError, UserturnError
 from userturn.integrations.lmeval import FORMAT
 from userturn.labels.stages import label_turns
 from userturn.records import LABELLERS, Generation, GenerationParams, Labeller, Request, Score
-from userturn.store.database import RunStore, generation_key
+from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.meta import RunMeta
 from userturn.store.rows import ContextRow, GenerationRow, PlanRow
+from userturn.store.sqlite import generation_key
 
 
 @dataclass(frozen=True)
