@@ -67,8 +67,9 @@ def snapshot() -> None:
                 dst.execute("PRAGMA journal_mode=DELETE")
                 turns = dst.execute("SELECT COUNT(*) FROM generations").fetchone()[0]
             target = SNAPSHOTS / f"{folder.name}.db.gz"
-            with gzip.open(target, "wb", compresslevel=9, mtime=0) as out:
-                out.write(copy.read_bytes())
+            with target.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9,
+                                                         mtime=0) as out:
+                out.write(copy.read_bytes())  # mtime 0: the same store gives the same bytes
         print(f"{target}: {turns} generations, {target.stat().st_size // 1024} KB")
 
 
@@ -90,7 +91,7 @@ def generated_rows() -> list[dict]:
     for folder in RUNS:
         if not restore(folder):
             continue
-        store = RunStore.open(folder)
+        store = RunStore.read(folder)  # a reader: never writes into a run being generated
         for turn in read_turns(store):
             if turn.error is not None:
                 continue
