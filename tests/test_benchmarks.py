@@ -122,6 +122,9 @@ def run_in_process(name: str, args: tuple[str, ...], cwd: Path,
                                                   BENCHMARKS / name)
     assert spec and spec.loader
     script = importlib.util.module_from_spec(spec)
+    # Registered as Python registers an imported module: dataclasses (and pickling) look the
+    # script's module up by name while it is being executed.
+    monkeypatch.setitem(sys.modules, spec.name, script)
     spec.loader.exec_module(script)
     # A script may pin torch's threads for its own timing; the rest of the session keeps its own.
     torch = sys.modules.get("torch")

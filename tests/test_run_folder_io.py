@@ -6,6 +6,7 @@ is said out loud."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -107,7 +108,10 @@ def read_everything(folder: Path, tmp_path: Path, capsys) -> None:  # type: igno
     exported = tmp_path / "elsewhere" / "turns.jsonl"
     assert main(["export", str(folder), "--out", str(exported), "--format", "jsonl"]) == 0
     assert len(exported.read_text().splitlines()) == USER_TURNS
-    assert main(["compare", str(folder), str(folder)]) == 0
+    # compare refuses a run against itself: the other side is a copy (copying reads only)
+    other = tmp_path / "elsewhere" / "copy"
+    shutil.copytree(folder, other)
+    assert main(["compare", str(folder), str(other)]) == 0
     assert len(load_run(folder).turns()) == USER_TURNS
     capsys.readouterr()
 
@@ -201,8 +205,10 @@ def test_compare_html_on_a_full_disk_blames_the_page(gsm_file, tmp_path, capsys,
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(atomic, "_fsync", full)
+    other = tmp_path / "other"
+    shutil.copytree(folder, other)  # compare refuses a run against itself
     page = tmp_path / "compare.html"
-    assert main(["compare", str(folder), str(folder), "--html", str(page)]) == 2
+    assert main(["compare", str(folder), str(other), "--html", str(page)]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith(f"userturn: error: cannot write {page}: no space left")
     assert "userturn.db" not in line and not page.exists()
