@@ -87,24 +87,17 @@ class RunLock:
 def holder(folder: Path) -> str | None:
     """Who is writing the run now ("pid 123, userturn run"), or None when nobody is."""
     path = Path(folder) / LOCK_NAME
-    try:
-        handle = open(path, encoding="utf-8")
-    except OSError:
+    if not held(folder):
         return None
-    with handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            record = _lock_record(path)
-            if record is not None and record[0] == str(os.getpid()):
-                return None  # this command reporting on its own work is not "in progress"
-            return _describe_holder(path)
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None
+    record = _lock_record(path)
+    if record is not None and record[0] == str(os.getpid()):
+        return None  # this command reporting on its own work is not "in progress"
+    return _describe_holder(path)
 
 
 def held(folder: Path) -> bool:
-    """Whether any process (this one included) holds the folder's lock now."""
+    """Whether any process (this one included) holds the folder's lock now: a shared lock that
+    cannot be had means an exclusive one is held."""
     try:
         handle = open(Path(folder) / LOCK_NAME, encoding="utf-8")
     except OSError:
