@@ -2,6 +2,7 @@
 
     .venv/bin/python corpus/build.py disagreements   # corpus/work/disagreements.jsonl for the adjudicator
     .venv/bin/python corpus/build.py                 # agreement figures + src/userturn/labels/corpus.jsonl.gz
+    .venv/bin/python corpus/build.py --out FILE      # the same corpus into FILE (the shipped one untouched)
 
 Annotator A labelled every slice's copy "a", annotator B its copy "b" (corpus/annotations/). From
 slice 18 on, copy "b" holds only the turns to be labelled twice (every dev and test turn and a
@@ -67,7 +68,7 @@ def agreement(a: dict[str, str], b: dict[str, str], keys: list[str]) -> str:
             f"kappa follow-up vs rest {cohen_kappa(binary, ('f', 'r')):.3f}")
 
 
-def build() -> None:
+def build(out: Path = CORPUS_FILE) -> None:
     pool, a, b = both()
     adjudicated = {}
     for path in sorted(ANNOTATIONS.glob("adjudicated*.jsonl")):
@@ -108,10 +109,10 @@ def build() -> None:
         print("annotator A on doubly labelled train turns:", agreement(a, final, sampled))
     for name, labels in (("A", a), ("B", b)):  # the ceiling a labeller is scored against
         print(f"annotator {name} against the adjudicated labels:", agreement(labels, final, keys))
-    with gzip.open(CORPUS_FILE, "wt", encoding="utf-8", compresslevel=9) as handle:
+    with gzip.open(out, "wt", encoding="utf-8", compresslevel=9) as handle:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    print(f"wrote {len(rows)} turns to {CORPUS_FILE}")
+    print(f"wrote {len(rows)} turns to {out}")
     counts = Counter((r["split"], r["label"]) for r in rows)
     kinds = Counter((r["split"], r["source"]["kind"]) for r in rows)
     print("labels per split:")
@@ -139,5 +140,7 @@ _TWICE: dict[str, bool] | None = None
 if __name__ == "__main__":
     if sys.argv[1:] == ["disagreements"]:
         disagreements()
+    elif sys.argv[1:2] == ["--out"] and len(sys.argv) == 3:
+        build(Path(sys.argv[2]))
     else:
         build()
