@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -116,8 +117,13 @@ def test_the_scorer_labels_simulated_user_turns_in_a_real_eval(tmp_path):
     samples = [Sample(id=i, input=[ChatMessageUser(content=query),
                                    ChatMessageAssistant(content=answer)], target="")
                for i in range(len(turns))]
-    log, = eval(Task(dataset=samples, solver=[simulate_user()], scorer=user_turn_label("rules")),
-                model=model, log_dir=str(tmp_path / "logs"), display="none")
+    task = Task(dataset=samples, solver=[simulate_user()], scorer=user_turn_label("rules"))
+    # Inspect's eval starts its own event loop, which asyncio refuses inside a running one; the
+    # browser tests' Playwright keeps one running on the main thread for the whole session (as a
+    # notebook does), so the eval runs on a thread of its own, as a script's would.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        log, = pool.submit(eval, task, model=model, log_dir=str(tmp_path / "logs"),
+                           display="none").result()
     assert log.status == "success", log.error
     by_id = {s.id: s for s in log.samples}
     assert [by_id[i].scores["user_turn_label"].value for i in range(len(turns))] == expected
