@@ -302,3 +302,16 @@ def hold_lock(folder: Path) -> subprocess.Popen:
                               env={**os.environ})
     assert holder.stdout.readline().strip() == b"held"
     return holder
+
+
+# ---- a small run of the scripted fake model (the integration exports) ----------------------------
+def fake_probe_run(folder: Path, **settings: Any):  # -> userturn.api.Run
+    """Three GSM-style items probed by ``fake/probe`` into ``folder/run`` (``settings`` on top)."""
+    import userturn
+
+    data = folder / "mini.jsonl"
+    data.write_text("".join(
+        f'{{"question": "Sam has {n} apples and buys {n + 2} more. How many?", '
+        f'"answer": "x\\n#### {2 * n + 2}"}}\n' for n in range(3)), encoding="utf-8")
+    return userturn.run(models=["fake/probe"], datasets=[str(data)], limit=3, samples=2,
+                        output=folder / "run", **settings)

@@ -8,8 +8,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from helpers import fake_probe_run
 
-import userturn
 from userturn.cli.main import main
 from userturn.errors import UserturnError
 
@@ -17,12 +17,7 @@ from userturn.errors import UserturnError
 @pytest.fixture(scope="module")
 def fake_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("inspect")
-    data = folder / "mini.jsonl"
-    data.write_text("".join(
-        f'{{"question": "Sam has {n} apples and buys {n + 2} more. How many?", '
-        f'"answer": "x\\n#### {2 * n + 2}"}}\n' for n in range(3)), encoding="utf-8")
-    return userturn.run(models=["fake/probe"], datasets=[str(data)], limit=3, samples=2,
-                        system_prompt="Be brief.", output=folder / "run")
+    return fake_probe_run(folder, system_prompt="Be brief.")
 
 
 def test_the_log_reads_back_in_inspect_with_turns_labels_and_rates(fake_run, tmp_path, capsys):

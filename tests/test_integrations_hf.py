@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from helpers import fake_probe_run
 
 import userturn
 from userturn.cli.main import main
@@ -18,12 +19,7 @@ datasets = pytest.importorskip("datasets")
 @pytest.fixture(scope="module")
 def fake_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hf")
-    data = folder / "mini.jsonl"
-    data.write_text("".join(
-        f'{{"question": "Sam has {n} apples and buys {n + 2} more. How many?", '
-        f'"answer": "x\\n#### {2 * n + 2}"}}\n' for n in range(3)), encoding="utf-8")
-    return userturn.run(models=["fake/probe"], datasets=[str(data)], limit=3, samples=2,
-                        output=folder / "run")
+    return fake_probe_run(folder)
 
 
 def test_the_run_folder_opens_in_datasets_with_every_turn_and_label(fake_run, tmp_path, capsys):

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import fake_probe_run
 
 import userturn
 from userturn.cli.main import main
@@ -42,13 +43,8 @@ def read_docs(path: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def fake_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("lmeval")
-    data = folder / "mini.jsonl"
-    data.write_text("".join(
-        f'{{"question": "Sam has {n} apples and buys {n + 2} more. How many?", '
-        f'"answer": "x\\n#### {2 * n + 2}"}}\n' for n in range(3)), encoding="utf-8")
-    return userturn.run(models=["fake/probe"], datasets=[str(data)], limit=3, samples=2,
-                        temperatures=[0.0, 0.7], top_p=0.9, user_max_tokens=40,
-                        perturbations=["truncate"], output=folder / "run")
+    return fake_probe_run(folder, temperatures=[0.0, 0.7], top_p=0.9, user_max_tokens=40,
+                          perturbations=["truncate"])
 
 
 @pytest.fixture(scope="module")
