@@ -120,7 +120,8 @@ def child(args: argparse.Namespace) -> int:
         print(f"userturn: error: {exc}", file=sys.stderr)
         return 2
     client = OpenAIChatClient("soak-judge", base_url=args.judge_url, api_key="sk-soak-unused",
-                              timeout=0.5, max_attempts=3, backoff=0.01, max_backoff=0.05)
+                              timeout=args.judge_timeout, max_attempts=3, backoff=0.01,
+                              max_backoff=0.05)
     store = RunStore.open(exp.output)
     try:
         with RunLock(exp.output, "judge"):
@@ -145,7 +146,8 @@ def attempt(args: argparse.Namespace, folder: Path, dataset: Path, url: str, log
             seed: int, clean: bool) -> subprocess.Popen:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", str(folder),
                "--dataset", str(dataset), "--items", str(args.items), "--samples",
-               str(args.samples), "--judge-url", url, "--log", str(log), "--seed", str(seed)]
+               str(args.samples), "--judge-url", url, "--log", str(log), "--seed", str(seed),
+               "--judge-timeout", str(getattr(args, "judge_timeout", 0.5))]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(HERE.parent / "src"), os.environ.get("PYTHONPATH", "")])}
     with open(log.with_suffix(".out"), "ab") as out:
@@ -297,14 +299,18 @@ def soak(kills: int = 20, items: int = 40, samples: int = 4, seed: int = 0,
 
 def _sigterm_while_judging(fake, base: Path, dataset: Path, items: int,  # type: ignore[no-untyped-def]
                            samples: int) -> dict[str, int]:
-    """A fault-free attempt, SIGTERMed once it has stored some verdicts (the judge answers slowly
-    enough to be mid-way): it exits 143 having stored every verdict it received; then it
-    resumes."""
+    """A fault-free attempt, SIGTERMed once it has stored some verdicts: the judge answers the
+    first two at once and holds the rest, so the signal lands mid-way on any machine (a uniform
+    delay let a fast one store every verdict before the signal). It exits 143 having stored every
+    verdict it received; then it resumes."""
+    import itertools
+
     from openai_fake import Answer
 
     folder, log = base / "terminated", base / "terminated.log"
-    fake.responder = lambda request: Answer(delay=0.2)
-    args = argparse.Namespace(items=items, samples=samples)
+    asked = itertools.count()
+    fake.responder = lambda request: Answer(delay=0.0 if next(asked) < 2 else 3.0)
+    args = argparse.Namespace(items=items, samples=samples, judge_timeout=30.0)
     process = attempt(args, folder, dataset, fake.url, log, 0, clean=True)
     deadline = time.monotonic() + 300
     while process.poll() is None and _verdicts(folder) < 2 and time.monotonic() < deadline:
@@ -347,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", help=argparse.SUPPRESS)
     parser.add_argument("--judge-url", help=argparse.SUPPRESS)
     parser.add_argument("--log", help=argparse.SUPPRESS)
+    parser.add_argument("--judge-timeout", type=float, default=0.5, help=argparse.SUPPRESS)
     parser.add_argument("--clean", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
