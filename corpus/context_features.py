@@ -21,7 +21,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from userturn.labels.context import ContextScorer, turn_key  # noqa: E402
+from userturn.labels.context import load_readings, read_cases  # noqa: E402
 from userturn.labels.corpus import CORPUS_FILE  # noqa: E402
 from userturn.records import Case  # noqa: E402
 
@@ -43,39 +43,19 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1)
     args = parser.parse_args()
     import torch
-    from tqdm import tqdm
 
     torch.set_num_threads(1)
     with gzip.open(args.corpus, "rt", encoding="utf-8") as handle:
         rows = sorted((json.loads(line) for line in handle), key=rank)
-    out = CACHE / f"context-features-{args.shard}.jsonl"
-    done = set(load_cache(CACHE))
-    todo = [r for i, r in enumerate(rows) if i % args.shards == args.shard]
-    todo = [r for r in todo if turn_key(r["query"], r["answer"], r["user_turn"]) not in done]
-    scorer = ContextScorer()
-    with open(out, "a", encoding="utf-8") as sink:
-        for row in tqdm(todo, desc=f"shard {args.shard}", mininterval=30):
-            reading = scorer.read(Case(row["query"], row["answer"], row["user_turn"],
-                                       row["user_turn"]))
-            sink.write(json.dumps({
-                "key": turn_key(row["query"], row["answer"], row["user_turn"]),
-                "scorer": scorer.name,
-                "features": [round(float(v), 5) for v in reading.features],
-                "embedding": [round(float(v), 4) for v in reading.embedding]}) + "\n")
-            sink.flush()
+    mine = [r for i, r in enumerate(rows) if i % args.shards == args.shard]
+    known = load_readings(cache_files())[0]
+    read_cases([Case(r["query"], r["answer"], r["user_turn"], r["user_turn"]) for r in mine],
+               CACHE / f"context-features-{args.shard}.jsonl", known,
+               description=f"shard {args.shard}")
 
 
-def load_cache(folder: Path = CACHE) -> dict[str, dict]:
-    """Every cached reading by turn key (a torn last line, from a kill, is skipped)."""
-    cache: dict[str, dict] = {}
-    for path in sorted(folder.glob("context-features-*.jsonl")):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            cache[row["key"]] = row
-    return cache
+def cache_files(folder: Path = CACHE) -> list[Path]:
+    return sorted(folder.glob("context-features-*.jsonl"))
 
 
 if __name__ == "__main__":

@@ -57,6 +57,14 @@ def add_classifier_parsers(sub: Any, handler: Callable[..., int]) -> None:
                        "corpus's train split plus your rows")
     train.add_argument("--c", type=number, default=0.5, help="inverse regularisation strength "
                        "(default 0.5: the best of the grid on the corpus dev split)")
+    train.add_argument("--context", choices=("shipped", "none", "ratios", "hidden"),
+                       default="shipped", help="what the classifier reads of a turn in context "
+                       "through the embedded SmolLM2: ratios (how much likelier the turn is after "
+                       "the answer, after the query, as the assistant), hidden (those and its "
+                       "hidden state), none (form alone; numpy-only inference). Default: as the "
+                       "shipped classifier does")
+    train.add_argument("--readings", type=Path, help="cache of your turns' context readings "
+                       "(default OUTPUT.readings.jsonl): a killed training resumes from it")
     train.add_argument("--force", action="store_true", help="overwrite --output")
     train.set_defaults(handler=handler, action=train_command)
 
@@ -142,8 +150,12 @@ def train_command(args: argparse.Namespace, console: Console) -> int:
                             f"dev split (got {len(train)} train, {len(dev)} dev)")
     console.print(f"training on {len(train)} turn(s), dev {len(dev)} "
                   f"({sum(ex.split == 'test' for ex in examples)} test rows left untouched)")
-    model = calibrate(fit(train, c=args.c), dev)
-    labels, probs = predict(LearnedClassifier(model).classify, dev)
+    context = context_of(args)
+    if context is not None:
+        train, dev = read_in_context(train, dev, args)
+    model = calibrate(fit(train, c=args.c, context=context), dev)
+    read = {ex.case: ex.reading for ex in dev}  # dev turns were read in context above
+    labels, probs = predict(LearnedClassifier(model, reader=read.__getitem__).classify, dev)
     result = evaluate(labels, [ex.label for ex in dev], probs)
     console.print(f"dev agreement (classifier vs your labels): {result.line()}  "
                   f"calibration error {result.ece:.3f}")
@@ -151,6 +163,43 @@ def train_command(args: argparse.Namespace, console: Console) -> int:
     model.save(args.output)
     console.print(f"wrote {args.output} (use it with --classifier {args.output})")
     return 0
+
+
+def context_of(args: argparse.Namespace) -> dict[str, Any] | None:
+    """``meta["context"]`` of the parameters ``--context`` asks for (None: form alone)."""
+    from userturn.labels.classifier import MODEL_FILE, LinearModel
+    from userturn.labels.context import scorer_name
+    from userturn.labels.training import context_meta
+
+    choice = args.context
+    if choice == "shipped":
+        shipped = LinearModel.load(MODEL_FILE).context
+        if not shipped:
+            return None
+        choice = "hidden" if shipped.get("embedding") else "ratios"
+    if choice == "none":
+        return None
+    return context_meta(scorer_name(), HIDDEN_DIMENSIONS if choice == "hidden" else 0)
+
+
+HIDDEN_DIMENSIONS = 576  # the embedded SmolLM2's hidden size: all of it
+
+
+def read_in_context(train: list[Any], dev: list[Any], args: argparse.Namespace
+                    ) -> tuple[list[Any], list[Any]]:
+    """Train and dev examples with their context readings: the corpus's from the shipped file,
+    yours scored now (a progress bar; cached in --readings, so a kill resumes)."""
+    from userturn.labels.context import read_cases, scorer_name
+    from userturn.labels.corpus import corpus_readings
+    from userturn.labels.training import with_readings
+
+    known, scorer = corpus_readings()
+    if scorer != scorer_name():  # readings of another SmolLM2 file would not match
+        known = {}
+    cache = args.readings or args.output.with_name(args.output.name + ".readings.jsonl")
+    readings = read_cases([ex.case for ex in [*train, *dev]], cache, known)
+    return (with_readings(train, readings[:len(train)]),
+            with_readings(dev, readings[len(train):]))
 
 
 def print_per_label(result: Any, console: Console) -> None:

@@ -1,11 +1,16 @@
-"""The learned user-turn classifier: offline, CPU, numpy only at inference.
+"""The learned user-turn classifier: offline, CPU.
 
-A multinomial logistic model over two kinds of features of a ``Case``:
+A multinomial logistic model over three kinds of features of a ``Case``:
 - the rules' own signals (which verdict they reach, and the measurements behind it: how much of
   the turn comes from the answer beyond the query, how much repeats the query, question form,
   assistant-style openings, meta narration, repetition), see ``signals``;
 - hashed word uni/bigrams of the user turn and character 3-grams of its opening, so that the
-  model also learns the words people (and models) use in each kind of turn.
+  model also learns the words people (and models) use in each kind of turn;
+- where the parameters say so (``meta["context"]``), what a language model says about the turn
+  in its context (:mod:`.context`): likelihood ratios of the turn after the answer, after the
+  query and alone, and its hidden state. Form alone misleads on a model the classifier never saw;
+  these read meaning. They cost a few forward passes of the embedded SmolLM2 per turn (torch);
+  without them inference needs numpy alone.
 
 The parameters ship inside the package (``labels/classifier_model.npz``, trained by
 ``userturn train-classifier`` on the labelled corpus, corpus/ and docs/corpus.md); probabilities
@@ -26,6 +31,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
+from userturn.errors import ConfigError
+from userturn.labels.context import CONTEXT_FEATURES, ContextReading
 from userturn.labels.rules import RulesClassifier, signals_of
 from userturn.records import LABELS, Case, Label
 
@@ -64,11 +71,29 @@ def rule_features(case: Case, verdict: Label | None = None) -> list[float]:
 N_DENSE = len(_RULE_LABELS) + len(signals_of(Case("q", "a", "u")))
 
 
-def design_row(case: Case, verdict: Label | None = None) -> tuple[np.ndarray, list[int]]:
+def context_width(context: dict | None) -> int:
+    """How many dense columns the context features take (``meta["context"]``; None: none)."""
+    if not context:
+        return 0
+    return len(CONTEXT_FEATURES) + int(context.get("embedding", 0))
+
+
+def context_columns(reading: ContextReading | None, context: dict | None) -> list[float]:
+    if not context:
+        return []
+    if reading is None:
+        raise ValueError("these parameters read the turn in context: a ContextReading is needed")
+    return [*map(float, reading.features), *map(float, reading.embedding[:context_width(
+        context) - len(CONTEXT_FEATURES)])]
+
+
+def design_row(case: Case, verdict: Label | None = None, reading: ContextReading | None = None,
+               context: dict | None = None) -> tuple[np.ndarray, list[int]]:
     """One case as (dense features, hashed token ids) – the classifier's input. The rule that
     decided (or gave up) is a token too: its rationale without the numbers in it."""
     verdict = verdict or RulesClassifier().classify(case)  # the cascade passes its own
-    return (np.asarray(rule_features(case, verdict), dtype=np.float32),
+    dense = rule_features(case, verdict) + context_columns(reading, context)
+    return (np.asarray(dense, dtype=np.float32),
             [*text_tokens(case), _hash("r:" + rule_of(verdict))])
 
 
@@ -77,13 +102,16 @@ def rule_of(verdict: Label) -> str:
     return re.sub(r"[\d.,%]+|\(.*?\)", "", verdict.rationale)[:60]
 
 
-def design_matrix(cases: Sequence[Case]):
+def design_matrix(cases: Sequence[Case], readings: Sequence[ContextReading | None] | None = None,
+                  context: dict | None = None):
     """A scipy CSR matrix of the cases (training only: scipy comes with scikit-learn)."""
     from scipy import sparse
 
     rows, cols, vals = [], [], []
+    width = N_DENSE + context_width(context)
     for index, case in enumerate(cases):
-        dense, tokens = design_row(case)
+        dense, tokens = design_row(case, reading=readings[index] if readings else None,
+                                   context=context)
         for col, value in enumerate(dense):
             if value:
                 rows.append(index)
@@ -94,9 +122,9 @@ def design_matrix(cases: Sequence[Case]):
             counts[token] = counts.get(token, 0) + 1
         for token, count in counts.items():
             rows.append(index)
-            cols.append(N_DENSE + token)
+            cols.append(width + token)
             vals.append(math.log1p(count))
-    return sparse.csr_matrix((vals, (rows, cols)), shape=(len(cases), N_DENSE + (1 << HASH_BITS)),
+    return sparse.csr_matrix((vals, (rows, cols)), shape=(len(cases), width + (1 << HASH_BITS)),
                              dtype=np.float64)
 
 
@@ -106,7 +134,7 @@ class LinearModel:
 
     weights: np.ndarray  # (labels, features)
     bias: np.ndarray  # (labels,)
-    scale: np.ndarray  # (N_DENSE,) dense features are divided by it (unit variance)
+    scale: np.ndarray  # (dense_width,) dense features are divided by it (unit variance)
     temperature: float
     labels: tuple[str, ...]
     meta: dict
@@ -129,8 +157,6 @@ class LinearModel:
         """The parameters in ``path``, checked whole: a file that is not what
         ``userturn train-classifier`` writes is one ConfigError line here, at load, not a
         traceback after a run has generated everything."""
-        from userturn.errors import ConfigError
-
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"no classifier parameters at {path}: train them with "
@@ -149,14 +175,30 @@ class LinearModel:
                               f"train-classifier`: {problem}")
         return model
 
+    @property
+    def context(self) -> dict | None:
+        """What the parameters read of the turn in context (``meta["context"]``), or None."""
+        context = self.meta.get("context") if isinstance(self.meta, dict) else None
+        return context or None
+
+    @property
+    def dense_width(self) -> int:
+        return N_DENSE + context_width(self.context)
+
     def _problem(self) -> str | None:
         """What makes these parameters unusable for inference, or None."""
-        n_labels, width = len(self.labels), N_DENSE + (1 << HASH_BITS)
+        if not isinstance(self.meta, dict):
+            return "metadata that is not a JSON object"
+        context = self.context
+        if context is not None and (not isinstance(context, dict) or list(
+                context.get("features", [])) != list(CONTEXT_FEATURES)):
+            return "context features this version of userturn does not compute"
+        n_labels, width = len(self.labels), self.dense_width + (1 << HASH_BITS)
         if not self.labels or not set(self.labels) <= set(LABELS):
             return f"labels {list(self.labels)} are not labels of docs/labels.md"
         if self.weights.shape != (n_labels, width):
             return f"weights of shape {self.weights.shape}, expected {(n_labels, width)}"
-        if self.bias.shape != (n_labels,) or self.scale.shape != (N_DENSE,):
+        if self.bias.shape != (n_labels,) or self.scale.shape != (self.dense_width,):
             return "bias or feature scale of the wrong shape"
         if not (math.isfinite(self.temperature) and self.temperature > 0):
             return f"temperature {self.temperature} is not a positive number"
@@ -165,18 +207,18 @@ class LinearModel:
             return "parameters that are not finite numbers"
         if not (self.scale > 0).all():
             return "a feature scale that is not positive"
-        if not isinstance(self.meta, dict):
-            return "metadata that is not a JSON object"
         return None
 
-    def logits(self, case: Case, verdict: Label | None = None) -> np.ndarray:
-        dense, tokens = design_row(case, verdict)
-        score = self.bias + self.weights[:, :N_DENSE] @ (dense / self.scale)
+    def logits(self, case: Case, verdict: Label | None = None,
+               reading: ContextReading | None = None) -> np.ndarray:
+        width = self.dense_width
+        dense, tokens = design_row(case, verdict, reading, self.context)
+        score = self.bias + self.weights[:, :width] @ (dense / self.scale)
         counts: dict[int, int] = {}
         for token in tokens:
             counts[token] = counts.get(token, 0) + 1
         if counts:
-            ids = np.fromiter((N_DENSE + t for t in counts), dtype=np.int64)
+            ids = np.fromiter((width + t for t in counts), dtype=np.int64)
             values = np.log1p(np.fromiter(counts.values(), dtype=np.float32))
             score = score + self.weights[:, ids] @ values
         return score
@@ -190,8 +232,9 @@ class LinearModel:
         digest.update(f"{self.temperature:.6g}|{'|'.join(self.labels)}".encode())
         return digest.hexdigest()[:12]
 
-    def probabilities(self, case: Case, verdict: Label | None = None) -> np.ndarray:
-        z = self.logits(case, verdict) / self.temperature
+    def probabilities(self, case: Case, verdict: Label | None = None,
+                      reading: ContextReading | None = None) -> np.ndarray:
+        z = self.logits(case, verdict, reading) / self.temperature
         z = np.exp(z - z.max())
         return z / z.sum()
 
@@ -201,18 +244,32 @@ class LearnedClassifier:
 
     name = "classifier"
 
-    def __init__(self, model: LinearModel | None = None, path: Path = MODEL_FILE) -> None:
+    def __init__(self, model: LinearModel | None = None, path: Path = MODEL_FILE,
+                 reader: Callable[[Case], ContextReading] | None = None) -> None:
         if model is None:
             model = LinearModel.load(path)
         self.model = model
         self.version = f"{model.meta.get('version', '1')}-{model.fingerprint()}"
+        # How a turn is read in context, where the parameters need it: by default the embedded
+        # scorer, loaded on the first turn the classifier labels (the rules decide most turns).
+        self._reader = reader
+
+    def read(self, case: Case) -> ContextReading | None:
+        context = self.model.context
+        if context is None:
+            return None
+        if self._reader is None:
+            self._reader = shared_scorer(str(context.get("scorer", ""))).read
+        return self._reader(case)
 
     def classify(self, case: Case, rules: Label | None = None) -> Label:
         """``rules``: the rules' label of the case where the caller has it (not computed twice)."""
         if case.thinking.strip() and not case.user_turn.strip():
             return Label("empty", self.name, "thinking only: no visible text", probability=1.0)
         try:
-            probs = self.model.probabilities(case, rules)
+            probs = self.model.probabilities(case, rules, self.read(case))
+        except ConfigError:  # a machine without the scorer the parameters need: say so, once
+            raise
         except Exception as exc:  # a labeller must never break the pipeline
             return Label(None, self.name, "the classifier failed",
                          error=f"{type(exc).__name__}: {exc}")
@@ -236,6 +293,24 @@ class Cascade:
     def classify(self, case: Case) -> Label:
         decided = self.rules.classify(case)
         return decided if decided.label is not None else self.classifier.classify(case, decided)
+
+
+_SCORERS: dict[str, object] = {}
+
+
+def shared_scorer(expected: str):  # type: ignore[no-untyped-def]
+    """The embedded context scorer, one per process; ConfigError if it is not the scorer the
+    parameters were trained with (another SmolLM2 file would give other numbers)."""
+    from userturn.labels.context import SCORER_MODEL, ContextScorer
+
+    if SCORER_MODEL not in _SCORERS:
+        _SCORERS[SCORER_MODEL] = ContextScorer(SCORER_MODEL)
+    scorer = _SCORERS[SCORER_MODEL]
+    if expected and scorer.name != expected:  # type: ignore[attr-defined]
+        raise ConfigError(f"the classifier was trained with the context scorer {expected}, this "
+                          f"machine has {scorer.name}: retrain it with `userturn "  # type: ignore[attr-defined]
+                          "train-classifier --context`, or label with --labeller rules")
+    return scorer
 
 
 def offline_labeller(labeller: Labeller, classifier: Path | None = None

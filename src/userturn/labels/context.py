@@ -17,8 +17,11 @@ which the classifier reads through a fixed projection (see :mod:`.classifier`).
 
 from __future__ import annotations
 
+import inspect
+import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
@@ -64,11 +67,14 @@ class ContextScorer:
 
         hf_logging.disable_progress_bar()
         folder, revision = materialize_embedded(model)
-        self.name = f"{model}@{revision}"
+        self.name = f"{model}@{revision}"  # what a model file records: other weights, other numbers
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
         self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
         self.model.eval()
         self._torch = torch
+        # transformers 5 names the key-value cache ``cache``; earlier versions ``past_key_values``.
+        self._cache_arg = ("cache" if "cache" in inspect.signature(self.model.forward).parameters
+                           else "past_key_values")
         self.pieces = self._template_pieces()
         # Every conversation opens the same way (the template's system prompt): read it once.
         self._opening = self._ids(self.pieces["before_query"])
@@ -107,21 +113,22 @@ class ContextScorer:
 
         torch = self._torch
         with torch.inference_mode():
-            return self.model(torch.tensor([ids]), past_key_values=copy.deepcopy(cache),
-                              use_cache=True, output_hidden_states=hidden,
-                              logits_to_keep=1 if last_only else 0)
+            out = self.model(torch.tensor([ids]), use_cache=True, output_hidden_states=hidden,
+                             logits_to_keep=1 if last_only else 0,
+                             **{self._cache_arg: copy.deepcopy(cache)})
+        return out.logits, out.hidden_states, out[self._cache_arg]
 
     def _turn_logp(self, cache: Any, last_logits: Any, lead: list[int], turn: list[int],
                    hidden: bool = False) -> tuple[float, Any]:
         """Mean log p of ``turn`` (with the template's text after it) read after ``cache`` and
         ``lead``: ``last_logits`` are the logits that predict ``lead``'s first token."""
         torch = self._torch
-        out = self._extend(cache, lead + turn, hidden)
-        logits = torch.cat([last_logits[None], out.logits[0, :-1]])  # predicts lead + turn
+        out_logits, hidden_states, _ = self._extend(cache, lead + turn, hidden)
+        logits = torch.cat([last_logits[None], out_logits[0, :-1]])  # predicts lead + turn
         targets = torch.tensor(lead + turn)
         logp = torch.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None])[:, 0]
         mean = float(logp[len(lead):].mean())
-        state = out.hidden_states[-1][0, len(lead):].mean(0).numpy() if hidden else None
+        state = hidden_states[-1][0, len(lead):].mean(0).numpy() if hidden else None
         return mean, state
 
     def read(self, case: Case) -> ContextReading:
@@ -132,29 +139,36 @@ class ContextScorer:
         # The turn, and how the template closes it: predicting the end says the turn is whole.
         turn = self._clip(turn_text, MAX_TURN_TOKENS, tail=False) + self._ids(
             p["after_turn"].split("\n")[0] or p["after_turn"])
-        opened = self._opened
-        asked = self._extend(opened.past_key_values, query, last_only=True)
-        answered = self._extend(asked.past_key_values, self._ids(p["query_to_answer"]) + answer,
-                                last_only=True)
-        after_answer, state = self._turn_logp(answered.past_key_values, answered.logits[0, -1],
+        # (logits of the last position, cache) of each shared beginning
+        opened_logits, _, opened = self._opened
+        logits, _, asked = self._extend(opened, query, last_only=True)
+        asked_last = logits[0, -1]
+        logits, _, answered = self._extend(asked, self._ids(p["query_to_answer"]) + answer,
+                                           last_only=True)
+        answered_last = logits[0, -1]
+        after_answer, state = self._turn_logp(answered, answered_last,
                                               self._ids(p["answer_to_turn"]), turn, hidden=True)
-        as_assistant = self._turn_logp(answered.past_key_values, answered.logits[0, -1],
-                                       self._ids("\n\n"), turn)[0]
-        after_query = self._turn_logp(asked.past_key_values, asked.logits[0, -1],
-                                      self._ids(p["query_to_turn"]), turn)[0]
+        as_assistant = self._turn_logp(answered, answered_last, self._ids("\n\n"), turn)[0]
+        after_query = self._turn_logp(asked, asked_last, self._ids(p["query_to_turn"]), turn)[0]
         if p["before_turn_alone"] == p["before_query"]:
-            alone = self._turn_logp(opened.past_key_values, opened.logits[0, -1], [], turn)[0]
+            alone = self._turn_logp(opened, opened_logits[0, -1], [], turn)[0]
         else:
             opening = self._ids(p["before_turn_alone"])
-            start = self._extend(None, opening[:1])
-            alone = self._turn_logp(start.past_key_values, start.logits[0, -1], opening[1:],
-                                    turn)[0]
+            start_logits, _, start = self._extend(None, opening[:1])
+            alone = self._turn_logp(start, start_logits[0, -1], opening[1:], turn)[0]
         n = len(turn)
         features = [after_answer, after_query, alone, as_assistant, after_answer - after_query,
                     after_query - alone, as_assistant - after_answer,
                     (after_answer - after_query) * n, float(np.log(n))]
         return ContextReading(np.asarray(features, dtype=np.float32),
                               np.asarray(state, dtype=np.float32))
+
+
+def scorer_name(model: str = SCORER_MODEL) -> str:
+    """The name ``ContextScorer(model).name`` will have, without loading the model."""
+    from userturn.backends.models import materialize_embedded
+
+    return f"{model}@{materialize_embedded(model)[1]}"
 
 
 def describe(reading: ContextReading) -> dict[str, Any]:
@@ -167,3 +181,68 @@ def turn_key(query: str, answer: str, user_turn: str) -> str:
     import hashlib
 
     return hashlib.sha256(f"{query}\x00{answer}\x00{user_turn}".encode()).hexdigest()[:20]
+
+
+def reading_of(row: dict[str, Any]) -> ContextReading:
+    return ContextReading(np.asarray(row["features"], dtype=np.float32),
+                          np.asarray(row["embedding"], dtype=np.float32))
+
+
+def reading_row(key: str, scorer: str, reading: ContextReading) -> dict[str, Any]:
+    """One line of a readings cache (JSON): rounded, since the cache is for fitting, not checks."""
+    return {"key": key, "scorer": scorer,
+            "features": [round(float(v), 5) for v in reading.features],
+            "embedding": [round(float(v), 4) for v in reading.embedding]}
+
+
+def load_readings(paths: Iterable[Path]) -> tuple[dict[str, ContextReading], set[str]]:
+    """Every cached reading by turn key, and the scorers that made them. A torn last line (a
+    killed writer) is skipped."""
+    readings: dict[str, ContextReading] = {}
+    scorers: set[str] = set()
+    for path in paths:
+        for line in Path(path).read_text(encoding="utf-8").splitlines():
+            try:
+                row = json.loads(line)
+                readings[row["key"]] = reading_of(row)
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                continue
+            scorers.add(str(row.get("scorer", "")))
+    return readings, scorers
+
+
+def read_cases(cases: Sequence[Case], cache: Path | None = None, known: dict[str, ContextReading]
+               | None = None, description: str = "reading turns in context"
+               ) -> list[ContextReading]:
+    """Every case's reading: from ``known`` (by turn key) where it is there, else scored now with
+    a progress bar and appended to ``cache`` (JSON Lines) as it comes, so a killed run loses at
+    most the turn in flight and the next one starts where it stopped."""
+    from tqdm import tqdm
+
+    known = dict(known or {})
+    if cache is not None and cache.exists():
+        known.update(load_readings([cache])[0])
+    keys = [turn_key(c.query, c.answer, c.user_turn) for c in cases]
+    missing = [i for i, key in enumerate(keys) if key not in known]
+    if missing:
+        scorer = ContextScorer()
+        sink = open(cache, "a", encoding="utf-8") if cache is not None else None
+        if sink is not None and sink.tell() and not _ends_a_line(cache):  # type: ignore[arg-type]
+            sink.write("\n")  # a killed writer's torn last line stays alone on its line
+        try:
+            for index in tqdm(missing, desc=description, unit="turn"):
+                reading = scorer.read(cases[index])
+                known[keys[index]] = reading
+                if sink is not None:
+                    sink.write(json.dumps(reading_row(keys[index], scorer.name, reading)) + "\n")
+                    sink.flush()
+        finally:
+            if sink is not None:
+                sink.close()
+    return [known[key] for key in keys]
+
+
+def _ends_a_line(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(-1, 2)
+        return handle.read(1) == b"\n"

@@ -17,7 +17,8 @@ import numpy as np
 from userturn.data.rows import json_lines
 from userturn.errors import UserturnError
 from userturn.labels.agreement import cohen_kappa, confusion_matrix, per_label
-from userturn.labels.classifier import N_DENSE, LinearModel, design_matrix
+from userturn.labels.classifier import N_DENSE, LinearModel, context_width, design_matrix
+from userturn.labels.context import CONTEXT_FEATURES, ContextReading
 from userturn.records import LABELS, Case
 
 REQUIRED = ("query", "answer", "user_turn")
@@ -32,6 +33,7 @@ class Example:
     split: str  # "train" | "dev" | "test" | "" (not given: drawn by query)
     group: str  # turns of one query share a group
     source: str = ""
+    reading: ContextReading | None = None  # the turn read in context, for context parameters
 
 
 def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -103,9 +105,24 @@ def assign_splits(examples: Sequence[Example], dev: float = 0.15) -> list[Exampl
     return out
 
 
+def with_readings(examples: Sequence[Example], readings: Sequence[ContextReading]
+                  ) -> list[Example]:
+    """The examples, each carrying its reading (same order)."""
+    import dataclasses
+
+    return [dataclasses.replace(ex, reading=r) for ex, r in zip(examples, readings, strict=True)]
+
+
+def context_meta(scorer: str, embedding: int) -> dict[str, Any]:
+    """``meta["context"]`` of parameters that read turns in context with ``scorer``, using the
+    first ``embedding`` dimensions of its hidden state (0: the likelihood ratios alone)."""
+    return {"scorer": scorer, "features": list(CONTEXT_FEATURES), "embedding": embedding}
+
+
 def fit(train: Sequence[Example], *, c: float = 0.5, balanced: bool = True,
-        version: str = "1") -> LinearModel:
-    """Multinomial logistic regression on the design matrix (dense columns standardised)."""
+        version: str = "1", context: dict[str, Any] | None = None) -> LinearModel:
+    """Multinomial logistic regression on the design matrix (dense columns standardised).
+    ``context`` (:func:`context_meta`): the examples carry readings, and the model reads them."""
     try:
         from sklearn.linear_model import LogisticRegression
     except ImportError:
@@ -114,7 +131,8 @@ def fit(train: Sequence[Example], *, c: float = 0.5, balanced: bool = True,
     labels = sorted({ex.label for ex in train}, key=LABELS.index)
     if len(labels) < 2:
         raise UserturnError(f"training needs at least two labels, the data has {labels}")
-    x, scale = standardised_design([ex.case for ex in train])
+    readings = [ex.reading for ex in train] if context else None
+    x, scale = standardised_design([ex.case for ex in train], readings=readings, context=context)
     y = np.array([labels.index(ex.label) for ex in train])
     model = LogisticRegression(C=c, max_iter=3000, class_weight="balanced" if balanced else None)
     model.fit(x, y)
@@ -124,17 +142,20 @@ def fit(train: Sequence[Example], *, c: float = 0.5, balanced: bool = True,
         bias = np.array([-bias[0] / 2, bias[0] / 2])
     return LinearModel(weights, bias, scale, 1.0, tuple(labels),
                        {"version": version, "c": c, "balanced": balanced,
-                        "trained_on": len(train)})
+                        "trained_on": len(train), **({"context": context} if context else {})})
 
 
-def standardised_design(cases: Sequence[Case], scale: np.ndarray | None = None):
+def standardised_design(cases: Sequence[Case], scale: np.ndarray | None = None,
+                        readings: Sequence[ContextReading | None] | None = None,
+                        context: dict[str, Any] | None = None):
     """The design matrix with its dense columns divided by ``scale`` (default: their standard
     deviation over ``cases``, floored): (CSR matrix, scale)."""
-    x = design_matrix(cases).tolil()
-    dense = x[:, :N_DENSE].toarray()
+    width = N_DENSE + context_width(context)
+    x = design_matrix(cases, readings, context).tolil()
+    dense = x[:, :width].toarray()
     if scale is None:
         scale = np.maximum(dense.std(axis=0), 1e-3)
-    x[:, :N_DENSE] = dense / scale
+    x[:, :width] = dense / scale
     return x.tocsr(), scale
 
 
@@ -143,7 +164,7 @@ def calibrate(model: LinearModel, dev: Sequence[Example]) -> LinearModel:
     known = [ex for ex in dev if ex.label in model.labels]
     if not known:
         return model
-    logits = np.stack([model.logits(ex.case) for ex in known])
+    logits = np.stack([model.logits(ex.case, reading=ex.reading) for ex in known])
     target = np.array([model.labels.index(ex.label) for ex in known])
     best, best_nll = 1.0, float("inf")
     for t in np.exp(np.linspace(np.log(0.2), np.log(5.0), 61)):

@@ -1,0 +1,126 @@
+"""Reading a user turn in its context (labels/context.py): the numbers the classifier learns from.
+
+The cache-sharing arithmetic is checked against plain full-sequence scoring on the tiny model;
+what the ratios mean is checked on the real embedded SmolLM2 (slow)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from userturn.labels.context import (
+    CONTEXT_FEATURES,
+    ContextScorer,
+    load_readings,
+    read_cases,
+    turn_key,
+)
+from userturn.records import Case
+
+CASE = Case("What is 12 times 7? Explain briefly.",
+            "12 times 7 is 84, because 12 x 7 = 70 + 14 = 84. Anything else?",
+            "Why did you split it into 70 and 14?",
+            "Why did you split it into 70 and 14?")
+
+
+@pytest.fixture(scope="module")
+def tiny_scorer() -> ContextScorer:
+    return ContextScorer("tiny")
+
+
+def _plain_mean_logp(scorer: ContextScorer, prefix: list[int], turn: list[int]) -> float:
+    """Log p of ``turn`` after ``prefix`` from one forward pass over the whole sequence."""
+    ids = torch.tensor([prefix + turn])
+    with torch.inference_mode():
+        logits = scorer.model(ids).logits[0]
+    logp = torch.log_softmax(logits[len(prefix) - 1:-1], dim=-1)
+    return float(logp.gather(1, torch.tensor(turn)[:, None]).mean())
+
+
+def test_shared_beginnings_give_the_numbers_of_whole_sequences(tiny_scorer):
+    s, p = tiny_scorer, tiny_scorer.pieces
+    reading = s.read(CASE)
+    turn = s._ids(CASE.user_turn) + s._ids(p["after_turn"].split("\n")[0])
+    query, answer = s._ids(CASE.query), s._ids(CASE.answer)
+    asked = s._ids(p["before_query"]) + query
+    answered = asked + s._ids(p["query_to_answer"]) + answer
+    expected = {
+        "lp_after_answer": _plain_mean_logp(s, answered + s._ids(p["answer_to_turn"]), turn),
+        "lp_after_query": _plain_mean_logp(s, asked + s._ids(p["query_to_turn"]), turn),
+        "lp_alone": _plain_mean_logp(s, s._ids(p["before_turn_alone"]), turn),
+        "lp_as_assistant": _plain_mean_logp(s, answered + s._ids("\n\n"), turn),
+    }
+    got = dict(zip(CONTEXT_FEATURES, reading.features))
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, abs=1e-4), name
+    assert got["answer_gain"] == pytest.approx(got["lp_after_answer"] - got["lp_after_query"],
+                                               abs=1e-5)
+    assert reading.embedding.shape == (s.model.config.hidden_size,)
+    assert np.isfinite(reading.embedding).all()
+
+
+def test_a_long_context_is_clipped_to_the_answer_tail(tiny_scorer):
+    """The user reads the end of the answer last: a long answer keeps its tail, and reading a
+    turn costs the same however long the conversation was."""
+    long = Case("q " * 2000, "filler " * 3000 + "The answer is 84.", "Why 84?", "Why 84?")
+    short = Case("q " * 2000, "filler " * 500 + "The answer is 84.", "Why 84?", "Why 84?")
+    assert np.allclose(tiny_scorer.read(long).features, tiny_scorer.read(short).features,
+                       atol=1e-4)
+
+
+def test_readings_are_cached_as_they_come_and_a_torn_line_is_read_again(tmp_path, monkeypatch):
+    import userturn.labels.context as context
+
+    scored: list[str] = []
+    real = context.ContextScorer
+
+    class Counting(real):  # type: ignore[misc, valid-type]
+        def __init__(self, model: str = "tiny") -> None:
+            super().__init__("tiny")
+
+        def read(self, case: Case):  # type: ignore[no-untyped-def]
+            scored.append(case.user_turn)
+            return super().read(case)
+
+    monkeypatch.setattr(context, "ContextScorer", Counting)
+    cases = [Case(CASE.query, CASE.answer, turn, turn) for turn in ("One?", "Two?", "Three?")]
+    cache = tmp_path / "readings.jsonl"
+    first = read_cases(cases, cache)
+    assert scored == ["One?", "Two?", "Three?"]
+    assert len(cache.read_text().splitlines()) == 3
+    # A kill mid-write leaves a torn last line: that turn alone is read again.
+    lines = cache.read_text().splitlines()
+    cache.write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
+    again = read_cases(cases, cache)
+    assert scored == ["One?", "Two?", "Three?", "Three?"]
+    for a, b in zip(first, again):
+        assert np.allclose(a.features, b.features, atol=1e-4)
+    readings, scorers = load_readings([cache])
+    assert set(readings) == {turn_key(c.query, c.answer, c.user_turn) for c in cases}
+    assert scorers == {json.loads(lines[0])["scorer"]}
+
+
+@pytest.mark.slow
+def test_smollm2_finds_the_answer_in_a_grounded_turn():
+    """What the classifier relies on: a turn about the answer is likelier after it than after
+    the query alone; an unrelated request is not; the assistant's own voice reads as the
+    assistant's."""
+    scorer = ContextScorer()
+    query = "Which city should I visit in Portugal for three days?"
+    answer = ("Go to Porto. Walk along the Ribeira district, cross the Dom Luis I bridge, and "
+              "visit the Livraria Lello bookshop. Taste port wine in the cellars of Vila Nova "
+              "de Gaia across the river.")
+
+    def features(turn: str) -> dict[str, float]:
+        reading = scorer.read(Case(query, answer, turn, turn))
+        return dict(zip(CONTEXT_FEATURES, map(float, reading.features)))
+
+    grounded = features("Is the Livraria Lello bookshop worth the queue?")
+    unrelated = features("Write a Python function that reverses a linked list.")
+    drift = features("Additionally, you can visit the Serralves museum and its gardens.")
+    assert grounded["answer_gain"] > unrelated["answer_gain"] + 0.2
+    assert grounded["answer_gain"] > 0.3
+    assert drift["assistant_gain"] > grounded["assistant_gain"]
