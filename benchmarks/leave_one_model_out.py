@@ -28,9 +28,18 @@ from typing import Callable, Sequence
 import numpy as np
 
 from userturn.labels.classifier import Cascade, LearnedClassifier
+from userturn.labels.context import ContextReading, load_readings, turn_key
 from userturn.labels.corpus import CORPUS_FILE
 from userturn.labels.rules import RulesClassifier
-from userturn.labels.training import Example, calibrate, evaluate, fit, group_of, predict
+from userturn.labels.training import (
+    Example,
+    calibrate,
+    context_meta,
+    evaluate,
+    fit,
+    group_of,
+    predict,
+)
 from userturn.records import Case
 
 TARGET_CONDITION_TURNS = 40  # the issue's threshold for a per-condition rate gap to count
@@ -55,14 +64,17 @@ def generator_of(source: dict) -> str:
     return model or "unknown"
 
 
-def read_corpus(path: Path = CORPUS_FILE) -> list[Turn]:
+def read_corpus(path: Path = CORPUS_FILE, readings: dict[str, ContextReading] | None = None
+                ) -> list[Turn]:
+    """The corpus's turns; with ``readings`` (by turn key), each carries its context reading."""
     turns = []
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         for row in map(json.loads, handle):
             source = row.get("source") or {}
             case = Case(row["query"], row["answer"], row["user_turn"], row["user_turn"])
+            reading = (readings or {}).get(turn_key(row["query"], row["answer"], row["user_turn"]))
             example = Example(case, row["label"], row["split"], group_of(row["query"]),
-                              str(source.get("kind", "")))
+                              str(source.get("kind", "")), reading)
             temperature = source.get("temperature")
             condition = f"{source.get('dataset', '?')}, " + (
                 "T ?" if temperature is None else "greedy" if temperature == 0 else f"T {temperature}")
@@ -73,13 +85,27 @@ def read_corpus(path: Path = CORPUS_FILE) -> list[Turn]:
 Labeller = Callable[[Case], object]
 
 
-def labellers(train: Sequence[Example], dev: Sequence[Example]) -> dict[str, Labeller]:
-    """Every family, fit on ``train`` and calibrated on ``dev`` (never on the held-out group)."""
-    model = calibrate(fit(train, c=0.5), dev)
-    classifier = LearnedClassifier(model)
+def labellers(train: Sequence[Example], dev: Sequence[Example], scorer: str | None,
+              readings: dict[str, ContextReading]) -> dict[str, Labeller]:
+    """Every family, fit on ``train`` and calibrated on ``dev`` (never on the held-out group).
+    With a ``scorer`` (the turns carry readings) also the classifiers that read the turn in
+    context: the likelihood ratios, and those plus the scorer's hidden state."""
     rules = RulesClassifier()
-    return {"rules": rules.classify, "classifier (features-lr)": classifier.classify,
-            "cascade": Cascade(classifier).classify}
+    out: dict[str, Labeller] = {"rules": rules.classify}
+    variants: dict[str, dict | None] = {"features-lr": None}
+    if scorer:
+        variants["+context"] = context_meta(scorer, 0)
+        variants["+context+hidden"] = context_meta(scorer, 576)
+
+    def cached(case: Case) -> ContextReading:
+        return readings[turn_key(case.query, case.answer, case.user_turn)]
+
+    for name, context in variants.items():
+        model = calibrate(fit(train, c=0.5, context=context), dev)
+        classifier = LearnedClassifier(model, reader=cached)
+        out[f"classifier ({name})"] = classifier.classify
+        out[f"cascade ({name})"] = Cascade(classifier).classify
+    return out
 
 
 def kappa_interval(predicted: Sequence[str], reference: Sequence[str], groups: Sequence[str],
@@ -106,8 +132,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None,
                         help="smoke: keep every k-th turn so that about this many remain")
     parser.add_argument("--bootstrap", type=int, default=BOOTSTRAP)
+    parser.add_argument("--readings", type=Path, nargs="*", default=None,
+                        help="context readings of the corpus's turns (corpus/context_features.py "
+                             "writes them): adds the classifiers that read turns in context, and "
+                             "keeps only the turns that have a reading")
     args = parser.parse_args(argv)
-    turns = read_corpus(args.corpus)
+    readings, scorers = load_readings(args.readings or [])
+    if len(scorers) > 1:
+        raise SystemExit(f"readings from more than one scorer: {sorted(scorers)}")
+    scorer = next(iter(scorers)) if scorers else None
+    turns = read_corpus(args.corpus, readings)
+    if scorer:
+        turns = [t for t in turns if t.example.reading is not None]
     if args.limit:
         turns = turns[:: max(1, len(turns) // args.limit)]
     held_out_groups = [g for g in ("smollm2", "qwen2.5-coder-1.5b", "human")
@@ -125,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         test = [t for t in turns if t.generator == held]
         reference = [t.example.label for t in test]
         groups = [t.example.group for t in test]
-        for name, labeller in labellers(train, dev).items():
+        for name, labeller in labellers(train, dev, scorer, readings).items():
             predicted, _ = predict(labeller, [t.example for t in test])
             e = evaluate(predicted, reference)
             (k_lo, k_hi), (f_lo, f_hi) = kappa_interval(predicted, reference, groups, args.bootstrap)
@@ -133,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"| {held} | {name} | {e.n} | {e.kappa:.3f} [{k_lo:.2f}, {k_hi:.2f}] | "
                   f"{e.kappa_follow_up:.3f} [{f_lo:.2f}, {f_hi:.2f}] | "
                   f"{f.get('precision', float('nan')):.2f} | {f.get('recall', float('nan')):.2f} |")
-            if name == "cascade":
+            if name.startswith("cascade"):
                 gaps += rate_gaps(held, name, test, predicted)
     print()
     print("follow-up rate per condition of the held-out group: labeller vs adjudicated")

@@ -245,7 +245,7 @@ class LearnedClassifier:
     name = "classifier"
 
     def __init__(self, model: LinearModel | None = None, path: Path = MODEL_FILE,
-                 reader: Callable[[Case], ContextReading] | None = None) -> None:
+                 reader: Callable[[Case], ContextReading | None] | None = None) -> None:
         if model is None:
             model = LinearModel.load(path)
         self.model = model
