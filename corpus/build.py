@@ -121,6 +121,22 @@ def build(out: Path = CORPUS_FILE) -> None:
               "|", "  ".join(f"{kind} {kinds[split, kind]}"
                              for kind in ("generated", "human", "authored")))
     print("labels in all:", dict(Counter(r["label"] for r in rows)))
+    print("labels per generator (the data card's table):")
+    by = Counter((generator_of(r["source"]), r["label"]) for r in rows)
+    for generator in sorted({g for g, _ in by}):
+        total = sum(n for (g, _), n in by.items() if g == generator)
+        print(f"  {generator:<22} {total:>5}  " + "  ".join(
+            f"{label} {by[generator, label]}" for label in LABELS))
+
+
+def generator_of(source: dict) -> str:
+    """Which model (or people, or authors) wrote a turn: SmolLM2 through transformers or as a
+    GGUF, Qwen2.5-Coder-1.5B, people, authored."""
+    if source.get("kind") != "generated":
+        return str(source.get("kind"))
+    model = str(source.get("model", "")).lower()
+    return ("qwen2.5-coder-1.5b" if "qwen" in model else
+            "smollm2 (gguf)" if model.startswith("llamacpp/") else model or "unknown")
 
 
 def labelled_twice(key: str) -> bool:

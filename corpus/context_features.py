@@ -1,6 +1,8 @@
 """Cache the language-model context features of every corpus turn (labels/context.py).
 
     .venv/bin/python corpus/context_features.py [--corpus FILE] [--shard K --shards N]
+    .venv/bin/python corpus/context_features.py --ship 576   # the shipped corpus's readings ->
+                                                             # src/userturn/labels/corpus_readings.npz
 
 Reading a turn in its context costs about two seconds on one CPU core here, so the features of
 the corpus are computed once, in shards that can run side by side (one torch thread each), and
@@ -41,7 +43,13 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=CORPUS_FILE)
     parser.add_argument("--shard", type=int, default=0)
     parser.add_argument("--shards", type=int, default=1)
+    parser.add_argument("--ship", type=int, metavar="DIMENSIONS", default=None,
+                        help="write the cached readings of --corpus's turns (the first DIMENSIONS "
+                        "of each hidden state) beside the shipped corpus; every turn must have one")
     args = parser.parse_args()
+    if args.ship is not None:
+        ship(args.corpus, args.ship)
+        return
     import torch
 
     torch.set_num_threads(1)
@@ -52,6 +60,20 @@ def main() -> None:
     read_cases([Case(r["query"], r["answer"], r["user_turn"], r["user_turn"]) for r in mine],
                CACHE / f"context-features-{args.shard}.jsonl", known,
                description=f"shard {args.shard}")
+
+
+def ship(corpus: Path, dimensions: int) -> None:
+    from userturn.labels.context import turn_key
+    from userturn.labels.corpus import CORPUS_READINGS, save_corpus_readings
+
+    readings, scorers = load_readings(cache_files())
+    with gzip.open(corpus, "rt", encoding="utf-8") as handle:
+        keys = {turn_key(r["query"], r["answer"], r["user_turn"]) for r in map(json.loads, handle)}
+    missing = keys - set(readings)
+    if missing or len(scorers) != 1:
+        raise SystemExit(f"{len(missing)} turns have no reading; scorers {sorted(scorers)}")
+    save_corpus_readings({k: readings[k] for k in keys}, scorers.pop(), CORPUS_READINGS, dimensions)
+    print(f"wrote {len(keys)} readings to {CORPUS_READINGS}")
 
 
 def cache_files(folder: Path = CACHE) -> list[Path]:
