@@ -244,10 +244,10 @@ class LearnedClassifier:
 
     name = "classifier"
 
-    def __init__(self, model: LinearModel | None = None, path: Path = MODEL_FILE,
+    def __init__(self, model: LinearModel | None = None, path: Path | None = None,
                  reader: Callable[[Case], ContextReading | None] | None = None) -> None:
         if model is None:
-            model = LinearModel.load(path)
+            model = LinearModel.load(path or MODEL_FILE)
         self.model = model
         self.version = f"{model.meta.get('version', '1')}-{model.fingerprint()}"
         # How a turn is read in context, where the parameters need it: by default the embedded

@@ -1,0 +1,107 @@
+"""Classifier parameters that read turns in context: their file, their version, their errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import userturn.labels.classifier as classifier_module
+from userturn.errors import ConfigError
+from userturn.labels.classifier import LearnedClassifier, LinearModel
+from userturn.labels.context import CONTEXT_FEATURES, ContextReading
+from userturn.labels.training import Example, calibrate, context_meta, fit
+from userturn.records import Case
+
+TURNS = {
+    "follow_up": ["Why did you subtract 15 there?", "Can you show the 48 step again?",
+                  "Where does the 33 come from?", "Why 4 times 12 and not 4 plus 12?"],
+    "new_query": ["Write a poem about the sea.", "What is the capital of Peru?",
+                  "How do I boil an egg?", "Tell me a joke about cats."],
+}
+
+
+def reading(label: str, index: int) -> ContextReading:
+    """Made-up readings that separate the labels: the answer grounds a follow-up."""
+    rng = np.random.default_rng(index)
+    features = rng.normal(size=len(CONTEXT_FEATURES)).astype(np.float32)
+    features[CONTEXT_FEATURES.index("answer_gain")] = 1.0 if label == "follow_up" else -1.0
+    return ContextReading(features, rng.normal(size=8).astype(np.float32))
+
+
+def examples(split: str) -> list[Example]:
+    out = []
+    for label, turns in TURNS.items():
+        for index, turn in enumerate(turns):
+            case = Case(f"Liam has {index} boxes; how many pencils?", "48 - 15 = 33.", turn, turn)
+            out.append(Example(case, label, split, f"g{index}", "", reading(label, index)))
+    return out
+
+
+@pytest.fixture
+def context_model() -> LinearModel:
+    model = fit(examples("train"), context=context_meta("smollm2@test", 8))
+    return calibrate(model, examples("dev"))
+
+
+def test_a_context_model_round_trips_and_reads_each_turn(context_model, tmp_path):
+    path = tmp_path / "ctx.npz"
+    context_model.save(path)
+    loaded = LinearModel.load(path)
+    assert loaded.context == context_model.context
+    assert loaded.dense_width == context_model.dense_width
+    read: list[str] = []
+
+    def reader(case: Case) -> ContextReading:
+        read.append(case.user_turn)
+        return reading("follow_up", 1)
+
+    learned = LearnedClassifier(loaded, reader=reader)
+    label = learned.classify(examples("test")[0].case)
+    assert read == [examples("test")[0].case.user_turn]
+    assert label.label in TURNS and label.error is None
+    # Reading the turn in context is part of the labeller: other parameters, another version.
+    plain = fit(examples("train"))
+    assert LearnedClassifier(plain).version != learned.version
+
+
+def test_without_a_reading_the_label_carries_the_error_not_a_guess(context_model):
+    label = LearnedClassifier(context_model, reader=lambda case: None).classify(
+        examples("test")[0].case)
+    assert label.label is None and "ContextReading" in (label.error or "")
+
+
+def test_parameters_for_features_this_version_does_not_compute_are_one_error(context_model,
+                                                                             tmp_path):
+    meta = {**context_model.meta, "context": {**context_model.meta["context"],
+                                              "features": ["lp_after_answer", "something_new"]}}
+    path = tmp_path / "future.npz"
+    LinearModel(context_model.weights, context_model.bias, context_model.scale,
+                context_model.temperature, context_model.labels, meta).save(path)
+    with pytest.raises(ConfigError, match="context features this version of userturn"):
+        LinearModel.load(path)
+
+
+def test_the_default_parameters_missing_or_corrupt_are_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(classifier_module, "MODEL_FILE", tmp_path / "gone.npz")
+    with pytest.raises(ConfigError, match="no classifier parameters at .*gone.npz"):
+        LearnedClassifier()
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(b"PK\x03\x04 not really a zip")
+    monkeypatch.setattr(classifier_module, "MODEL_FILE", broken)
+    with pytest.raises(ConfigError, match="not a classifier file"):
+        LearnedClassifier()
+
+
+@pytest.mark.slow
+def test_parameters_from_another_scorer_refuse_to_label(context_model):
+    """Readings from another SmolLM2 file would be other numbers: the classifier says so rather
+    than label with them."""
+    meta = {**context_model.meta, "context": {**context_model.meta["context"],
+                                              "scorer": "smollm2@gguf-sha256:0000000000000000"}}
+    model = LinearModel(context_model.weights, context_model.bias, context_model.scale,
+                        context_model.temperature, context_model.labels, meta)
+    with pytest.raises(ConfigError, match="trained with the context scorer"):
+        LearnedClassifier(model).classify(examples("test")[0].case)
+    assert json.dumps(meta)  # the metadata stays JSON
