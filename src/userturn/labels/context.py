@@ -43,6 +43,7 @@ SCORER_MODEL = "smollm2"
 MAX_QUERY_TOKENS = 64  # the query's head
 MAX_ANSWER_TOKENS = 128  # the answer's tail: what the user read last
 MAX_TURN_TOKENS = 48  # the turn's head
+MEMO_SIZE = 20_000  # readings kept per process (about 2.4 KB each)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class ContextScorer:
         self._cache_arg = ("cache" if "cache" in inspect.signature(self.model.forward).parameters
                            else "past_key_values")
         self.pieces = self._template_pieces()
+        self._memo: dict[str, ContextReading] = {}
         # Every conversation opens the same way (the template's system prompt): read it once.
         self._opening = self._ids(self.pieces["before_query"])
         self._opened = self._extend(None, self._opening)
@@ -132,10 +134,20 @@ class ContextScorer:
         return mean, state
 
     def read(self, case: Case) -> ContextReading:
-        p = self.pieces
+        """The case's reading; a turn read before in this process is not read again (repeated
+        greedy samples, re-labelling, the same turn under several labellers)."""
         turn_text = case.user_turn if case.user_turn.strip() else case.raw_user_turn
-        query = self._clip(case.query, MAX_QUERY_TOKENS, tail=False)
-        answer = self._clip(case.answer, MAX_ANSWER_TOKENS, tail=True)
+        key = turn_key(case.query, case.answer, turn_text)
+        if key not in self._memo:
+            if len(self._memo) >= MEMO_SIZE:
+                self._memo.pop(next(iter(self._memo)))  # the oldest first
+            self._memo[key] = self._read(case.query, case.answer, turn_text)
+        return self._memo[key]
+
+    def _read(self, query_text: str, answer_text: str, turn_text: str) -> ContextReading:
+        p = self.pieces
+        query = self._clip(query_text, MAX_QUERY_TOKENS, tail=False)
+        answer = self._clip(answer_text, MAX_ANSWER_TOKENS, tail=True)
         # The turn, and how the template closes it: predicting the end says the turn is whole.
         turn = self._clip(turn_text, MAX_TURN_TOKENS, tail=False) + self._ids(
             p["after_turn"].split("\n")[0] or p["after_turn"])
