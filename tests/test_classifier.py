@@ -48,7 +48,8 @@ def test_the_shipped_classifier_labels_clear_cases(expected):
 
 def test_probabilities_are_a_distribution_over_the_labels():
     classifier = LearnedClassifier()
-    probs = classifier.model.probabilities(case("Thanks, that makes sense!"))
+    turn = case("Thanks, that makes sense!")
+    probs = classifier.model.probabilities(turn, reading=classifier.read(turn))
     assert set(classifier.model.labels) == set(LABELS)
     assert np.isclose(probs.sum(), 1.0) and (probs > 0).all()
 
