@@ -105,3 +105,46 @@ def test_parameters_from_another_scorer_refuse_to_label(context_model):
     with pytest.raises(ConfigError, match="trained with the context scorer"):
         LearnedClassifier(model).classify(examples("test")[0].case)
     assert json.dumps(meta)  # the metadata stays JSON
+
+
+# Turns of the shipped corpus's test split, one or more per generator and from people, with the
+# shipped labeller's label (each the adjudicated one, at probability >= 0.76 when pinned).
+PINNED = {
+    "t2c1aed7f14e6": ("smollm2", "follow_up"),
+    "tb0bb2fb6e701": ("smollm2", "empty"),
+    "t6205abc2ac97": ("smollm2", "assistant_drift"),
+    "t86a1f56e44de": ("qwen2.5-coder-1.5b", "follow_up"),
+    "t8fdae5c035e4": ("qwen2.5-coder-1.5b", "new_query"),
+    "t5afa94a7b348": ("qwen2.5-coder-1.5b", "restatement"),
+    "taf54cfec9d6c": ("human", "follow_up"),
+    "t573270144f79": ("human", "new_query"),
+}
+
+
+@pytest.mark.slow
+def test_the_shipped_labeller_on_turns_of_each_generator_and_of_people():
+    """The default labeller end to end as a run uses it: the rules, then the classifier reading
+    each turn in context with the embedded SmolLM2 (live, not from the shipped readings)."""
+    import gzip
+
+    from userturn.labels.classifier import Cascade
+    from userturn.labels.context import turn_key
+    from userturn.labels.corpus import CORPUS_FILE, corpus_readings
+
+    with gzip.open(CORPUS_FILE, "rt", encoding="utf-8") as handle:
+        rows = {row["id"]: row for row in map(json.loads, handle) if row["id"] in PINNED}
+    assert set(rows) == set(PINNED)
+    shipped, _ = corpus_readings()
+    cascade = Cascade()
+    for key, (generator, expected) in PINNED.items():
+        row = rows[key]
+        model = str(row["source"].get("model", row["source"]["kind"])).lower()
+        assert generator.split("2")[0] in model or generator == row["source"]["kind"]
+        case = Case(row["query"], row["answer"], row["user_turn"], row["user_turn"])
+        label = cascade.classify(case)
+        assert (label.label, label.source) == (expected, "classifier"), key
+        assert label.probability is not None and label.probability > 0.5
+        live = cascade.classifier.read(case)
+        assert live is not None
+        stored = shipped[turn_key(case.query, case.answer, case.user_turn)]
+        assert np.allclose(live.features, stored.features, atol=2e-3)
