@@ -176,6 +176,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("| held out | labeller | condition | n | printed | adjudicated | gap (points) |")
     print("|---|---|---|---|---|---|---|")
     print("\n".join(gaps))
+    print()
+    print(f"conditions of {TARGET_CONDITION_TURNS}+ turns whose printed rate is within 5 points of "
+          "the adjudicated one:")
+    for held, name in sorted({tuple(line.split(" | ")[:2]) for line in gaps}):
+        rows = [line for line in gaps if line.startswith(f"{held} | {name} |")
+                and "(n < " not in line]
+        within = sum(abs(float(line.rstrip(" |").rsplit("| ", 1)[1])) <= 5 for line in rows)
+        print(f"  {held.lstrip('| ')} / {name}: {within} of {len(rows)}")
 
 
 def rate_gaps(held: str, name: str, test: Sequence[Turn], predicted: Sequence[str]) -> list[str]:
