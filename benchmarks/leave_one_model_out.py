@@ -28,8 +28,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from userturn.labels.classifier import Cascade, LearnedClassifier
-from userturn.labels.context import ContextReading, load_readings, turn_key
+from userturn.labels.context import ContextReading, turn_key
 from userturn.labels.corpus import CORPUS_FILE
+from userturn.labels.readings import load_readings
 from userturn.labels.rules import RulesClassifier
 from userturn.labels.training import (
     Example,

@@ -23,8 +23,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from userturn.labels.context import load_readings, read_cases  # noqa: E402
 from userturn.labels.corpus import CORPUS_FILE  # noqa: E402
+from userturn.labels.readings import load_readings, read_cases  # noqa: E402
 from userturn.records import Case  # noqa: E402
 
 CACHE = HERE / "work"
@@ -64,7 +64,7 @@ def main() -> None:
 
 def ship(corpus: Path, dimensions: int) -> None:
     from userturn.labels.context import turn_key
-    from userturn.labels.corpus import CORPUS_READINGS, save_corpus_readings
+    from userturn.labels.readings import CORPUS_READINGS, save_corpus_readings
 
     readings, scorers = load_readings(cache_files())
     with gzip.open(corpus, "rt", encoding="utf-8") as handle:

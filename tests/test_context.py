@@ -11,13 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from userturn.labels.context import (
-    CONTEXT_FEATURES,
-    ContextScorer,
-    load_readings,
-    read_cases,
-    turn_key,
-)
+from userturn.labels.context import CONTEXT_FEATURES, ContextScorer, turn_key
+from userturn.labels.readings import load_readings, read_cases
 from userturn.records import Case
 
 CASE = Case("What is 12 times 7? Explain briefly.",
@@ -72,10 +67,10 @@ def test_a_long_context_is_clipped_to_the_answer_tail(tiny_scorer):
 
 
 def test_readings_are_cached_as_they_come_and_a_torn_line_is_read_again(tmp_path, monkeypatch):
-    import userturn.labels.context as context
+    import userturn.labels.readings as readings_module
 
     scored: list[str] = []
-    real = context.ContextScorer
+    real = readings_module.ContextScorer
 
     class Counting(real):  # type: ignore[misc, valid-type]
         def __init__(self, model: str = "tiny") -> None:
@@ -85,7 +80,7 @@ def test_readings_are_cached_as_they_come_and_a_torn_line_is_read_again(tmp_path
             scored.append(case.user_turn)
             return super().read(case)
 
-    monkeypatch.setattr(context, "ContextScorer", Counting)
+    monkeypatch.setattr(readings_module, "ContextScorer", Counting)
     cases = [Case(CASE.query, CASE.answer, turn, turn) for turn in ("One?", "Two?", "Three?")]
     cache = tmp_path / "readings.jsonl"
     first = read_cases(cases, cache)

@@ -189,8 +189,8 @@ def read_in_context(train: list[Any], dev: list[Any], args: argparse.Namespace
                     ) -> tuple[list[Any], list[Any]]:
     """Train and dev examples with their context readings: the corpus's from the shipped file,
     yours scored now (a progress bar; cached in --readings, so a kill resumes)."""
-    from userturn.labels.context import read_cases, scorer_name
-    from userturn.labels.corpus import corpus_readings
+    from userturn.labels.context import scorer_name
+    from userturn.labels.readings import corpus_readings, read_cases
     from userturn.labels.training import with_readings
 
     known, scorer = corpus_readings()

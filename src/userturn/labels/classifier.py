@@ -259,7 +259,7 @@ class LearnedClassifier:
         if context is None:
             return None
         if self._reader is None:
-            self._reader = shared_scorer(str(context.get("scorer", ""))).read
+            self._reader = shared_reader(str(context.get("scorer", "")))
         return self._reader(case)
 
     def classify(self, case: Case, rules: Label | None = None) -> Label:
@@ -295,22 +295,38 @@ class Cascade:
         return decided if decided.label is not None else self.classifier.classify(case, decided)
 
 
-_SCORERS: dict[str, object] = {}
+_READERS: dict[str, Callable[[Case], ContextReading]] = {}
 
 
-def shared_scorer(expected: str):  # type: ignore[no-untyped-def]
-    """The embedded context scorer, one per process; ConfigError if it is not the scorer the
-    parameters were trained with (another SmolLM2 file would give other numbers)."""
-    from userturn.labels.context import SCORER_MODEL, ContextScorer
+def shared_reader(expected: str) -> Callable[[Case], ContextReading]:
+    """How the shipped labeller reads a turn in context, one reader per process: a turn of the
+    shipped corpus from its stored reading, any other with the embedded scorer, loaded on the
+    first such turn. ConfigError if the scorer is not the one the parameters were trained with
+    (another SmolLM2 file would give other numbers)."""
+    from userturn.labels.context import SCORER_MODEL, ContextScorer, scorer_name, turn_key
+    from userturn.labels.readings import corpus_readings
 
-    if SCORER_MODEL not in _SCORERS:
-        _SCORERS[SCORER_MODEL] = ContextScorer(SCORER_MODEL)
-    scorer = _SCORERS[SCORER_MODEL]
-    if expected and scorer.name != expected:  # type: ignore[attr-defined]
+    name = scorer_name(SCORER_MODEL)
+    if expected and name != expected:
         raise ConfigError(f"the classifier was trained with the context scorer {expected}, this "
-                          f"machine has {scorer.name}: retrain it with `userturn "  # type: ignore[attr-defined]
-                          "train-classifier --context`, or label with --labeller rules")
-    return scorer
+                          f"machine has {name}: retrain it with `userturn train-classifier "
+                          "--context hidden`, or label with --labeller rules")
+    if name not in _READERS:
+        stored, stored_by = corpus_readings()
+        known = stored if stored_by == name else {}
+        scorer: list[ContextScorer] = []
+
+        def read(case: Case) -> ContextReading:
+            turn = case.user_turn if case.user_turn.strip() else case.raw_user_turn
+            reading = known.get(turn_key(case.query, case.answer, turn))
+            if reading is not None:
+                return reading
+            if not scorer:
+                scorer.append(ContextScorer(SCORER_MODEL))
+            return scorer[0].read(case)
+
+        _READERS[name] = read
+    return _READERS[name]
 
 
 def offline_labeller(labeller: Labeller, classifier: Path | None = None

@@ -18,10 +18,8 @@ which the classifier reads through a fixed projection (see :mod:`.classifier`).
 from __future__ import annotations
 
 import inspect
-import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -193,68 +191,3 @@ def turn_key(query: str, answer: str, user_turn: str) -> str:
     import hashlib
 
     return hashlib.sha256(f"{query}\x00{answer}\x00{user_turn}".encode()).hexdigest()[:20]
-
-
-def reading_of(row: dict[str, Any]) -> ContextReading:
-    return ContextReading(np.asarray(row["features"], dtype=np.float32),
-                          np.asarray(row["embedding"], dtype=np.float32))
-
-
-def reading_row(key: str, scorer: str, reading: ContextReading) -> dict[str, Any]:
-    """One line of a readings cache (JSON): rounded, since the cache is for fitting, not checks."""
-    return {"key": key, "scorer": scorer,
-            "features": [round(float(v), 5) for v in reading.features],
-            "embedding": [round(float(v), 4) for v in reading.embedding]}
-
-
-def load_readings(paths: Iterable[Path]) -> tuple[dict[str, ContextReading], set[str]]:
-    """Every cached reading by turn key, and the scorers that made them. A torn last line (a
-    killed writer) is skipped."""
-    readings: dict[str, ContextReading] = {}
-    scorers: set[str] = set()
-    for path in paths:
-        for line in Path(path).read_text(encoding="utf-8").splitlines():
-            try:
-                row = json.loads(line)
-                readings[row["key"]] = reading_of(row)
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                continue
-            scorers.add(str(row.get("scorer", "")))
-    return readings, scorers
-
-
-def read_cases(cases: Sequence[Case], cache: Path | None = None, known: dict[str, ContextReading]
-               | None = None, description: str = "reading turns in context"
-               ) -> list[ContextReading]:
-    """Every case's reading: from ``known`` (by turn key) where it is there, else scored now with
-    a progress bar and appended to ``cache`` (JSON Lines) as it comes, so a killed run loses at
-    most the turn in flight and the next one starts where it stopped."""
-    from tqdm import tqdm
-
-    known = dict(known or {})
-    if cache is not None and cache.exists():
-        known.update(load_readings([cache])[0])
-    keys = [turn_key(c.query, c.answer, c.user_turn) for c in cases]
-    missing = [i for i, key in enumerate(keys) if key not in known]
-    if missing:
-        scorer = ContextScorer()
-        sink = open(cache, "a", encoding="utf-8") if cache is not None else None
-        if sink is not None and sink.tell() and not _ends_a_line(cache):  # type: ignore[arg-type]
-            sink.write("\n")  # a killed writer's torn last line stays alone on its line
-        try:
-            for index in tqdm(missing, desc=description, unit="turn"):
-                reading = scorer.read(cases[index])
-                known[keys[index]] = reading
-                if sink is not None:
-                    sink.write(json.dumps(reading_row(keys[index], scorer.name, reading)) + "\n")
-                    sink.flush()
-        finally:
-            if sink is not None:
-                sink.close()
-    return [known[key] for key in keys]
-
-
-def _ends_a_line(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        handle.seek(-1, 2)
-        return handle.read(1) == b"\n"
