@@ -58,7 +58,8 @@ SMOKES = {
     "classifier_compare.py": Smoke(("--split", "test", "--limit", "60"),
                                    rf"^  cascade +\[{NUMBER}, {NUMBER}\] +\[{NUMBER}, {NUMBER}\]"),
     "leave_one_model_out.py": Smoke(("--limit", "150", "--bootstrap", "5"),
-                                    rf"^\| smollm2 \| cascade \| \d+ \| {NUMBER} \[{NUMBER}, {NUMBER}\]"),
+                                    rf"^\| smollm2 \| cascade \(features-lr\) \| \d+ \| {NUMBER} "
+                                    rf"\[{NUMBER}, {NUMBER}\]"),
     "calibration_demo.py": Smoke(("--size", "3"), rf"^gsm +none +T=0 +{NUMBER}% +\(\d+ of 4\)$"),
     "soak.py": Smoke(("--kills", "1", "--items", "2", "--samples", "1", "--max-delay", "1"),
                      r'^  "ok": true$'),
