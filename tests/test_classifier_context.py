@@ -107,8 +107,9 @@ def test_parameters_from_another_scorer_refuse_to_label(context_model):
     assert json.dumps(meta)  # the metadata stays JSON
 
 
-# Turns of the shipped corpus's test split, one or more per generator and from people, with the
-# shipped labeller's label (each the adjudicated one, at probability >= 0.76 when pinned).
+# Turns of the round-5 corpus's test split (tests/fixtures/pinned_turns.jsonl, with their source
+# and adjudicated label), one or more per generator and from people, with the context
+# classifier's label: each the adjudicated one, at probability >= 0.76 when pinned.
 PINNED = {
     "t2c1aed7f14e6": ("smollm2", "follow_up"),
     "tb0bb2fb6e701": ("smollm2", "empty"),
@@ -121,26 +122,33 @@ PINNED = {
 }
 
 
+def test_the_context_parameters_ship_by_name():
+    assert LinearModel.load("context").context is not None  # type: ignore[arg-type]
+    assert LinearModel.load("form").context is None  # type: ignore[arg-type]
+
+
 @pytest.mark.slow
-def test_the_shipped_labeller_on_turns_of_each_generator_and_of_people():
-    """The default labeller as a run uses it (the rules, then the classifier reading each turn in
-    context), with the turns read live by the embedded SmolLM2; and the same labels from the
-    readings shipped for the corpus's turns, which the default reader takes instead."""
-    import gzip
+def test_the_context_labeller_on_turns_of_each_generator_and_of_people():
+    """The cascade over the context classifier as a run uses it (`--classifier context`): the
+    rules, then the classifier reading each turn in context, with the turns read live by the
+    embedded SmolLM2; and the same labels from the readings shipped for the corpus's turns,
+    which its default reader takes instead."""
+    from pathlib import Path
 
-    from userturn.labels.classifier import Cascade
+    from userturn.labels.classifier import CONTEXT_MODEL_FILE, Cascade
     from userturn.labels.context import ContextScorer
-    from userturn.labels.corpus import CORPUS_FILE
 
-    with gzip.open(CORPUS_FILE, "rt", encoding="utf-8") as handle:
-        rows = {row["id"]: row for row in map(json.loads, handle) if row["id"] in PINNED}
+    fixture = Path(__file__).parent / "fixtures" / "pinned_turns.jsonl"
+    rows = {row["id"]: row for row in map(json.loads, fixture.read_text().splitlines())}
     assert set(rows) == set(PINNED)
     scorer = ContextScorer()
-    live, default = Cascade(LearnedClassifier(reader=scorer.read)), Cascade()
+    live = Cascade(LearnedClassifier(path=CONTEXT_MODEL_FILE, reader=scorer.read))
+    default = Cascade(LearnedClassifier(path=CONTEXT_MODEL_FILE))
     for key, (generator, expected) in PINNED.items():
         row = rows[key]
         source = row["source"]
         assert generator == source["kind"] or generator.split("2")[0] in source["model"].lower()
+        assert row["label"] == expected
         case = Case(row["query"], row["answer"], row["user_turn"], row["user_turn"])
         label = live.classify(case)
         assert (label.label, label.source) == (expected, "classifier"), key

@@ -39,7 +39,18 @@ from userturn.records import LABELS, Case, Label
 if TYPE_CHECKING:
     from userturn.records import Labeller
 
-MODEL_FILE = Path(__file__).with_name("classifier_model.npz")
+MODEL_FILE = Path(__file__).with_name("classifier_model.npz")  # the default: form features
+# The classifier that also reads each turn in context (the best of the leave-one-model-out
+# comparison, docs/classifier.md), shipped beside the default: `--classifier context`.
+CONTEXT_MODEL_FILE = Path(__file__).with_name("classifier_context.npz")
+SHIPPED = {"form": MODEL_FILE, "context": CONTEXT_MODEL_FILE}
+
+
+def parameters_file(path: Path | str) -> Path:
+    """The parameters a ``--classifier`` value names: a file, or a shipped set by name
+    (:data:`SHIPPED`) where no file of that name exists."""
+    path = Path(path)
+    return SHIPPED[str(path)] if not path.exists() and str(path) in SHIPPED else path
 HASH_BITS = 14
 _TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*|[?!]|<\|?[\w|]+\|?>")
 _RULE_LABELS = (*LABELS, "undecided")
@@ -157,7 +168,7 @@ class LinearModel:
         """The parameters in ``path``, checked whole: a file that is not what
         ``userturn train-classifier`` writes is one ConfigError line here, at load, not a
         traceback after a run has generated everything."""
-        path = Path(path)
+        path = parameters_file(path)
         if not path.is_file():
             raise ConfigError(f"no classifier parameters at {path}: train them with "
                               "`userturn train-classifier LABELLED -o FILE`")
