@@ -6,7 +6,7 @@ turns. Prints both rates and the ratio of labelling time to generation time (tar
 0.25). Loading is outside both timings: the backend's model before generating, and the
 classifier's context scorer (where the shipped parameters read turns in context) before labelling.
 
-    .venv/bin/python benchmarks/labelling_cost.py [--turns 16]
+    .venv/bin/python benchmarks/labelling_cost.py [--turns 16] [--classifier context]
     .venv/bin/python benchmarks/labelling_cost.py --model tiny --turns 2 --max-tokens 4  # smoke
 """
 
@@ -18,7 +18,7 @@ import time
 from userturn.backends import load_backend
 from userturn.chat.render import render_user_turn
 from userturn.data import load_dataset
-from userturn.labels.classifier import Cascade
+from userturn.labels.classifier import Cascade, LearnedClassifier
 from userturn.records import Case, GenerationParams, Request
 
 
@@ -27,6 +27,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--turns", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--classifier", default=None,
+                        help="the classifier's parameters: a file, or a shipped set by name "
+                        "(form, the default; context, which reads each turn in context)")
     args = parser.parse_args(argv)
     backend = load_backend(args.model, batch_size=8)
     items = load_dataset("gsm_symbolic", limit=args.turns).items
@@ -41,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     generations = backend.complete(requests)
     generating = time.perf_counter() - start
-    cascade = Cascade()
+    cascade = Cascade(LearnedClassifier(path=args.classifier) if args.classifier else None)
     cascade.classifier.read(Case("Warm up.", "Loaded.", "Ready?", "Ready?"))  # loads the scorer
     start = time.perf_counter()
     labels = [cascade.classify(Case(q, a, g.text, g.raw_text, header))
