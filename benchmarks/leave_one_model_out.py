@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from userturn.labels.classifier import Cascade, LearnedClassifier
-from userturn.labels.context import ContextReading, turn_key
+from userturn.labels.context import HIDDEN_SIZE, ContextReading, turn_key
 from userturn.labels.corpus import CORPUS_FILE
 from userturn.labels.readings import load_readings
 from userturn.labels.rules import RulesClassifier
@@ -96,7 +96,7 @@ def labellers(train: Sequence[Example], dev: Sequence[Example], scorer: str | No
     variants: dict[str, dict | None] = {"features-lr": None}
     if scorer:
         variants["+context"] = context_meta(scorer, 0)
-        variants["+context+hidden"] = context_meta(scorer, 576)
+        variants["+context+hidden"] = context_meta(scorer, HIDDEN_SIZE)
 
     def cached(case: Case) -> ContextReading:
         return readings[turn_key(case.query, case.answer, case.user_turn)]

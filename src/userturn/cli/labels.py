@@ -168,7 +168,7 @@ def train_command(args: argparse.Namespace, console: Console) -> int:
 def context_of(args: argparse.Namespace) -> dict[str, Any] | None:
     """``meta["context"]`` of the parameters ``--context`` asks for (None: form alone)."""
     from userturn.labels.classifier import MODEL_FILE, LinearModel
-    from userturn.labels.context import scorer_name
+    from userturn.labels.context import HIDDEN_SIZE, scorer_name
     from userturn.labels.training import context_meta
 
     choice = args.context
@@ -179,10 +179,7 @@ def context_of(args: argparse.Namespace) -> dict[str, Any] | None:
         choice = "hidden" if shipped.get("embedding") else "ratios"
     if choice == "none":
         return None
-    return context_meta(scorer_name(), HIDDEN_DIMENSIONS if choice == "hidden" else 0)
-
-
-HIDDEN_DIMENSIONS = 576  # the embedded SmolLM2's hidden size: all of it
+    return context_meta(scorer_name(), HIDDEN_SIZE if choice == "hidden" else 0)
 
 
 def read_in_context(train: list[Any], dev: list[Any], args: argparse.Namespace

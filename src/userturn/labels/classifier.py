@@ -314,7 +314,7 @@ def shared_reader(expected: str) -> Callable[[Case], ContextReading]:
     shipped corpus from its stored reading, any other with the embedded scorer, loaded on the
     first such turn. ConfigError if the scorer is not the one the parameters were trained with
     (another SmolLM2 file would give other numbers)."""
-    from userturn.labels.context import SCORER_MODEL, ContextScorer, scorer_name, turn_key
+    from userturn.labels.context import SCORER_MODEL, ContextScorer, case_key, scorer_name
     from userturn.labels.readings import corpus_readings
 
     name = scorer_name(SCORER_MODEL)
@@ -328,8 +328,7 @@ def shared_reader(expected: str) -> Callable[[Case], ContextReading]:
         scorer: list[ContextScorer] = []
 
         def read(case: Case) -> ContextReading:
-            turn = case.user_turn if case.user_turn.strip() else case.raw_user_turn
-            reading = known.get(turn_key(case.query, case.answer, turn))
+            reading = known.get(case_key(case))
             if reading is not None:
                 return reading
             if not scorer:

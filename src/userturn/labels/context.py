@@ -41,6 +41,7 @@ SCORER_MODEL = "smollm2"
 MAX_QUERY_TOKENS = 64  # the query's head
 MAX_ANSWER_TOKENS = 128  # the answer's tail: what the user read last
 MAX_TURN_TOKENS = 48  # the turn's head
+HIDDEN_SIZE = 576  # the embedded SmolLM2's hidden state: what "hidden" parameters read of it
 MEMO_SIZE = 20_000  # readings kept per process (about 2.4 KB each)
 
 
@@ -134,8 +135,7 @@ class ContextScorer:
     def read(self, case: Case) -> ContextReading:
         """The case's reading; a turn read before in this process is not read again (repeated
         greedy samples, re-labelling, the same turn under several labellers)."""
-        turn_text = case.user_turn if case.user_turn.strip() else case.raw_user_turn
-        key = turn_key(case.query, case.answer, turn_text)
+        key, turn_text = case_key(case), turn_of(case)
         if key not in self._memo:
             if len(self._memo) >= MEMO_SIZE:
                 self._memo.pop(next(iter(self._memo)))  # the oldest first
@@ -184,6 +184,16 @@ def scorer_name(model: str = SCORER_MODEL) -> str:
 def describe(reading: ContextReading) -> dict[str, Any]:
     """The features by name (for rationales and debugging)."""
     return {name: round(float(v), 3) for name, v in zip(CONTEXT_FEATURES, reading.features)}
+
+
+def turn_of(case: Case) -> str:
+    """The text read as the turn: the visible turn, or its raw text where nothing is visible."""
+    return case.user_turn if case.user_turn.strip() else case.raw_user_turn
+
+
+def case_key(case: Case) -> str:
+    """The key of a case's reading (memo, caches, the corpus's stored readings)."""
+    return turn_key(case.query, case.answer, turn_of(case))
 
 
 def turn_key(query: str, answer: str, user_turn: str) -> str:
