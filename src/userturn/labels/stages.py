@@ -8,7 +8,7 @@ the sources then decide a turn comes from :func:`.sources.source_order`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from userturn.errors import TemplateError, UserturnError
 from userturn.labels.classifier import LearnedClassifier
@@ -50,23 +50,32 @@ def label_turns(store: RunStore, labeller: Labeller = "cascade",
     if labeller not in LABELLERS:
         raise UserturnError(f"unknown labeller {labeller!r}: cascade, classifier or rules")
     headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
-    labellers: list[Classifier] = [RulesClassifier()]
+    count = label_with(store, [RulesClassifier()], headers, progress)
     if labeller != "rules":
-        labellers.append(LearnedClassifier(path=classifier_path) if classifier_path
-                         else LearnedClassifier())
-    count = label_with(store, labellers, headers, progress)
+        learned = LearnedClassifier(path=classifier_path) if classifier_path else LearnedClassifier()
+        # In the cascade the classifier decides only where the rules abstain, so it labels those
+        # turns alone: each costs a reading in context. `--labeller classifier` labels the rest.
+        count += label_with(store, [learned], headers, progress,
+                            only=None if labeller == "classifier" else _rules_abstained)
     # A judged run keeps the judge (or the judges' majority) that decides it.
     judges = judge_sources(store.label_sources())
     store.update_meta(label_sources=source_order(labeller, judges[:1]), labeller=labeller)
     return count
 
 
+def _rules_abstained(turn: Turn) -> bool:
+    return turn.label is None
+
+
 def label_with(store: RunStore, labellers: Sequence[Classifier],
-               headers: Mapping[str, str] | None = None, progress: Progress | None = None) -> int:
+               headers: Mapping[str, str] | None = None, progress: Progress | None = None,
+               only: Callable[[Turn], bool] | None = None) -> int:
     """Label every generated user turn that each of ``labellers`` has not labelled at its
     version, each under its own source; a turn is shown as :meth:`Turn.case` makes it, with its
-    model's assistant header from ``headers`` (model spec -> header). Returns the labels added."""
-    turns = [t for t in read_turns(store, RULES) if t.error is None]
+    model's assistant header from ``headers`` (model spec -> header). ``only``: the turns (read
+    with the rules' labels) that need these labellers. Returns the labels added."""
+    turns = [t for t in read_turns(store, RULES)
+             if t.error is None and (only is None or only(t))]
     count = 0
     for source in labellers:
         done = store.labelled_keys(source.name, source.version)
