@@ -134,15 +134,15 @@ def test_the_context_labeller_on_turns_of_each_generator_and_of_people():
     which its default reader takes instead."""
     from pathlib import Path
 
-    from userturn.labels.classifier import CONTEXT_MODEL_FILE, Cascade
+    from userturn.labels.classifier import MODEL_FILE, Cascade
     from userturn.labels.context import ContextScorer
 
     fixture = Path(__file__).parent / "fixtures" / "pinned_turns.jsonl"
     rows = {row["id"]: row for row in map(json.loads, fixture.read_text().splitlines())}
     assert set(rows) == set(PINNED)
     scorer = ContextScorer()
-    live = Cascade(LearnedClassifier(path=CONTEXT_MODEL_FILE, reader=scorer.read))
-    default = Cascade(LearnedClassifier(path=CONTEXT_MODEL_FILE))
+    live = Cascade(LearnedClassifier(path=MODEL_FILE, reader=scorer.read))
+    default = Cascade(LearnedClassifier(path=MODEL_FILE))
     for key, (generator, expected) in PINNED.items():
         row = rows[key]
         source = row["source"]
@@ -156,3 +156,45 @@ def test_the_context_labeller_on_turns_of_each_generator_and_of_people():
         stored = default.classifier.read(case)
         assert stored is not None
         assert np.allclose(scorer.read(case).features, stored.features, atol=2e-3)
+
+
+def test_the_default_classifier_reads_turns_in_context():
+    """The shipped default is the context classifier, trained with this machine's scorer; the
+    form-only parameters are the named alternative."""
+    from userturn.labels.classifier import FORM_MODEL_FILE, MODEL_FILE
+    from userturn.labels.context import scorer_name
+
+    default = LearnedClassifier()
+    assert default.model.context is not None
+    assert default.model.context["scorer"] == scorer_name()
+    assert classifier_module.parameters_file("context") == MODEL_FILE
+    assert classifier_module.parameters_file("form") == FORM_MODEL_FILE
+
+
+def without_torch(monkeypatch):
+    """This machine as one without torch: find_spec says so (nothing is imported by the check)."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "torch" else real(name, *args))
+
+
+def test_without_the_scorer_a_run_is_refused_before_it_generates(gsm_file, tmp_path,
+                                                                 monkeypatch):
+    """On a machine that cannot run the context scorer the default labeller says what to
+    install (or which labeller needs nothing) before any model is called."""
+    from helpers import experiment, grounded_script, run_scripted
+
+    from userturn.backends.fake import ScriptedBackend
+    from userturn.store.sqlite import DB_NAME
+
+    without_torch(monkeypatch)
+    backend = ScriptedBackend(grounded_script)
+    with pytest.raises(ConfigError, match=r"needs torch: .*--classifier form .*--labeller rules"):
+        run_scripted(experiment(gsm_file, tmp_path), backend)
+    assert backend.calls == 0
+    assert not (tmp_path / "run" / DB_NAME).exists()  # no run store was written
+    # The form-only classifier and the rules need no model: the same run goes through.
+    store = run_scripted(experiment(gsm_file, tmp_path, classifier="form"), backend)
+    assert store.meta().offline_labeller == "cascade" and backend.calls > 0

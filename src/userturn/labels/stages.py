@@ -43,10 +43,11 @@ class Classifier(Protocol):
 def label_turns(store: RunStore, labeller: Labeller = "cascade",
                 backends: Mapping[str, Backend] | None = None, *,
                 classifier_path: Path | None = None, progress: Progress | None = None) -> int:
-    """The offline labels: the rules, and (cascade, classifier) the learned classifier on every
-    user turn, each for the turns it has not labelled at its version. The cascade resolves a
-    turn to the rules' label where they decide and to the classifier's elsewhere. Never
-    generates: re-labelling an old run changes its labels only. Returns the labels added."""
+    """The offline labels: the rules on every user turn, and the learned classifier on the turns
+    the rules abstain on (cascade) or on every turn (classifier), each for the turns it has not
+    labelled at its version. The cascade resolves a turn to the rules' label where they decide
+    and to the classifier's elsewhere. Never generates: re-labelling an old run changes its
+    labels only. Returns the labels added."""
     if labeller not in LABELLERS:
         raise UserturnError(f"unknown labeller {labeller!r}: cascade, classifier or rules")
     headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
@@ -56,15 +57,11 @@ def label_turns(store: RunStore, labeller: Labeller = "cascade",
         # In the cascade the classifier decides only where the rules abstain, so it labels those
         # turns alone: each costs a reading in context. `--labeller classifier` labels the rest.
         count += label_with(store, [learned], headers, progress,
-                            only=None if labeller == "classifier" else _rules_abstained)
+                            only=None if labeller == "classifier" else _rules_undecided)
     # A judged run keeps the judge (or the judges' majority) that decides it.
     judges = judge_sources(store.label_sources())
     store.update_meta(label_sources=source_order(labeller, judges[:1]), labeller=labeller)
     return count
-
-
-def _rules_abstained(turn: Turn) -> bool:
-    return turn.label is None
 
 
 def label_with(store: RunStore, labellers: Sequence[Classifier],
@@ -121,8 +118,9 @@ def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
     candidates = [t for t in read_turns(store, judge.name) if t.error is None
                   and t.key not in done]
     turns = [t for t in candidates if _judge_wanted(t, scope, threshold)]
-    if scope == "uncertain" and candidates and not any(
-            _stored(t, CLASSIFIER) for t in candidates):
+    undecided = [t for t in candidates if _rules_undecided(t)]
+    if scope == "uncertain" and undecided and not any(
+            _stored(t, CLASSIFIER) for t in undecided):
         raise UserturnError("judge scope 'uncertain' needs the classifier's labels: run "
                             "`userturn label RUN` first (or use --scope undecided)")
     advance = (progress or silent_progress)(f"judge {judge.name}", len(turns))
@@ -150,12 +148,16 @@ def _stored(turn: Turn, source: str) -> StoredLabel | None:
     return next((lab for lab in turn.labels if lab.source == source), None)
 
 
+def _rules_undecided(turn: Turn) -> bool:
+    rules = _stored(turn, RULES)
+    return rules is None or rules.label is None
+
+
 def _judge_wanted(turn: Turn, scope: str, threshold: float) -> bool:
     """Whether the judge is asked about this turn, by scope."""
     if scope == "all":
         return True
-    rules = _stored(turn, RULES)
-    if rules is not None and rules.label is not None:
+    if not _rules_undecided(turn):
         return False  # the rules' clear cases stand
     if scope == "undecided":
         return True

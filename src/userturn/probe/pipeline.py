@@ -28,6 +28,7 @@ from userturn.chat.render import (
 from userturn.config import Experiment
 from userturn.data import Dataset, load_dataset
 from userturn.errors import TemplateError
+from userturn.labels.classifier import LearnedClassifier
 from userturn.labels.judge import Judge, judge_from_spec
 from userturn.labels.stages import judge_with_all, label_turns
 from userturn.probe.executor import Executor, LocalExecutor
@@ -110,6 +111,8 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
         backends, probers, exp.user_turn_variants, with_placeholder_answer(first))
     answer_models = _answer_models(exp, [answers_as(backends[spec]) for spec in probers])
     judges = _judges(exp, judge_sleep)
+    if exp.labeller != "rules":  # a classifier this machine cannot run fails before generating
+        LearnedClassifier(path=exp.classifier)
     for dataset in datasets:
         for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
             warnings.warn(note, stacklevel=2)
