@@ -1,13 +1,15 @@
 """What labelling costs beside the generation it labels, measured side by side in one process.
 
 SmolLM2 (the demo's model, transformers, batch 8) writes user turns after the reference solutions
-of GSM-Symbolic items at T = 1.0, as the demo does; then the offline cascade labels the same
-turns. Prints both rates and the ratio of labelling time to generation time (target: at most
-0.25). Loading is outside both timings: the backend's model before generating, and the
-classifier's context scorer (where the shipped parameters read turns in context) before labelling.
+of GSM-Symbolic items in the demo's design: per item one greedy turn and ``--samples`` at T = 1.0,
+all after the same answer. Then the offline cascade labels the same turns the way `userturn
+label` does (the turns after one answer read ahead together, then each labelled). Prints both
+rates and the ratio of labelling time to generation time (target: at most 0.25). Loading is
+outside both timings: the backend's model before generating, and the classifier's context
+scorer (where the parameters read turns in context) before labelling.
 
-    .venv/bin/python benchmarks/labelling_cost.py [--turns 16] [--classifier context]
-    .venv/bin/python benchmarks/labelling_cost.py --model tiny --turns 2 --max-tokens 4  # smoke
+    .venv/bin/python benchmarks/labelling_cost.py [--items 4] [--samples 4] [--classifier form]
+    .venv/bin/python benchmarks/labelling_cost.py --model tiny --items 1 --samples 1 --max-tokens 4
 """
 
 from __future__ import annotations
@@ -25,33 +27,39 @@ from userturn.records import Case, GenerationParams, Request
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--turns", type=int, default=16)
+    parser.add_argument("--items", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=4,
+                        help="turns at T = 1.0 per item, beside its greedy one (the demo: 4)")
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--classifier", default=None,
                         help="the classifier's parameters: a file, or a shipped set by name "
-                        "(form, the default; context, which reads each turn in context)")
+                        "(context, the default; form, which reads the turn's form alone)")
     args = parser.parse_args(argv)
     backend = load_backend(args.model, batch_size=8)
-    items = load_dataset("gsm_symbolic", limit=args.turns).items
-    cases, requests = [], []
+    items = load_dataset("gsm_symbolic", limit=args.items).items
+    contexts, requests = [], []
     for index, item in enumerate(items):
         answer = str(item.metadata.get("solution") or item.reference)
         prompt = render_user_turn(backend.template,
                                   [*item.messages, {"role": "assistant", "content": answer}])
-        requests.append(Request(prompt.text, GenerationParams(1.0, 1.0, args.max_tokens), prompt.stop,
-                                seed=1000 + index))
-        cases.append((item.query, answer, prompt.assistant_header))
+        for sample, temperature in enumerate([0.0] + [1.0] * args.samples):
+            requests.append(Request(prompt.text, GenerationParams(temperature, 1.0,
+                                                                  args.max_tokens),
+                                    prompt.stop, seed=1000 * index + sample))
+            contexts.append((item.query, answer, prompt.assistant_header))
     start = time.perf_counter()
     generations = backend.complete(requests)
     generating = time.perf_counter() - start
     cascade = Cascade(LearnedClassifier(path=args.classifier) if args.classifier else None)
     cascade.classifier.read(Case("Warm up.", "Loaded.", "Ready?", "Ready?"))  # loads the scorer
+    cases = [Case(q, a, g.text, g.raw_text, header)
+             for (q, a, header), g in zip(contexts, generations)]
     start = time.perf_counter()
-    labels = [cascade.classify(Case(q, a, g.text, g.raw_text, header))
-              for (q, a, header), g in zip(cases, generations)]
+    cascade.prepare(cases)
+    labels = [cascade.classify(case) for case in cases]
     labelling = time.perf_counter() - start
     n = len(labels)
-    by = {}
+    by: dict[str, int] = {}
     for label in labels:
         by[label.source] = by.get(label.source, 0) + 1
     print(f"generation  {n / generating:7.2f} turns/s  ({generating:.1f} s for {n} user turns)")

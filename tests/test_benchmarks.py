@@ -49,7 +49,8 @@ SMOKES = {
                          rf"{NUMBER} \(median\) .* wall-time ratio {NUMBER} +\[\d+ vs \d+ tokens\]$"),
     "lmeval_compare.py": Smoke(TINY, rf"ratio userturn/lm-eval {NUMBER} +identical answers \d+/2$",
                                needs=("lm_eval",)),
-    "labelling_cost.py": Smoke(("--model", "tiny", "--turns", "2", "--max-tokens", "4"),
+    "labelling_cost.py": Smoke(("--model", "tiny", "--items", "1", "--samples", "1",
+                                "--max-tokens", "4"),
                                rf"^labelling / generation time: {NUMBER}$"),
     "coverage.py": Smoke(("--runs", "20", "--resamples", "20"),
                          rf"^clustered Wilson: coverage min {NUMBER}, mean {NUMBER}, max "

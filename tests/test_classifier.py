@@ -208,9 +208,11 @@ def test_relabelling_with_retrained_parameters_replaces_the_classifiers_labels(
     assert main(["label", str(exp.output), "--classifier", str(mine)]) == 0
     store = RunStore.open(exp.output)
     turns = read_turns(store)
-    assert f"{len(turns)} label(s) added" in capsys.readouterr().out
+    # The cascade's classifier labels the turns the rules leave: here every sampled turn.
+    undecided = [t for t in turns if t.temperature > 0]
+    assert f"{len(undecided)} label(s) added" in capsys.readouterr().out
     learned = [lab for t in turns for lab in t.labels if lab.source == "classifier"]
-    assert len(learned) == len(turns)
+    assert len(learned) == len(undecided) == GSM_ITEMS * GSM_SAMPLES
     assert {lab.version for lab in learned} == {LearnedClassifier(path=mine).version}
     assert {lab.label for lab in learned} <= {"follow_up", "generic", "restatement"}
     assert generations(exp.output) == before  # only labels changed

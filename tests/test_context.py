@@ -66,6 +66,27 @@ def test_a_long_context_is_clipped_to_the_answer_tail(tiny_scorer):
                        atol=1e-4)
 
 
+def test_turns_after_one_answer_are_read_together_with_the_numbers_of_each_alone():
+    """A run's samples after one answer are read in one batch (padded turns of unequal length):
+    each reading is the one the turn gets read alone, and the shared beginnings are read once."""
+    turns = ["Why 84?", "Can you show the step where you multiplied by seven again, please?",
+             "Thanks!", "Why 84?"]
+    cases = [Case(CASE.query, CASE.answer, t, t) for t in turns]
+    cases.append(Case("Another question?", "Another answer.", "Why?", "Why?"))
+    alone = [ContextScorer("tiny").read(case) for case in cases]
+    together = ContextScorer("tiny")
+    forwards: list[int] = []
+    forward = together.model.forward
+    together.model.forward = lambda *a, **k: forwards.append(1) or forward(*a, **k)
+    batched = together.read_many(cases)
+    for one, many in zip(alone, batched):
+        assert np.allclose(one.features, many.features, atol=1e-4)
+        assert np.allclose(one.embedding, many.embedding, atol=1e-4)
+    # Per answer: the query, the answer, then the four ways (the repeated turn is read once).
+    assert len(forwards) == 2 * (2 + 4)
+    assert together.read_many(cases[:1])[0] is batched[0]  # read once per process
+
+
 def test_readings_are_cached_as_they_come_and_a_torn_line_is_read_again(tmp_path, monkeypatch):
     import userturn.labels.readings as readings_module
 
@@ -76,9 +97,9 @@ def test_readings_are_cached_as_they_come_and_a_torn_line_is_read_again(tmp_path
         def __init__(self, model: str = "tiny") -> None:
             super().__init__("tiny")
 
-        def read(self, case: Case):  # type: ignore[no-untyped-def]
-            scored.append(case.user_turn)
-            return super().read(case)
+        def read_many(self, cases):  # type: ignore[no-untyped-def]
+            scored.extend(case.user_turn for case in cases)
+            return super().read_many(cases)
 
     monkeypatch.setattr(readings_module, "ContextScorer", Counting)
     cases = [Case(CASE.query, CASE.answer, turn, turn) for turn in ("One?", "Two?", "Three?")]

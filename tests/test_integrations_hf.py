@@ -48,7 +48,10 @@ def test_the_card_says_sources_licences_labellers_rates_and_version(fake_run, tm
     assert [m["name"] for m in meta["models"]] == ["fake/probe"]
     assert meta["models"][0]["license"] == "unknown"  # not a model userturn can vouch for
     assert card["license"] == "unknown"
-    assert set(meta["label_sources"]) == {"rules", "classifier"}
+    # The sources that labelled turns: the rules decide every turn of this run, so the cascade
+    # never asked the classifier.
+    assert set(meta["label_sources"]) == {lab.source for t in fake_run.turns() for lab in t.labels}
+    assert "rules" in meta["label_sources"]
     summary = {(r.temperature, r.perturbation): r for r in fake_run.summary()}
     assert len(meta["rates"]) == len(summary)
     for rate in meta["rates"]:

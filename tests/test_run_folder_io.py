@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from helpers import finished_run
+from helpers import GSM_ITEMS, GSM_SAMPLES, finished_run
 from openai_fake import Answer, FakeOpenAI
 
 CLI = [sys.executable, "-m", "userturn.cli.main"]
@@ -164,7 +164,10 @@ def test_a_reader_sees_a_live_writers_newest_commit(gsm_file, tmp_path, capsys):
         assert main(["report", str(folder)]) == 0
         out = capsys.readouterr().out
         assert f"run in progress (pid {writer.pid}" in out
-        assert "labelled by classifier 24)" in out  # the rules' labels are deleted, in the WAL
+        # The rules' labels are deleted, in the WAL: the classifier's (of the sampled turns,
+        # which the rules left to it) are all that label the run; the greedy ones lose theirs.
+        assert (f"labelled by nobody (undecided) {GSM_ITEMS}, classifier "
+                f"{GSM_ITEMS * GSM_SAMPLES})") in out
         assert (folder / "userturn.db").read_bytes() == database
     finally:
         writer.kill()

@@ -156,16 +156,15 @@ def classify(cases: Iterable[CaseLike], labeller: str = "rules",
     takes the rules' label where they decide and the classifier's elsewhere (each label's
     ``source`` says which). ``classifier``: parameters from ``userturn train-classifier``
     (default: the shipped ones)."""
-    from userturn.labels.classifier import offline_labeller
+    from userturn.labels.classifier import label_cases
     from userturn.records import Labeller
 
     known = typing.get_args(Labeller)
     if labeller not in known:
         raise ConfigError(f"unknown labeller {labeller!r}: the labellers are: "
                           f"{', '.join(known)}")
-    label = offline_labeller(typing.cast(Labeller, labeller),
-                             Path(classifier) if classifier else None)
-    return [label(_case(case)) for case in cases]
+    return label_cases(typing.cast(Labeller, labeller), [_case(case) for case in cases],
+                       Path(classifier) if classifier else None)
 
 
 def _case(value: CaseLike) -> Case:

@@ -4,8 +4,18 @@ commands alike)."""
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 def plain_console(*, stderr: bool = False) -> Console:
@@ -16,3 +26,16 @@ def plain_console(*, stderr: bool = False) -> Console:
     room."""
     stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr, markup=False, width=None if stream.isatty() else 160)
+
+
+@contextmanager
+def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
+    # A description names models and datasets (user text): shown as written, not as markup.
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+    with Progress(*columns, console=plain_console(stderr=True)) as bars:
+        def start(description: str, total: int) -> Callable[[int], None]:
+            task = bars.add_task(description, total=total)
+            return lambda n: bars.advance(task, n)
+
+        yield start

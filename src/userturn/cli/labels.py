@@ -77,18 +77,19 @@ def _labeller_options(parser: argparse.ArgumentParser) -> None:
 
 
 def classify_command(args: argparse.Namespace, console: Console) -> int:
-    from userturn.labels.classifier import offline_labeller
+    from userturn.cli.console import progress_bars
+    from userturn.labels.classifier import label_cases
     from userturn.labels.training import case_of, read_rows
 
     if args.out is not None:
         refuse_to_replace(args.out, args.force)
     rows = read_rows(args.file)
     cases = [case_of(row, args.file, number) for number, row in rows]  # every row checked first
-    labeller = offline_labeller(args.labeller, args.classifier)
+    with progress_bars() as progress:
+        labels = label_cases(args.labeller, cases, args.classifier, progress)
     out_rows: list[dict[str, Any]] = []
     counts: Counter[str] = Counter()
-    for (_, row), case in zip(rows, cases):
-        label = labeller(case)
+    for (_, row), label in zip(rows, labels):
         counts[label.label or "undecided"] += 1
         out_rows.append({**row, "label": label.label, "probability": label.probability,
                          "source": label.source})
@@ -108,13 +109,16 @@ def classify_command(args: argparse.Namespace, console: Console) -> int:
 
 
 def label_command(args: argparse.Namespace, console: Console) -> int:
+    from userturn.cli.console import progress_bars
     from userturn.labels.stages import label_turns
     from userturn.store.database import RunStore
 
     with RunLock(args.run, "label"):  # no run, judge or other label writes meanwhile
         store = RunStore.open(args.run)
         try:
-            count = label_turns(store, args.labeller, classifier_path=args.classifier)
+            with progress_bars() as progress:
+                count = label_turns(store, args.labeller, classifier_path=args.classifier,
+                                    progress=progress)
             console.print(f"{count} label(s) added ({args.labeller}); nothing generated")
             from userturn.report.terminal import print_run
             from userturn.report.view import read_run

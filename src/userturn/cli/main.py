@@ -7,23 +7,14 @@ import signal
 import sqlite3
 import sys
 import threading
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from userturn.backends.models import EMBEDDED
 from userturn.cli import arguments
-from userturn.cli.console import plain_console
+from userturn.cli.console import plain_console, progress_bars
 from userturn.errors import ConfigError, Terminated, UserturnError
 
 if TYPE_CHECKING:
@@ -136,7 +127,7 @@ def _run(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.view import read_run
 
     experiment = arguments.experiment_from(args)
-    with _progress_bars() as progress:
+    with progress_bars() as progress:
         store = run_experiment(experiment, progress=progress)
     print_run(read_run(store), console)
     console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
@@ -153,21 +144,8 @@ def _classifier(args: argparse.Namespace, console: Console) -> int:
 def _train(args: argparse.Namespace, console: Console) -> int:
     from userturn.cli.train import train_command
 
-    with _progress_bars() as progress:
+    with progress_bars() as progress:
         return train_command(args, console, progress)
-
-
-@contextmanager
-def _progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
-    # A description names models and datasets (user text): shown as written, not as markup.
-    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
-    with Progress(*columns, console=plain_console(stderr=True)) as bars:
-        def start(description: str, total: int) -> Callable[[int], None]:
-            task = bars.add_task(description, total=total)
-            return lambda n: bars.advance(task, n)
-
-        yield start
 
 
 def _render(args: argparse.Namespace, console: Console) -> int:
@@ -260,7 +238,7 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     judges = [judge_from_spec(name, base_url=spec.judge_base_url) for name in spec.judges]
     for judge in judges:
         judge.concurrency = spec.judge_concurrency
-    with RunLock(args.run, "judge"), _progress_bars() as progress:
+    with RunLock(args.run, "judge"), progress_bars() as progress:
         sent = judge_with_all(store, judges, spec.judge_scope, progress,
                               threshold=spec.judge_threshold)
     names = ", ".join(judge.name for judge in judges)

@@ -38,7 +38,8 @@ from userturn.labels.rules import RulesClassifier, signals_of
 from userturn.records import LABELS, Case, Label
 
 if TYPE_CHECKING:
-    from userturn.records import Labeller
+    from userturn.labels.context import ContextScorer
+    from userturn.records import Labeller, Progress
 
 # The default reads each turn in context (the best of the leave-one-model-out comparison,
 # docs/classifier.md): `--classifier context`. The form-only parameters (numpy alone, no model
@@ -277,6 +278,22 @@ class LearnedClassifier:
             self._reader = shared_reader(str(context.get("scorer", "")))
         return self._reader(case)
 
+    def prepare(self, cases: Sequence[Case]) -> None:
+        """Read ``cases`` in context ahead of :meth:`classify`, together: turns after one answer
+        share their passes (a labeller that gets many turns at once calls this first)."""
+        if self.model.context is None:
+            return
+        if self._reader is None:
+            self._reader = shared_reader(str(self.model.context.get("scorer", "")))
+        prepare = getattr(self._reader, "prepare", None)
+        try:
+            if prepare is not None:
+                prepare(cases)
+        except ConfigError:
+            raise
+        except Exception:  # noqa: S110 - classify reads each turn again and keeps its error
+            pass
+
     def classify(self, case: Case, rules: Label | None = None) -> Label:
         """``rules``: the rules' label of the case where the caller has it (not computed twice)."""
         if case.thinking.strip() and not case.user_turn.strip():
@@ -305,6 +322,11 @@ class Cascade:
         self.classifier = classifier or LearnedClassifier()
         self.version = f"{self.rules.version}+{self.classifier.version}"
 
+    def prepare(self, cases: Sequence[Case]) -> None:
+        """Read ahead, together, the turns the rules leave to the classifier."""
+        self.classifier.prepare([case for case in cases
+                                 if self.rules.classify(case).label is None])
+
     def classify(self, case: Case) -> Label:
         decided = self.rules.classify(case)
         return decided if decided.label is not None else self.classifier.classify(case, decided)
@@ -330,16 +352,47 @@ def require_scorer() -> None:
             "all of it), or label with --classifier form (numpy alone) or --labeller rules")
 
 
-_READERS: dict[str, Callable[[Case], ContextReading]] = {}
+class SharedReader:
+    """How the shipped labeller reads a turn in context: a turn of the shipped corpus from its
+    stored reading, any other with the embedded scorer, loaded on the first such turn."""
+
+    def __init__(self, name: str) -> None:
+        from userturn.labels.readings import corpus_readings
+
+        stored, stored_by = corpus_readings()
+        self.known = stored if stored_by == name else {}
+        self._scorer: ContextScorer | None = None
+
+    def scorer(self) -> ContextScorer:
+        if self._scorer is None:
+            from userturn.labels.context import SCORER_MODEL, ContextScorer
+
+            self._scorer = ContextScorer(SCORER_MODEL)
+        return self._scorer
+
+    def prepare(self, cases: Sequence[Case]) -> None:
+        """Read ``cases`` ahead, together (turns after one answer share their passes)."""
+        from userturn.labels.context import case_key
+
+        unread = [case for case in cases if case_key(case) not in self.known]
+        if unread:
+            self.scorer().read_many(unread)
+
+    def __call__(self, case: Case) -> ContextReading:
+        from userturn.labels.context import case_key
+
+        reading = self.known.get(case_key(case))
+        return reading if reading is not None else self.scorer().read(case)
 
 
-def shared_reader(expected: str) -> Callable[[Case], ContextReading]:
-    """How the shipped labeller reads a turn in context, one reader per process: a turn of the
-    shipped corpus from its stored reading, any other with the embedded scorer, loaded on the
-    first such turn. ConfigError if the scorer is not the one the parameters were trained with
-    (another SmolLM2 file would give other numbers)."""
-    from userturn.labels.context import SCORER_MODEL, ContextScorer, case_key, scorer_name
-    from userturn.labels.readings import corpus_readings
+_READERS: dict[str, SharedReader] = {}
+
+
+def shared_reader(expected: str) -> SharedReader:
+    """The process's reader for the shipped labeller (:class:`SharedReader`). ConfigError if the
+    scorer is not the one the parameters were trained with (another SmolLM2 file would give
+    other numbers)."""
+    from userturn.labels.context import SCORER_MODEL, scorer_name
 
     name = scorer_name(SCORER_MODEL)
     if expected and name != expected:
@@ -347,27 +400,32 @@ def shared_reader(expected: str) -> Callable[[Case], ContextReading]:
                           f"machine has {name}: retrain it with `userturn train-classifier "
                           "--context hidden`, or label with --labeller rules")
     if name not in _READERS:
-        stored, stored_by = corpus_readings()
-        known = stored if stored_by == name else {}
-        scorer: list[ContextScorer] = []
-
-        def read(case: Case) -> ContextReading:
-            reading = known.get(case_key(case))
-            if reading is not None:
-                return reading
-            if not scorer:
-                scorer.append(ContextScorer(SCORER_MODEL))
-            return scorer[0].read(case)
-
-        _READERS[name] = read
+        _READERS[name] = SharedReader(name)
     return _READERS[name]
 
 
-def offline_labeller(labeller: Labeller, classifier: Path | None = None
-                     ) -> Callable[[Case], Label]:
-    """One function that labels a case the way a run's offline labeller would: the rules, the
-    classifier (``classifier``: its parameters; default the shipped ones) or the cascade."""
-    if labeller == "rules":
-        return RulesClassifier().classify
-    learned = LearnedClassifier(path=classifier) if classifier else LearnedClassifier()
-    return learned.classify if labeller == "classifier" else Cascade(learned).classify
+def label_cases(labeller: Labeller, cases: Sequence[Case], classifier: Path | None = None,
+                progress: Progress | None = None) -> list[Label]:
+    """Label ``cases`` the way a run's offline labeller would: the rules, the classifier
+    (``classifier``: its parameters; default the shipped ones) or the cascade. The turns after
+    one answer are read in context together, a chunk at a time."""
+    from userturn.records import silent_progress
+
+    source: RulesClassifier | LearnedClassifier | Cascade = RulesClassifier()
+    if labeller != "rules":
+        learned = LearnedClassifier(path=classifier) if classifier else LearnedClassifier()
+        source = learned if labeller == "classifier" else Cascade(learned)
+    order = sorted(range(len(cases)), key=lambda i: (cases[i].query, cases[i].answer))
+    labels: list[Label | None] = [None] * len(cases)
+    advance = (progress or silent_progress)(f"label · {labeller}", len(cases))
+    for start in range(0, len(order), CHUNK):
+        chunk = order[start:start + CHUNK]
+        if not isinstance(source, RulesClassifier):
+            source.prepare([cases[i] for i in chunk])
+        for i in chunk:
+            labels[i] = source.classify(cases[i])
+        advance(len(chunk))
+    return [label for label in labels if label is not None]
+
+
+CHUNK = 64  # turns read ahead together (a run's turns after one answer sit side by side)

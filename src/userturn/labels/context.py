@@ -17,9 +17,10 @@ which the classifier reads through a fixed projection (see :mod:`.classifier`).
 
 from __future__ import annotations
 
+import copy
 import inspect
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -43,6 +44,7 @@ MAX_ANSWER_TOKENS = 128  # the answer's tail: what the user read last
 MAX_TURN_TOKENS = 48  # the turn's head
 HIDDEN_SIZE = 576  # the embedded SmolLM2's hidden state: what "hidden" parameters read of it
 MEMO_SIZE = 20_000  # readings kept per process (about 2.4 KB each)
+BATCH = 8  # turns after one answer read in one pass (a run's samples of an item)
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,6 @@ class ContextScorer:
         """The model's output on ``ids`` after ``cache`` (None: from the start); the cache it
         was given is copied, not changed, so a shared beginning can be continued twice.
         ``last_only``: only the last position's logits (a shared beginning needs no more)."""
-        import copy
-
         torch = self._torch
         with torch.inference_mode():
             out = self.model(torch.tensor([ids]), use_cache=True, output_hidden_states=hidden,
@@ -119,36 +119,68 @@ class ContextScorer:
                              **{self._cache_arg: copy.deepcopy(cache)})
         return out.logits, out.hidden_states, out[self._cache_arg]
 
-    def _turn_logp(self, cache: Any, last_logits: Any, lead: list[int], turn: list[int],
-                   hidden: bool = False) -> tuple[float, Any]:
-        """Mean log p of ``turn`` (with the template's text after it) read after ``cache`` and
-        ``lead``: ``last_logits`` are the logits that predict ``lead``'s first token."""
+    def _turns_logp(self, cache: Any, last_logits: Any, lead: list[int],
+                    turns: Sequence[list[int]], hidden: bool = False
+                    ) -> list[tuple[float, np.ndarray | None]]:
+        """Mean log p of each of ``turns`` (with the template's text after it) read after
+        ``cache`` and ``lead``, in one batched pass: ``last_logits`` are the logits that predict
+        ``lead``'s first token. The turns are padded on the right, so no real token attends to
+        a pad and no mask is needed; the pads' outputs are never read."""
         torch = self._torch
-        out_logits, hidden_states, _ = self._extend(cache, lead + turn, hidden)
-        logits = torch.cat([last_logits[None], out_logits[0, :-1]])  # predicts lead + turn
-        targets = torch.tensor(lead + turn)
-        logp = torch.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None])[:, 0]
-        mean = float(logp[len(lead):].mean())
-        state = hidden_states[-1][0, len(lead):].mean(0).numpy() if hidden else None
-        return mean, state
+        rows = [lead + turn for turn in turns]
+        width = max(map(len, rows))
+        ids = torch.tensor([row + [0] * (width - len(row)) for row in rows])
+        shared = copy.deepcopy(cache)
+        if len(rows) > 1:
+            shared.batch_repeat_interleave(len(rows))
+        with torch.inference_mode():
+            out = self.model(ids, use_cache=True, output_hidden_states=hidden,
+                             **{self._cache_arg: shared})
+        results: list[tuple[float, np.ndarray | None]] = []
+        for index, row in enumerate(rows):
+            logits = torch.cat([last_logits[None], out.logits[index, :len(row) - 1]])
+            logp = torch.log_softmax(logits.float(), dim=-1).gather(
+                1, torch.tensor(row)[:, None])[:, 0]
+            state = (out.hidden_states[-1][index, len(lead):len(row)].mean(0).numpy()
+                     if hidden else None)
+            results.append((float(logp[len(lead):].mean()), state))
+        return results
 
     def read(self, case: Case) -> ContextReading:
-        """The case's reading; a turn read before in this process is not read again (repeated
-        greedy samples, re-labelling, the same turn under several labellers)."""
-        key, turn_text = case_key(case), turn_of(case)
-        if key not in self._memo:
-            if len(self._memo) >= MEMO_SIZE:
-                self._memo.pop(next(iter(self._memo)))  # the oldest first
-            self._memo[key] = self._read(case.query, case.answer, turn_text)
-        return self._memo[key]
+        """The case's reading (see :meth:`read_many`)."""
+        return self.read_many([case])[0]
 
-    def _read(self, query_text: str, answer_text: str, turn_text: str) -> ContextReading:
+    def read_many(self, cases: Sequence[Case]) -> list[ContextReading]:
+        """The cases' readings. Turns that share a query and answer (a run's samples after one
+        answer) are read together: each shared beginning once, and each of the four ways in one
+        batched pass over all of them. A turn read before in this process is not read again
+        (repeated greedy samples, re-labelling, the same turn under several labellers)."""
+        keys = [case_key(case) for case in cases]
+        found = {key: self._memo[key] for key in keys if key in self._memo}
+        groups: dict[tuple[str, str], dict[str, str]] = {}
+        for key, case in zip(keys, cases):
+            if key not in found:
+                groups.setdefault((case.query, case.answer), {})[key] = turn_of(case)
+        for (query, answer), turns in groups.items():
+            pending = list(turns.items())
+            for start in range(0, len(pending), BATCH):
+                chunk = pending[start:start + BATCH]
+                readings = self._read_group(query, answer, [text for _, text in chunk])
+                for (key, _), reading in zip(chunk, readings):
+                    found[key] = reading
+                    if len(self._memo) >= MEMO_SIZE:
+                        self._memo.pop(next(iter(self._memo)))  # the oldest first
+                    self._memo[key] = reading
+        return [found[key] for key in keys]
+
+    def _read_group(self, query_text: str, answer_text: str, turn_texts: Sequence[str]
+                    ) -> list[ContextReading]:
         p = self.pieces
         query = self._clip(query_text, MAX_QUERY_TOKENS, tail=False)
         answer = self._clip(answer_text, MAX_ANSWER_TOKENS, tail=True)
-        # The turn, and how the template closes it: predicting the end says the turn is whole.
-        turn = self._clip(turn_text, MAX_TURN_TOKENS, tail=False) + self._ids(
-            p["after_turn"].split("\n")[0] or p["after_turn"])
+        # Each turn, and how the template closes it: predicting the end says the turn is whole.
+        closing = self._ids(p["after_turn"].split("\n")[0] or p["after_turn"])
+        turns = [self._clip(text, MAX_TURN_TOKENS, tail=False) + closing for text in turn_texts]
         # (logits of the last position, cache) of each shared beginning
         opened_logits, _, opened = self._opened
         logits, _, asked = self._extend(opened, query, last_only=True)
@@ -156,22 +188,26 @@ class ContextScorer:
         logits, _, answered = self._extend(asked, self._ids(p["query_to_answer"]) + answer,
                                            last_only=True)
         answered_last = logits[0, -1]
-        after_answer, state = self._turn_logp(answered, answered_last,
-                                              self._ids(p["answer_to_turn"]), turn, hidden=True)
-        as_assistant = self._turn_logp(answered, answered_last, self._ids("\n\n"), turn)[0]
-        after_query = self._turn_logp(asked, asked_last, self._ids(p["query_to_turn"]), turn)[0]
+        after_answer = self._turns_logp(answered, answered_last,
+                                        self._ids(p["answer_to_turn"]), turns, hidden=True)
+        as_assistant = self._turns_logp(answered, answered_last, self._ids("\n\n"), turns)
+        after_query = self._turns_logp(asked, asked_last, self._ids(p["query_to_turn"]), turns)
         if p["before_turn_alone"] == p["before_query"]:
-            alone = self._turn_logp(opened, opened_logits[0, -1], [], turn)[0]
+            alone = self._turns_logp(opened, opened_logits[0, -1], [], turns)
         else:
             opening = self._ids(p["before_turn_alone"])
             start_logits, _, start = self._extend(None, opening[:1])
-            alone = self._turn_logp(start, start_logits[0, -1], opening[1:], turn)[0]
-        n = len(turn)
-        features = [after_answer, after_query, alone, as_assistant, after_answer - after_query,
-                    after_query - alone, as_assistant - after_answer,
-                    (after_answer - after_query) * n, float(np.log(n))]
-        return ContextReading(np.asarray(features, dtype=np.float32),
-                              np.asarray(state, dtype=np.float32))
+            alone = self._turns_logp(start, start_logits[0, -1], opening[1:], turns)
+        readings = []
+        for turn, (answered_lp, state), (assistant_lp, _), (query_lp, _), (alone_lp, _) in zip(
+                turns, after_answer, as_assistant, after_query, alone):
+            n = len(turn)
+            features = [answered_lp, query_lp, alone_lp, assistant_lp, answered_lp - query_lp,
+                        query_lp - alone_lp, assistant_lp - answered_lp,
+                        (answered_lp - query_lp) * n, float(np.log(n))]
+            readings.append(ContextReading(np.asarray(features, dtype=np.float32),
+                                           np.asarray(state, dtype=np.float32)))
+        return readings
 
 
 def scorer_name(model: str = SCORER_MODEL) -> str:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from userturn.labels.context import ContextReading, ContextScorer, turn_key
+from userturn.labels.context import BATCH, ContextReading, ContextScorer, turn_key
 
 if TYPE_CHECKING:
     from userturn.records import Case
@@ -59,26 +59,33 @@ def read_cases(cases: Sequence[Case], cache: Path | None = None, known: dict[str
                ) -> list[ContextReading]:
     """Every case's reading: from ``known`` (by turn key) where it is there, else scored now with
     a progress bar and appended to ``cache`` (JSON Lines) as it comes, so a killed run loses at
-    most the turn in flight and the next one starts where it stopped."""
+    most the turns in flight (one batch) and the next one starts where it stopped."""
     from tqdm import tqdm
 
     known = dict(known or {})
     if cache is not None and cache.exists():
         known.update(load_readings([cache])[0])
     keys = [turn_key(c.query, c.answer, c.user_turn) for c in cases]
-    missing = [i for i, key in enumerate(keys) if key not in known]
+    # The turns after one answer side by side: the scorer reads them together.
+    missing = sorted((i for i, key in enumerate(keys) if key not in known),
+                     key=lambda i: (cases[i].query, cases[i].answer))
     if missing:
         scorer = ContextScorer()
         sink = open(cache, "a", encoding="utf-8") if cache is not None else None
         if sink is not None and sink.tell() and not _ends_a_line(cache):  # type: ignore[arg-type]
             sink.write("\n")  # a killed writer's torn last line stays alone on its line
         try:
-            for index in tqdm(missing, desc=description, unit="turn"):
-                reading = scorer.read(cases[index])
-                known[keys[index]] = reading
-                if sink is not None:
-                    sink.write(json.dumps(reading_row(keys[index], scorer.name, reading)) + "\n")
-                    sink.flush()
+            with tqdm(total=len(missing), desc=description, unit="turn") as bar:
+                for start in range(0, len(missing), BATCH):
+                    chunk = missing[start:start + BATCH]
+                    for index, reading in zip(chunk, scorer.read_many([cases[i] for i in chunk])):
+                        known[keys[index]] = reading
+                        if sink is not None:
+                            sink.write(json.dumps(reading_row(keys[index], scorer.name, reading))
+                                       + "\n")
+                    if sink is not None:
+                        sink.flush()
+                    bar.update(len(chunk))
         finally:
             if sink is not None:
                 sink.close()

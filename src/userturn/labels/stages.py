@@ -51,9 +51,11 @@ def label_turns(store: RunStore, labeller: Labeller = "cascade",
     if labeller not in LABELLERS:
         raise UserturnError(f"unknown labeller {labeller!r}: cascade, classifier or rules")
     headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
+    # The classifier's parameters are loaded first: a bad file is one error before any labelling.
+    learned = None if labeller == "rules" else (
+        LearnedClassifier(path=classifier_path) if classifier_path else LearnedClassifier())
     count = label_with(store, [RulesClassifier()], headers, progress)
-    if labeller != "rules":
-        learned = LearnedClassifier(path=classifier_path) if classifier_path else LearnedClassifier()
+    if learned is not None:
         # In the cascade the classifier decides only where the rules abstain, so it labels those
         # turns alone: each costs a reading in context. `--labeller classifier` labels the rest.
         count += label_with(store, [learned], headers, progress,
@@ -76,13 +78,18 @@ def label_with(store: RunStore, labellers: Sequence[Classifier],
     count = 0
     for source in labellers:
         done = store.labelled_keys(source.name, source.version)
-        todo = [t for t in turns if t.key not in done]
+        # Turns after one answer side by side: a labeller that reads them in context reads
+        # them together (see `prepare`).
+        todo = sorted((t for t in turns if t.key not in done), key=lambda t: (t.query, t.answer))
         advance = (progress or silent_progress)(f"label · {source.name}", len(todo))
-        for start in range(0, len(todo), 256):
-            batch = todo[start:start + 256]
-            store.put_labels([(t.key, source.version,
-                               source.classify(t.case((headers or {}).get(t.model, ""))))
-                              for t in batch])
+        prepare = getattr(source, "prepare", None)
+        for start in range(0, len(todo), 64):
+            batch = todo[start:start + 64]
+            cases = [t.case((headers or {}).get(t.model, "")) for t in batch]
+            if prepare is not None:
+                prepare(cases)
+            store.put_labels([(t.key, source.version, source.classify(case))
+                              for t, case in zip(batch, cases)])
             advance(len(batch))
         count += len(todo)
     return count
