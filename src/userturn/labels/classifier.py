@@ -28,7 +28,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -270,22 +270,21 @@ class LearnedClassifier:
         # scorer, loaded on the first turn the classifier labels (the rules decide most turns).
         self._reader = reader
 
-    def read(self, case: Case) -> ContextReading | None:
+    def reader(self) -> Callable[[Case], ContextReading | None] | None:
+        """How these parameters read a turn in context (None: they do not)."""
         context = self.model.context
-        if context is None:
-            return None
-        if self._reader is None:
+        if context is not None and self._reader is None:
             self._reader = shared_reader(str(context.get("scorer", "")))
-        return self._reader(case)
+        return self._reader if context is not None else None
+
+    def read(self, case: Case) -> ContextReading | None:
+        reader = self.reader()
+        return reader(case) if reader is not None else None
 
     def prepare(self, cases: Sequence[Case]) -> None:
         """Read ``cases`` in context ahead of :meth:`classify`, together: turns after one answer
         share their passes (a labeller that gets many turns at once calls this first)."""
-        if self.model.context is None:
-            return
-        if self._reader is None:
-            self._reader = shared_reader(str(self.model.context.get("scorer", "")))
-        prepare = getattr(self._reader, "prepare", None)
+        prepare = getattr(self.reader(), "prepare", None)
         try:
             if prepare is not None:
                 prepare(cases)
@@ -408,24 +407,38 @@ def label_cases(labeller: Labeller, cases: Sequence[Case], classifier: Path | No
                 progress: Progress | None = None) -> list[Label]:
     """Label ``cases`` the way a run's offline labeller would: the rules, the classifier
     (``classifier``: its parameters; default the shipped ones) or the cascade. The turns after
-    one answer are read in context together, a chunk at a time."""
+    one answer are read in context together (:func:`in_chunks`)."""
     from userturn.records import silent_progress
 
-    source: RulesClassifier | LearnedClassifier | Cascade = RulesClassifier()
+    source: Labelling = RulesClassifier()
     if labeller != "rules":
         learned = LearnedClassifier(path=classifier) if classifier else LearnedClassifier()
         source = learned if labeller == "classifier" else Cascade(learned)
     order = sorted(range(len(cases)), key=lambda i: (cases[i].query, cases[i].answer))
-    labels: list[Label | None] = [None] * len(cases)
+    labels: dict[int, Label] = {}
     advance = (progress or silent_progress)(f"label · {labeller}", len(cases))
-    for start in range(0, len(order), CHUNK):
-        chunk = order[start:start + CHUNK]
-        if not isinstance(source, RulesClassifier):
-            source.prepare([cases[i] for i in chunk])
-        for i in chunk:
-            labels[i] = source.classify(cases[i])
-        advance(len(chunk))
-    return [label for label in labels if label is not None]
+    for chunk, chunk_labels in in_chunks(source, [cases[i] for i in order]):
+        labels.update(zip(order[chunk], chunk_labels))
+        advance(len(chunk_labels))
+    return [labels[i] for i in range(len(cases))]
+
+
+class Labelling(Protocol):
+    """What :func:`in_chunks` labels with: the rules, the classifier or the cascade."""
+
+    def classify(self, case: Case) -> Label: ...
 
 
 CHUNK = 64  # turns read ahead together (a run's turns after one answer sit side by side)
+
+
+def in_chunks(source: Labelling, cases: Sequence[Case]) -> Iterator[tuple[slice, list[Label]]]:
+    """``source``'s labels of ``cases``, CHUNK at a time (which slice of ``cases``, its labels):
+    a source that reads turns in context reads each chunk ahead, together (``prepare``), so
+    give the cases with the turns after one answer side by side."""
+    prepare = getattr(source, "prepare", None)
+    for start in range(0, len(cases), CHUNK):
+        chunk = slice(start, start + CHUNK)
+        if prepare is not None:
+            prepare(cases[chunk])
+        yield chunk, [source.classify(case) for case in cases[chunk]]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from userturn.errors import TemplateError, UserturnError
-from userturn.labels.classifier import LearnedClassifier
+from userturn.labels.classifier import LearnedClassifier, in_chunks
 from userturn.labels.judge import Judge
 from userturn.labels.majority import store_majority
 from userturn.labels.rules import RulesClassifier
@@ -82,15 +82,11 @@ def label_with(store: RunStore, labellers: Sequence[Classifier],
         # them together (see `prepare`).
         todo = sorted((t for t in turns if t.key not in done), key=lambda t: (t.query, t.answer))
         advance = (progress or silent_progress)(f"label · {source.name}", len(todo))
-        prepare = getattr(source, "prepare", None)
-        for start in range(0, len(todo), 64):
-            batch = todo[start:start + 64]
-            cases = [t.case((headers or {}).get(t.model, "")) for t in batch]
-            if prepare is not None:
-                prepare(cases)
-            store.put_labels([(t.key, source.version, source.classify(case))
-                              for t, case in zip(batch, cases)])
-            advance(len(batch))
+        cases = [t.case((headers or {}).get(t.model, "")) for t in todo]
+        for chunk, labels in in_chunks(source, cases):  # each chunk stored as it is labelled
+            store.put_labels([(t.key, source.version, label)
+                              for t, label in zip(todo[chunk], labels)])
+            advance(len(labels))
         count += len(todo)
     return count
 
