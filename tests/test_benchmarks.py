@@ -61,6 +61,10 @@ SMOKES = {
     "leave_one_model_out.py": Smoke(("--limit", "150", "--bootstrap", "5"),
                                     rf"^\| smollm2 \| cascade \(features-lr\) \| \d+ \| {NUMBER} "
                                     rf"\[{NUMBER}, {NUMBER}\]"),
+    # A few turns through the frozen model, one epoch of the adapters per fold.
+    "finetuned_lomo.py": Smoke(("--limit", "40", "--epochs", "1", "--bootstrap", "5"),
+                               rf"^\| smollm2 \| cascade \(LoRA top layers\) \| \d+ \| {NUMBER} "
+                               rf"\[{NUMBER}, {NUMBER}\]"),
     "calibration_demo.py": Smoke(("--size", "3"), rf"^gsm +none +T=0 +{NUMBER}% +\(\d+ of 4\)$"),
     "soak.py": Smoke(("--kills", "1", "--items", "2", "--samples", "1", "--max-delay", "1"),
                      r'^  "ok": true$'),
@@ -152,6 +156,8 @@ def test_benchmark_runs_and_prints_its_figure(name, tmp_path, monkeypatch, capsy
     args = smoke.args
     if name == "calibration_demo.py":
         args = ("--run", str(corpus_run(tmp_path / "corpus-run")), *args)
+    if name == "finetuned_lomo.py":
+        args = (*args, "--states", str(tmp_path / "states.pt"))
     if name == "soak.py":
         args = (*args, "--workdir", str(tmp_path / "soak"))
     if smoke.own_process:

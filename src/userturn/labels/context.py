@@ -173,14 +173,29 @@ class ContextScorer:
                     self._memo[key] = reading
         return [found[key] for key in keys]
 
+    def _clipped(self, query_text: str, answer_text: str, turn_texts: Sequence[str]
+                 ) -> tuple[list[int], list[int], list[list[int]]]:
+        """The ids every reading reads: the query's head, the answer's tail, and each turn's
+        head with how the template closes it (predicting the end says the turn is whole)."""
+        after = self.pieces["after_turn"]
+        closing = self._ids(after.split("\n")[0] or after)
+        return (self._clip(query_text, MAX_QUERY_TOKENS, tail=False),
+                self._clip(answer_text, MAX_ANSWER_TOKENS, tail=True),
+                [self._clip(text, MAX_TURN_TOKENS, tail=False) + closing for text in turn_texts])
+
+    def conversation_ids(self, case: Case) -> tuple[list[int], list[int]]:
+        """The conversation the turn is read in as the user's next turn, as token ids: (what
+        comes before the turn, the turn with its closing), clipped as every reading clips. For
+        a model that works on the scorer's own states (benchmarks/finetuned_lomo.py)."""
+        query, answer, (turn,) = self._clipped(case.query, case.answer, [turn_of(case)])
+        p = self.pieces
+        return (self._opening + query + self._ids(p["query_to_answer"]) + answer
+                + self._ids(p["answer_to_turn"]), turn)
+
     def _read_group(self, query_text: str, answer_text: str, turn_texts: Sequence[str]
                     ) -> list[ContextReading]:
         p = self.pieces
-        query = self._clip(query_text, MAX_QUERY_TOKENS, tail=False)
-        answer = self._clip(answer_text, MAX_ANSWER_TOKENS, tail=True)
-        # Each turn, and how the template closes it: predicting the end says the turn is whole.
-        closing = self._ids(p["after_turn"].split("\n")[0] or p["after_turn"])
-        turns = [self._clip(text, MAX_TURN_TOKENS, tail=False) + closing for text in turn_texts]
+        query, answer, turns = self._clipped(query_text, answer_text, turn_texts)
         # (logits of the last position, cache) of each shared beginning
         opened_logits, _, opened = self._opened
         logits, _, asked = self._extend(opened, query, last_only=True)
