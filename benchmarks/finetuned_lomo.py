@@ -114,7 +114,7 @@ class AdaptedTop(nn.Module):
     its cached keys and values), then the final norm, a mean over the turn, and a linear head."""
 
     def __init__(self, scorer: ContextScorer, layers: int, rank: int, alpha: float,
-                 labels: Sequence[str], dropout: float) -> None:
+                 labels: Sequence[str], dropout: float, full: bool = False) -> None:
         super().__init__()
         import copy
 
@@ -125,8 +125,8 @@ class AdaptedTop(nn.Module):
         self.norm = copy.deepcopy(model.model.norm)
         self.rotary = model.model.rotary_emb
         for p in self.parameters():
-            p.requires_grad_(False)
-        if rank:
+            p.requires_grad_(full)  # --full: the top layers' own weights are trained
+        if rank and not full:
             for layer in self.layers:
                 for owner in (layer.self_attn, layer.mlp):
                     for name in PROJECTIONS:
@@ -201,7 +201,7 @@ def train_fold(scorer: ContextScorer, states: dict, train: Sequence[Turn], dev: 
                args: argparse.Namespace, seed: int = 0) -> AdaptedTop:
     torch.manual_seed(seed)
     labels = [label for label in LABELS if any(t.example.label == label for t in train)]
-    net = AdaptedTop(scorer, args.layers, args.rank, args.alpha, labels, args.dropout)
+    net = AdaptedTop(scorer, args.layers, args.rank, args.alpha, labels, args.dropout, args.full)
     y = torch.tensor([labels.index(t.example.label) for t in train])
     counts = torch.bincount(y, minlength=len(labels)).float()
     weights = counts.sum() / (len(labels) * counts.clamp(min=1))  # scikit-learn's "balanced"
@@ -261,6 +261,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None, help="smoke: about this many turns")
     parser.add_argument("--layers", type=int, default=2, help="top decoder layers adapted")
     parser.add_argument("--rank", type=int, default=8)
+    parser.add_argument("--full", action="store_true",
+                        help="train the top layers' weights themselves, not low-rank adapters")
     parser.add_argument("--alpha", type=float, default=16.0)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--batch", type=int, default=16)
@@ -281,7 +283,8 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"{check_adapted_path(scorer, states, args.layers):.2e}")
     rules = RulesClassifier()
     ruled = {key_of(t): rules.classify(t.example.case).label for t in turns}
-    print(f"{len(turns)} turns; {args.layers} layers, LoRA rank {args.rank}, {args.epochs} epochs")
+    adapted = "all weights" if args.full else f"LoRA rank {args.rank}"
+    print(f"{len(turns)} turns; {args.layers} layers, {adapted}, {args.epochs} epochs, lr {args.lr}")
     print("| held out | labeller | n | kappa7 [95% CI] | kappaF [95% CI] | F-P | F-R |")
     print("|---|---|---|---|---|---|---|")
     gaps: list[str] = []
@@ -299,8 +302,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         cascade = [ruled[key_of(t)] or label for t, label in zip(test, alone)]
         reference = [t.example.label for t in test]
         groups = [t.example.group for t in test]
-        for name, predicted in (("network (LoRA top layers)", alone),
-                                ("cascade (LoRA top layers)", cascade)):
+        family = "top layers trained" if args.full else "LoRA top layers"
+        for name, predicted in ((f"network ({family})", alone), (f"cascade ({family})", cascade)):
             e = evaluate(predicted, reference)
             (k_lo, k_hi), (f_lo, f_hi) = kappa_interval(predicted, reference, groups, args.bootstrap)
             f = e.per_label.get("follow_up", {})
