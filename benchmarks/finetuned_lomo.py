@@ -74,7 +74,7 @@ def read_states(scorer: ContextScorer, turns: Sequence[Turn], layers: int, path:
         with torch.inference_mode():
             out = model(torch.tensor([context + turn]), use_cache=True, output_hidden_states=True,
                         logits_to_keep=1)
-        cache = out.get("cache", out.get("past_key_values"))  # transformers 5 / 4 name it
+        cache = out["cache"] if "cache" in out else out["past_key_values"]  # transformers 5 / 4
         c = len(context)
         states[key] = {
             "turn_in": out.hidden_states[first][0, c:].half().clone(),
