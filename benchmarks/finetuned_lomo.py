@@ -36,9 +36,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from leave_one_model_out import (  # noqa: E402
-    TARGET_CONDITION_TURNS,
     Turn,
-    kappa_interval,
+    held_out_row,
+    print_rate_gaps,
     rate_gaps,
     read_corpus,
 )
@@ -300,30 +300,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         net = train_fold(scorer, states, train, dev, args)
         alone = network_labels(net, states, test)
         cascade = [ruled[key_of(t)] or label for t, label in zip(test, alone)]
-        reference = [t.example.label for t in test]
-        groups = [t.example.group for t in test]
         family = "top layers trained" if args.full else "LoRA top layers"
         for name, predicted in ((f"network ({family})", alone), (f"cascade ({family})", cascade)):
-            e = evaluate(predicted, reference)
-            (k_lo, k_hi), (f_lo, f_hi) = kappa_interval(predicted, reference, groups, args.bootstrap)
-            f = e.per_label.get("follow_up", {})
-            print(f"| {held} | {name} | {e.n} | {e.kappa:.3f} [{k_lo:.2f}, {k_hi:.2f}] | "
-                  f"{e.kappa_follow_up:.3f} [{f_lo:.2f}, {f_hi:.2f}] | "
-                  f"{f.get('precision', float('nan')):.2f} | {f.get('recall', float('nan')):.2f} |",
-                  flush=True)
+            print(held_out_row(held, name, test, predicted, args.bootstrap), flush=True)
             if name.startswith("cascade"):
                 gaps += rate_gaps(held, name, test, predicted)
-    print()
-    print("follow-up rate per condition of the held-out group: labeller vs adjudicated")
-    print("| held out | labeller | condition | n | printed | adjudicated | gap (points) |")
-    print("|---|---|---|---|---|---|---|")
-    print("\n".join(gaps))
-    rows = [line for line in gaps if "(n < " not in line]
-    for held in sorted({line.split(" | ")[0] for line in rows}):
-        mine = [line for line in rows if line.startswith(held + " |")]
-        within = sum(abs(float(line.rstrip(" |").rsplit("| ", 1)[1])) <= 5 for line in mine)
-        print(f"conditions of {TARGET_CONDITION_TURNS}+ turns within 5 points, {held.lstrip('| ')}: "
-              f"{within} of {len(mine)}")
+    print_rate_gaps(gaps)
 
 
 if __name__ == "__main__":

@@ -160,18 +160,29 @@ def main(argv: Sequence[str] | None = None) -> None:
         train = [ex for ex in fit_on if ex.split == "train"]
         dev = [ex for ex in fit_on if ex.split == "dev"]
         test = [t for t in turns if t.generator == held]
-        reference = [t.example.label for t in test]
-        groups = [t.example.group for t in test]
         for name, labeller in labellers(train, dev, scorer, readings).items():
             predicted, _ = predict(labeller, [t.example for t in test])
-            e = evaluate(predicted, reference)
-            (k_lo, k_hi), (f_lo, f_hi) = kappa_interval(predicted, reference, groups, args.bootstrap)
-            f = e.per_label.get("follow_up", {})
-            print(f"| {held} | {name} | {e.n} | {e.kappa:.3f} [{k_lo:.2f}, {k_hi:.2f}] | "
-                  f"{e.kappa_follow_up:.3f} [{f_lo:.2f}, {f_hi:.2f}] | "
-                  f"{f.get('precision', float('nan')):.2f} | {f.get('recall', float('nan')):.2f} |")
+            print(held_out_row(held, name, test, predicted, args.bootstrap), flush=True)
             if name.startswith("cascade"):
                 gaps += rate_gaps(held, name, test, predicted)
+    print_rate_gaps(gaps)
+
+
+def held_out_row(held: str, name: str, test: Sequence[Turn], predicted: Sequence[str],
+                 draws: int) -> str:
+    """One row of the table: kappas with their intervals over queries, follow-up P and R."""
+    reference = [t.example.label for t in test]
+    e = evaluate(predicted, reference)
+    (k_lo, k_hi), (f_lo, f_hi) = kappa_interval(predicted, reference,
+                                                [t.example.group for t in test], draws)
+    f = e.per_label.get("follow_up", {})
+    return (f"| {held} | {name} | {e.n} | {e.kappa:.3f} [{k_lo:.2f}, {k_hi:.2f}] | "
+            f"{e.kappa_follow_up:.3f} [{f_lo:.2f}, {f_hi:.2f}] | "
+            f"{f.get('precision', float('nan')):.2f} | {f.get('recall', float('nan')):.2f} |")
+
+
+def print_rate_gaps(gaps: Sequence[str]) -> None:
+    """The per-condition table (rate_gaps' lines), then how many conditions land within 5."""
     print()
     print("follow-up rate per condition of the held-out group: labeller vs adjudicated")
     print("| held out | labeller | condition | n | printed | adjudicated | gap (points) |")
