@@ -49,6 +49,9 @@ from userturn.labels.training import evaluate  # noqa: E402
 from userturn.records import LABELS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+# The whole cache is rewritten at each save (about 1 GB for the corpus): seldom enough that the
+# rewrites stay a small part of the reading, often enough that a kill loses minutes.
+SAVE_EVERY = 500
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -58,16 +61,11 @@ def read_states(scorer: ContextScorer, turns: Sequence[Turn], layers: int, path:
     """Per turn key: the turn's tokens' input to the first adapted layer, and the context's keys
     and values in every adapted layer (fp16), as the frozen model computes them over the
     conversation query -> answer -> turn (clipped as the context scorer clips). Saved to ``path``
-    every 100 turns: a killed run resumes."""
+    every SAVE_EVERY turns and at the end: a killed run resumes, losing at most that many."""
     states: dict = torch.load(path) if path.exists() else {}
     model = scorer.model
     first = model.config.num_hidden_layers - layers
-    todo = {}
-    for t in turns:
-        case = t.example.case
-        key = turn_key(case.query, case.answer, case.user_turn)
-        if key not in states:
-            todo[key] = case
+    todo = {key_of(t): t.example.case for t in turns if key_of(t) not in states}
     started, done = time.monotonic(), 0
     for key, case in todo.items():
         context, turn = scorer.conversation_ids(case)
@@ -86,7 +84,7 @@ def read_states(scorer: ContextScorer, turns: Sequence[Turn], layers: int, path:
             "context": c,
         }
         done += 1
-        if done % 100 == 0 or done == len(todo):
+        if done % SAVE_EVERY == 0 or done == len(todo):
             torch.save(states, path)
             rate = done / (time.monotonic() - started)
             print(f"  states: {done}/{len(todo)} ({rate:.1f} turns/s)", flush=True)
