@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/leave_one_model_out.py            # every held-out group
     .venv/bin/python benchmarks/leave_one_model_out.py --limit 300  # smoke: every k-th turn
+    .venv/bin/python benchmarks/leave_one_model_out.py --context --bootstrap 500  # docs' table
 
 The labelled corpus (src/userturn/labels/corpus.jsonl.gz) holds turns of several generators
 (SmolLM2-135M, through transformers and as a GGUF; Qwen2.5-Coder-1.5B as a GGUF), of people, and
@@ -30,7 +31,7 @@ import numpy as np
 from userturn.labels.classifier import Cascade, LearnedClassifier
 from userturn.labels.context import HIDDEN_SIZE, ContextReading, turn_key
 from userturn.labels.corpus import CORPUS_FILE
-from userturn.labels.readings import load_readings
+from userturn.labels.readings import corpus_readings, load_readings
 from userturn.labels.rules import RulesClassifier
 from userturn.labels.training import (
     Example,
@@ -133,12 +134,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None,
                         help="smoke: keep every k-th turn so that about this many remain")
     parser.add_argument("--bootstrap", type=int, default=BOOTSTRAP)
+    parser.add_argument("--context", action="store_true",
+                        help="add the classifiers that read turns in context, from the readings "
+                             "shipped with the corpus (labels/corpus_readings.npz); keeps only "
+                             "the turns that have a reading")
     parser.add_argument("--readings", type=Path, nargs="*", default=None,
-                        help="context readings of the corpus's turns (corpus/context_features.py "
-                             "writes them): adds the classifiers that read turns in context, and "
-                             "keeps only the turns that have a reading")
+                        help="readings caches (corpus/context_features.py writes them) over the "
+                             "shipped ones, for a corpus not shipped yet; implies --context")
     args = parser.parse_args(argv)
-    readings, scorers = load_readings(args.readings or [])
+    readings, scorers = context_readings(args.readings or []) if (
+        args.context or args.readings) else ({}, set())
     if len(scorers) > 1:
         raise SystemExit(f"readings from more than one scorer: {sorted(scorers)}")
     scorer = next(iter(scorers)) if scorers else None
@@ -166,6 +171,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             if name.startswith("cascade"):
                 gaps += rate_gaps(held, name, test, predicted)
     print_rate_gaps(gaps)
+
+
+def context_readings(caches: Sequence[Path]) -> tuple[dict[str, ContextReading], set[str]]:
+    """The shipped corpus's readings with ``caches`` over them, and the scorers that made them."""
+    shipped, scorer = corpus_readings()
+    cached, scorers = load_readings(caches)
+    return {**shipped, **cached}, ({scorer} if shipped else set()) | scorers
 
 
 def held_out_row(held: str, name: str, test: Sequence[Turn], predicted: Sequence[str],

@@ -8,8 +8,9 @@ Reading a turn in its context costs about two seconds on one CPU core here, so t
 the corpus are computed once, in shards that can run side by side (one torch thread each), and
 appended to ``corpus/work/context-features-K.jsonl`` as they come: a killed run resumes where it
 stopped. Rows are keyed by a digest of (query, answer, user turn), so a rebuilt corpus reuses
-every turn it still holds. Training and the leave-one-model-out benchmark read the cache through
-:func:`load_cache`.
+every turn it still holds, and the readings shipped with the last corpus
+(src/userturn/labels/corpus_readings.npz) count as read: on a fresh machine only the turns a new
+round added are read. Training and the leave-one-model-out benchmark read both.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def main() -> None:
     with gzip.open(args.corpus, "rt", encoding="utf-8") as handle:
         rows = sorted((json.loads(line) for line in handle), key=rank)
     mine = [r for i, r in enumerate(rows) if i % args.shards == args.shard]
-    known = load_readings(cache_files())[0]
+    known = known_readings()[0]
     read_cases([Case(r["query"], r["answer"], r["user_turn"], r["user_turn"]) for r in mine],
                CACHE / f"context-features-{args.shard}.jsonl", known,
                description=f"shard {args.shard}")
@@ -66,7 +67,7 @@ def ship(corpus: Path, dimensions: int) -> None:
     from userturn.labels.context import turn_key
     from userturn.labels.readings import CORPUS_READINGS, save_corpus_readings
 
-    readings, scorers = load_readings(cache_files())
+    readings, scorers = known_readings()
     with gzip.open(corpus, "rt", encoding="utf-8") as handle:
         keys = {turn_key(r["query"], r["answer"], r["user_turn"]) for r in map(json.loads, handle)}
     missing = keys - set(readings)
@@ -78,6 +79,15 @@ def ship(corpus: Path, dimensions: int) -> None:
 
 def cache_files(folder: Path = CACHE) -> list[Path]:
     return sorted(folder.glob("context-features-*.jsonl"))
+
+
+def known_readings() -> tuple[dict, set[str]]:
+    """The shipped corpus's readings, then every cached one over them, and their scorers."""
+    from userturn.labels.readings import corpus_readings
+
+    shipped, scorer = corpus_readings()
+    cached, scorers = load_readings(cache_files())
+    return {**shipped, **cached}, ({scorer} if shipped else set()) | scorers
 
 
 if __name__ == "__main__":
