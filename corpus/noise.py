@@ -1,6 +1,6 @@
 """The noise in the once-labelled train turns, per range of slices (docs/corpus.md).
 
-    .venv/bin/python corpus/noise.py            # slices 18-22 (rounds 5-7), 23-25 (round 8), 18-25
+    .venv/bin/python corpus/noise.py   # per round from round 5 (slice 18) on, then all of them
 
 From slice 18 on, annotator A labels every turn and annotator B only the turns labelled twice
 (dev, test, and a fixed-seed sample of the train turns; collect.py). A's agreement with the
@@ -22,7 +22,15 @@ from build import agreement  # noqa: E402
 
 from userturn.labels.corpus import CORPUS_FILE  # noqa: E402
 
-RANGES = ((18, 22), (23, 25), (18, 25))
+# The first slice of each round since annotator B labels only a sample of the train turns.
+ROUND_STARTS = (18, 23, 26)  # rounds 5-7, round 8, round 9
+
+
+def ranges() -> list[tuple[int, int]]:
+    """Each round's slices, then every slice from the first round's on."""
+    last = len(list((HERE / "annotations").glob("slice-*.jsonl")))
+    ends = [start - 1 for start in ROUND_STARTS[1:]] + [last]
+    return [*zip(ROUND_STARTS, ends), (ROUND_STARTS[0], last)]
 
 
 def slice_ids(number: int) -> set[str]:
@@ -33,7 +41,7 @@ def slice_ids(number: int) -> set[str]:
 def main() -> None:
     with gzip.open(CORPUS_FILE, "rt", encoding="utf-8") as handle:
         rows = {row["id"]: row for row in map(json.loads, handle)}
-    for first, last in RANGES:
+    for first, last in ranges():
         ids = set().union(*(slice_ids(n) for n in range(first, last + 1))) & set(rows)
         twice = sorted(k for k in ids if "B" in rows[k]["annotations"])
         sampled = [k for k in twice if rows[k]["split"] == "train"]
