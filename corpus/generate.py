@@ -16,7 +16,8 @@ The probe runs of the embedded SmolLM2-135M-Instruct over six offline datasets:
                          the perturbations at T = 1.0, and FastChat's conversations. It writes a
                          few tokens a second here, so ``--runs qwen`` goes in rounds of growing
                          limits (``--qwen-limits 6 12 24``): every condition has turns early, and a
-                         kill loses at most the request in flight.
+                         kill loses at most the request in flight. ``--qwen-runs`` picks some of
+                         its four runs, in order (the conditions short of labelled turns first).
 The perturbed run starts from a copy of the plain run's store, so the answers (and the
 unperturbed turns it shares) are not generated twice. Resumable: re-run the same command after a kill.
 
@@ -84,6 +85,9 @@ def main() -> None:
                         help="llama.cpp threads of the qwen runs (default: every core)")
     parser.add_argument("--qwen-limits", type=int, nargs="+", default=[6, 12, 24],
                         help="items per dataset of each successive round of the qwen runs")
+    parser.add_argument("--qwen-runs", nargs="+", choices=QWEN_RUNS, default=list(QWEN_RUNS),
+                        help="which of the qwen runs, in this order (for example the conditions "
+                             "that have the fewest labelled turns first)")
     args = parser.parse_args()
     math_file = math_style_file(args.output / "math_style.jsonl")
     tasks = ["gsm_symbolic", f"math500:{math_file}", "ifbench"]
@@ -118,7 +122,9 @@ def main() -> None:
     for name in args.runs:
         if name == "qwen":
             for limit in args.qwen_limits:
-                for run in qwen_experiments(args.output, tasks, common, limit, args.threads):
+                runs = {run.output.name: run for run in
+                        qwen_experiments(args.output, tasks, common, limit, args.threads)}
+                for run in (runs[name] for name in args.qwen_runs):
                     restore(run.output)  # a committed snapshot, on a fresh machine
                     db = run.output / "userturn.db"
                     tasks_db = args.output / "qwen-tasks" / "userturn.db"
