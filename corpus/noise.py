@@ -23,7 +23,7 @@ from build import agreement  # noqa: E402
 from userturn.labels.corpus import CORPUS_FILE  # noqa: E402
 
 # The first slice of each round since annotator B labels only a sample of the train turns.
-ROUND_STARTS = (18, 23, 26)  # rounds 5-7, round 8, round 9
+ROUND_STARTS = (18, 23, 26, 28)  # rounds 5-7, round 8, round 9, round 10
 
 
 def ranges() -> list[tuple[int, int]]:
