@@ -31,7 +31,7 @@ import numpy as np
 from userturn.labels.classifier import Cascade, LearnedClassifier
 from userturn.labels.context import HIDDEN_SIZE, ContextReading, turn_key
 from userturn.labels.corpus import CORPUS_FILE
-from userturn.labels.readings import corpus_readings, load_readings
+from userturn.labels.readings import shipped_and_cached
 from userturn.labels.rules import RulesClassifier
 from userturn.labels.training import (
     Example,
@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="readings caches (corpus/context_features.py writes them) over the "
                              "shipped ones, for a corpus not shipped yet; implies --context")
     args = parser.parse_args(argv)
-    readings, scorers = context_readings(args.readings or []) if (
+    readings, scorers = shipped_and_cached(args.readings or []) if (
         args.context or args.readings) else ({}, set())
     if len(scorers) > 1:
         raise SystemExit(f"readings from more than one scorer: {sorted(scorers)}")
@@ -171,13 +171,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             if name.startswith("cascade"):
                 gaps += rate_gaps(held, name, test, predicted)
     print_rate_gaps(gaps)
-
-
-def context_readings(caches: Sequence[Path]) -> tuple[dict[str, ContextReading], set[str]]:
-    """The shipped corpus's readings with ``caches`` over them, and the scorers that made them."""
-    shipped, scorer = corpus_readings()
-    cached, scorers = load_readings(caches)
-    return {**shipped, **cached}, ({scorer} if shipped else set()) | scorers
 
 
 def held_out_row(held: str, name: str, test: Sequence[Turn], predicted: Sequence[str],

@@ -25,7 +25,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
 from userturn.labels.corpus import CORPUS_FILE  # noqa: E402
-from userturn.labels.readings import load_readings, read_cases  # noqa: E402
+from userturn.labels.readings import read_cases, shipped_and_cached  # noqa: E402
 from userturn.records import Case  # noqa: E402
 
 CACHE = HERE / "work"
@@ -57,7 +57,7 @@ def main() -> None:
     with gzip.open(args.corpus, "rt", encoding="utf-8") as handle:
         rows = sorted((json.loads(line) for line in handle), key=rank)
     mine = [r for i, r in enumerate(rows) if i % args.shards == args.shard]
-    known = known_readings()[0]
+    known = shipped_and_cached(cache_files())[0]
     read_cases([Case(r["query"], r["answer"], r["user_turn"], r["user_turn"]) for r in mine],
                CACHE / f"context-features-{args.shard}.jsonl", known,
                description=f"shard {args.shard}")
@@ -67,7 +67,7 @@ def ship(corpus: Path, dimensions: int) -> None:
     from userturn.labels.context import turn_key
     from userturn.labels.readings import CORPUS_READINGS, save_corpus_readings
 
-    readings, scorers = known_readings()
+    readings, scorers = shipped_and_cached(cache_files())
     with gzip.open(corpus, "rt", encoding="utf-8") as handle:
         keys = {turn_key(r["query"], r["answer"], r["user_turn"]) for r in map(json.loads, handle)}
     missing = keys - set(readings)
@@ -79,15 +79,6 @@ def ship(corpus: Path, dimensions: int) -> None:
 
 def cache_files(folder: Path = CACHE) -> list[Path]:
     return sorted(folder.glob("context-features-*.jsonl"))
-
-
-def known_readings() -> tuple[dict, set[str]]:
-    """The shipped corpus's readings, then every cached one over them, and their scorers."""
-    from userturn.labels.readings import corpus_readings
-
-    shipped, scorer = corpus_readings()
-    cached, scorers = load_readings(cache_files())
-    return {**shipped, **cached}, ({scorer} if shipped else set()) | scorers
 
 
 if __name__ == "__main__":

@@ -124,7 +124,7 @@ def main() -> None:
             for limit in args.qwen_limits:
                 runs = {run.output.name: run for run in
                         qwen_experiments(args.output, tasks, common, limit, args.threads)}
-                for run in (runs[name] for name in args.qwen_runs):
+                for run in (runs[which] for which in args.qwen_runs):
                     restore(run.output)  # a committed snapshot, on a fresh machine
                     db = run.output / "userturn.db"
                     tasks_db = args.output / "qwen-tasks" / "userturn.db"

@@ -12,7 +12,14 @@ import pytest
 import torch
 
 from userturn.labels.context import CONTEXT_FEATURES, ContextScorer, turn_key
-from userturn.labels.readings import load_readings, read_cases
+from userturn.labels.readings import (
+    ContextReading,
+    corpus_readings,
+    load_readings,
+    read_cases,
+    reading_row,
+    shipped_and_cached,
+)
 from userturn.records import Case
 
 CASE = Case("What is 12 times 7? Explain briefly.",
@@ -117,6 +124,20 @@ def test_readings_are_cached_as_they_come_and_a_torn_line_is_read_again(tmp_path
     readings, scorers = load_readings([cache])
     assert set(readings) == {turn_key(c.query, c.answer, c.user_turn) for c in cases}
     assert scorers == {json.loads(lines[0])["scorer"]}
+
+
+def test_a_cache_extends_and_overrides_the_shipped_corpus_readings(tmp_path):
+    shipped, scorer = corpus_readings()
+    old_key = sorted(shipped)[0]
+    width = len(shipped[old_key].features)
+    mine = ContextReading(np.full(width, 7.0, dtype=np.float32), np.zeros(4, dtype=np.float32))
+    cache = tmp_path / "readings.jsonl"
+    cache.write_text(json.dumps(reading_row(old_key, scorer, mine)) + "\n"
+                     + json.dumps(reading_row("t-new-turn", "another scorer", mine)) + "\n")
+    readings, scorers = shipped_and_cached([cache])
+    assert set(readings) == set(shipped) | {"t-new-turn"}
+    assert np.allclose(readings[old_key].features, 7.0)  # the cache wins over the shipped file
+    assert scorers == {scorer, "another scorer"}  # so a caller can refuse mixed scorers
 
 
 @pytest.mark.slow

@@ -111,6 +111,14 @@ def corpus_readings(path: Path = CORPUS_READINGS) -> tuple[dict[str, ContextRead
              for i, key in enumerate(keys)}, scorer)
 
 
+def shipped_and_cached(caches: Iterable[Path]) -> tuple[dict[str, ContextReading], set[str]]:
+    """The shipped corpus's readings with every reading of ``caches`` over them, and the scorers
+    that made them (a corpus being built is read only where the shipped one lacks a turn)."""
+    shipped, scorer = corpus_readings()
+    cached, scorers = load_readings(caches)
+    return {**shipped, **cached}, ({scorer} if shipped else set()) | scorers
+
+
 def save_corpus_readings(readings: dict[str, ContextReading], scorer: str, path: Path,
                          embedding: int) -> None:
     """Write ``readings`` (their first ``embedding`` hidden dimensions, in float16)."""
