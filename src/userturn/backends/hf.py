@@ -141,6 +141,21 @@ class TransformersBackend:
     def _decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=False)
 
+    def score_options(self, prompt: str, options: Sequence[str], *,
+                      whole: bool = False) -> list[float]:
+        """log P(option | prompt) of each option (a local judge's verdict: backends/options.py)."""
+        if getattr(self, "_options", None) is None:
+            from userturn.backends.options import TransformersOptions
+
+            self._options = TransformersOptions(
+                self.model, self.tokenizer, lambda text: prompt_token_ids(self.tokenizer, text),
+                self.device)
+        ids_needed = len(prompt_token_ids(self.tokenizer, prompt)) + 8
+        if self.context_length is not None and ids_needed > self.context_length:
+            raise ValueError(f"the prompt has {ids_needed - 8} tokens: more than the model's "
+                             f"context of {self.context_length} leaves room for")
+        return self._options.score_options(prompt, options, whole=whole)
+
 
 class _SeededSampler:
     """Temperature/top-p sampling with one generator per row, as a logits processor.

@@ -65,6 +65,7 @@ class LlamaCppBackend:
             except (ValueError, RuntimeError) as exc:
                 raise ModelError(f"llama.cpp cannot load {ref.path}: {exc}") from exc
             lib = llama_cpp
+        self._lib = lib
         self.spec, self.revision, self.chunk_size = ref.spec, f"llamacpp:{ref.revision}", chunk_size
         self.llama = llama
         self.template = gguf_template(self.llama.metadata, self._token_text, ref.spec)
@@ -98,6 +99,23 @@ class LlamaCppBackend:
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         return [self._one(r) for r in requests]
+
+    def score_options(self, prompt: str, options: Sequence[str], *,
+                      whole: bool = False) -> list[float]:
+        """log P(option | prompt) of each option (a local judge's verdict: backends/options.py)."""
+        from userturn.backends.options import LlamaCppOptions
+
+        if len(self.prompt_ids(prompt)) + 8 > self.n_ctx:
+            raise ValueError(f"the prompt fills the context ({self.n_ctx}); raise n_ctx in the "
+                             "llama.cpp options")
+        if self._lib is None:
+            raise ValueError("scoring options needs the llama_cpp bindings")
+        try:
+            return LlamaCppOptions(self.llama, self.prompt_ids, self._encode,
+                                   self._lib).score_options(prompt, options, whole=whole)
+        except (ValueError, RuntimeError):
+            self.llama.reset()  # a half-evaluated context must not be continued
+            raise
 
     def _one(self, request: Request) -> Generation:
         ids = self.prompt_ids(request.prompt)

@@ -134,11 +134,12 @@ def _format_example(query: str, answer: str, turn: str, label: str, why: str) ->
     return f"QUERY: {query}\nASSISTANT: {answer}\nUSER_TURN: {turn}\n-> {verdict}"
 
 
-def rubric() -> str:
-    """The system prompt of rubric ``RUBRIC_VERSION``."""
-    examples = "\n\n".join(_format_example(*example) for example in _EXAMPLES)
+def rubric(example: Callable[..., str] = _format_example, output: str = _OUTPUT) -> str:
+    """The system prompt of rubric ``RUBRIC_VERSION``; a judge read from label probabilities
+    (:mod:`.local_judge`) shows the same examples and asks for the label alone."""
+    examples = "\n\n".join(example(*case) for case in _EXAMPLES)
     return (f"{_SYSTEM_INTRO}\n\nLabels:\n{_DEFINITIONS}\n\nDecision rules:\n{_RULES}\n\n"
-            f"Worked examples:\n\n{examples}\n\n{_OUTPUT}")
+            f"Worked examples:\n\n{examples}\n\n{output}")
 
 
 _TAG_PATTERN = re.compile(r"<\s*(/?)\s*(%s)\b[^>]*>" % "|".join(_TAGS), re.IGNORECASE)
@@ -294,17 +295,24 @@ class OpenAIChatClient:
 # --- the judge -------------------------------------------------------------------------------
 
 class Judge:
-    """A classifier that asks a chat model, under rubric ``RUBRIC_VERSION``."""
+    """A classifier that asks a chat model, under rubric ``RUBRIC_VERSION``.
+
+    Subclasses that read the verdict another way (:class:`.local_judge.LabelProbabilityJudge`)
+    override ``classify``; batching, cancellation and error labels are shared."""
 
     version = RUBRIC_VERSION
 
-    def __init__(self, client: ChatClient, *, name: str | None = None, max_reasks: int = 1,
-                 concurrency: int = 8, max_tokens: int = 300) -> None:
+    def __init__(self, client: ChatClient | None, *, name: str | None = None,
+                 max_reasks: int = 1, concurrency: int = 8, max_tokens: int = 300) -> None:
         self.client = client
-        self.name = name or f"judge:{client.name}@rubric{RUBRIC_VERSION}"
+        if name is None and client is None:
+            raise ValueError("a judge without a chat client needs a name")
+        self.name = name or f"judge:{client.name}@rubric{RUBRIC_VERSION}"  # type: ignore[union-attr]
         self.max_reasks, self.concurrency, self.max_tokens = max_reasks, concurrency, max_tokens
 
     def classify(self, case: Case) -> Label:
+        if self.client is None:
+            raise TypeError(f"{type(self).__name__} must override classify")
         if case.thinking.strip() and not case.user_turn.strip():
             # Nothing visible to judge; asking would show the judge an empty turn at a cost.
             return thinking_only(self.name)
@@ -408,12 +416,18 @@ def judge_from_spec(spec: str, *, base_url: str | None = None, api_key: str | No
 
 def _local_judge(spec: str) -> Judge:
     from userturn.backends import load_backend
+    from userturn.backends.options import OptionScorer
     from userturn.errors import ModelError
+    from userturn.labels.local_judge import LabelProbabilityJudge
 
     try:
         backend = load_backend(spec, batch_size=1)
     except ModelError as exc:
         raise ConfigError(f"unknown judge {spec!r}: expected openai/MODEL (for example "
                           f"openai/gpt-5.4-mini) or a local model ({exc})") from None
+    if isinstance(backend, OptionScorer):
+        # A model we run ourselves: the verdict is read from the labels' probabilities (one
+        # forward pass, a calibrated distribution, nothing to parse).
+        return LabelProbabilityJudge(backend)
     # One local model, one stream: threads would only contend for the same cores.
     return Judge(BackendChatClient(backend), concurrency=1)

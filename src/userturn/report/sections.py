@@ -19,6 +19,7 @@ from userturn.report.numbers import (
     temperature,
     temperature_axis,
 )
+from userturn.report.summary import offline_notes
 from userturn.stats.correction import MIN_HUMAN_LABELS, Corrected
 from userturn.stats.rates import Difference, McNemar, Rate
 
@@ -66,6 +67,7 @@ def summary(report: Report) -> str:
                      "narrower where the labeller's verdicts carry information.")
         notes += [f"{r.model} · {r.dataset} · T = {temperature(r.temperature)}: no correction: "
                   f"{r.correction_note}." for r in report.rows if r.correction_note]
+    notes += offline_notes(report.rows)
     if report.assistant_failures:
         notes.append(f"{report.assistant_failures} assistant turn(s) failed; their items have no "
                      "user turns.")

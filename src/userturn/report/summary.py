@@ -12,6 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from userturn.labels.calibration import human_label, is_human
+from userturn.labels.offline_error import offline_error
+from userturn.labels.sources import OFFLINE
 from userturn.records import HUMAN, LABELS
 from userturn.report.numbers import (
     LABEL_HEADERS,
@@ -57,6 +59,9 @@ class SummaryRow:
     # The same rate from the human labels alone (PPI with the labeller's weight 0), shown beside
     # the corrected one: what the labeller's verdicts add is the difference in width.
     human_only: Corrected | None = None
+    # Every counted turn was labelled by the rules or the classifier alone, and no person labelled
+    # any: the rate carries the offline labeller's error on an unseen model (labels.offline_error).
+    offline_only: bool = False
 
     def status_counts(self) -> dict[str, int]:
         """Turns per label and per status of the turns without one (undecided, invalid,
@@ -92,9 +97,16 @@ def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
             accuracy=accuracy.get((model if answerer == "self" else answerer, dataset)),
             answerer=answerer, perturbation=perturbation,
             similarity=_similarity(group) if model != HUMAN else None,
+            offline_only=_offline_only(group),
             **_correction(group, probability),
         ))
     return rows
+
+
+def _offline_only(group: Sequence[Turn]) -> bool:
+    counted = [t for t in group if t.counts_toward_rate]
+    return bool(counted) and all((t.label_source is None or t.label_source in OFFLINE)
+                                 and human_label(t)[0] is None for t in counted)
 
 
 def _inclusion(turns: Sequence[Turn], given: Mapping[str, float]) -> dict[str, float]:
@@ -207,11 +219,18 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
                      "person labelled")
         notes += [f"{row.model} {row.dataset} T={temperature(row.temperature)}: correction not "
                   f"shown: {row.correction_note}" for row in rows if row.correction_note]
+    notes += offline_notes(rows)
     if assistant_failures:
         notes.append(f"{assistant_failures} assistant turn(s) failed; their items have no user "
                      "turns yet (re-run to retry)")
     for note in notes:
         console.print(note, style="dim", markup=False)
+
+
+def offline_notes(rows: Sequence[SummaryRow]) -> list[str]:
+    """The offline labeller's measured error, where some rate rests on offline labels alone."""
+    error = offline_error() if any(row.offline_only for row in rows) else None
+    return [error.note()] if error is not None else []
 
 
 def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> None:

@@ -1,0 +1,155 @@
+"""A judge against people: every adjudicated turn of the labelled corpus, judged and compared.
+
+    .venv/bin/python benchmarks/judge_quality.py --judge llamacpp/corpus/work/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+    .venv/bin/python benchmarks/judge_quality.py --judge smollm2 --limit 40   # the floor, a sample
+    .venv/bin/python benchmarks/judge_quality.py --table corpus/judge_verdicts.jsonl  # table only
+
+A judge is not fit to the corpus, so every adjudicated turn counts (all splits). Turns are judged
+in a fixed order that keeps any prefix a stratified sample: people's turns first (the fewest),
+then the generators' and the authored cases' turns interleaved, each group in a seeded shuffle.
+Every verdict is appended to ``--verdicts`` as it arrives (the judge's name, the turn's key, label,
+probability, error, seconds), so a long CPU job can be stopped and resumed and several judges share
+one file. Printed per group (each generator, people, authored): turns judged, errors, Cohen's
+kappa 7-way and follow-up vs rest with 95% intervals over queries (whole queries resampled),
+follow-up precision and recall, and the judge's turns/s on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Sequence
+
+sys.path.insert(0, str(Path(__file__).parent))
+from leave_one_model_out import Turn, kappa_interval, read_corpus  # noqa: E402
+
+from userturn.labels.context import turn_key  # noqa: E402
+from userturn.labels.corpus import CORPUS_FILE  # noqa: E402
+from userturn.labels.training import evaluate  # noqa: E402
+
+GROUPS = ("human", "smollm2", "qwen2.5-coder-1.5b", "authored")
+DEFAULT_VERDICTS = Path(__file__).resolve().parent.parent / "corpus" / "judge_verdicts.jsonl"
+
+
+def key_of(turn: Turn) -> str:
+    case = turn.example.case
+    return turn_key(case.query, case.answer, case.user_turn)
+
+
+def judging_order(turns: Sequence[Turn], seed: int = 0) -> list[Turn]:
+    """People first, then the other groups interleaved, each shuffled: any prefix is a sample."""
+    rng = random.Random(seed)
+    by_group: dict[str, list[Turn]] = defaultdict(list)
+    for turn in turns:
+        by_group[turn.generator].append(turn)
+    for group in by_group.values():
+        rng.shuffle(group)
+    ordered = list(by_group.pop("human", []))
+    rest = [by_group[g] for g in sorted(by_group)]
+    for index in range(max(map(len, rest), default=0)):
+        ordered += [group[index] for group in rest if index < len(group)]
+    return ordered
+
+
+def read_verdicts(path: Path, judge: str | None) -> dict[str, dict]:
+    """The verdicts stored for ``judge`` (None: the only judge in the file), by turn key."""
+    if not path.exists():
+        return {}
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    names = sorted({row["judge"] for row in rows})
+    if judge is None:
+        if len(names) > 1:
+            raise SystemExit(f"{path} holds several judges ({', '.join(names)}): name one")
+        judge = names[0] if names else None
+    return {row["key"]: row for row in rows if row["judge"] == judge}
+
+
+def judge_corpus(spec: str, turns: Sequence[Turn], path: Path, limit: int | None) -> str:
+    """Judge the turns not yet in ``path`` (at most ``limit`` in all); returns the judge's name."""
+    from userturn.labels.judge import judge_from_spec
+
+    judge = judge_from_spec(spec)
+    done = read_verdicts(path, judge.name)
+    todo = [t for t in turns if key_of(t) not in done]
+    if limit is not None:
+        todo = todo[:max(0, limit - len(done))]
+    print(f"{judge.name}: {len(done)} turns judged before, {len(todo)} to judge", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as out:
+        for index, turn in enumerate(todo, 1):
+            start = time.perf_counter()
+            label = judge.classify(turn.example.case)
+            seconds = time.perf_counter() - start
+            out.write(json.dumps({"judge": judge.name, "key": key_of(turn),
+                                  "group": turn.generator, "label": label.label,
+                                  "probability": label.probability, "error": label.error,
+                                  "seconds": round(seconds, 3)}) + "\n")
+            out.flush()
+            if index % 25 == 0 or index == len(todo):
+                print(f"  {index}/{len(todo)} ({seconds:.1f} s the last)", flush=True)
+    return judge.name
+
+
+def table(turns: Sequence[Turn], verdicts: dict[str, dict], draws: int) -> list[str]:
+    lines = ["| group | judged | errors | kappa7 [95% CI] | kappaF [95% CI] | F-P | F-R | "
+             "turns/s |", "|---|---|---|---|---|---|---|---|"]
+    for group in (*GROUPS, "all"):
+        chosen = [t for t in turns if (group == "all" or t.generator == group)
+                  and key_of(t) in verdicts]
+        if not chosen:
+            continue
+        rows = [verdicts[key_of(t)] for t in chosen]
+        ok = [(t, row) for t, row in zip(chosen, rows) if row["label"] is not None]
+        predicted = [row["label"] for _, row in ok]
+        reference = [t.example.label for t, _ in ok]
+        seconds = sum(row["seconds"] for row in rows)
+        rate = f"{len(rows) / seconds:.3f}" if seconds else "-"
+        if not ok:
+            lines.append(f"| {group} | {len(rows)} | {len(rows)} | - | - | - | - | {rate} |")
+            continue
+        e = evaluate(predicted, reference)
+        (k_lo, k_hi), (f_lo, f_hi) = kappa_interval(
+            predicted, reference, [t.example.group for t, _ in ok], draws)
+        f = e.per_label.get("follow_up", {})
+        lines.append(
+            f"| {group} | {len(rows)} | {len(rows) - len(ok)} | {e.kappa:.3f} [{k_lo:.2f}, "
+            f"{k_hi:.2f}] | {e.kappa_follow_up:.3f} [{f_lo:.2f}, {f_hi:.2f}] | "
+            f"{f.get('precision', float('nan')):.2f} | {f.get('recall', float('nan')):.2f} | "
+            f"{rate} |")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--judge", help="a local model spec (llamacpp/FILE.gguf, smollm2, a "
+                                        "folder) or openai/MODEL; omit to print the table only")
+    parser.add_argument("--verdicts", type=Path, default=DEFAULT_VERDICTS,
+                        help="where verdicts are appended and read back (resumable)")
+    parser.add_argument("--table", type=Path, default=None,
+                        help="print the table of this verdicts file (one judge) and stop")
+    parser.add_argument("--corpus", type=Path, default=CORPUS_FILE)
+    parser.add_argument("--limit", type=int, default=None,
+                        help="judge at most this many turns in all (a stratified prefix)")
+    parser.add_argument("--bootstrap", type=int, default=1000)
+    args = parser.parse_args(argv)
+    turns = judging_order(read_corpus(args.corpus))
+    if args.table is not None:
+        verdicts = read_verdicts(args.table, None)
+    elif args.judge:
+        name = judge_corpus(args.judge, turns, args.verdicts, args.limit)
+        verdicts = read_verdicts(args.verdicts, name)
+    else:
+        parser.error("give --judge SPEC (to judge and print) or --table FILE")
+    groups = {g: sum(t.generator == g for t in turns) for g in GROUPS}
+    print(f"corpus: {len(turns)} adjudicated turns ("
+          + ", ".join(f"{g} {n}" for g, n in groups.items()) + f"); judged {len(verdicts)}")
+    print("\n".join(table(turns, verdicts, args.bootstrap)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""A judge you run yourself: the rubric's verdict read from the labels' probabilities.
+
+An API judge writes a verdict that is parsed (:mod:`.judge`). A model we run ourselves
+(transformers on a GPU or the CPU, llama.cpp) can do better: render the same rubric and case with
+the model's own chat template, open its answer with ``Label:``, and read in one forward pass how
+likely each of the seven labels is as the next words. The verdict is the most likely label; its
+probability, renormalised over the seven, is stored with the label, so the cascade and the
+corrected rates can use it. Nothing is generated, so nothing can be malformed; what can go wrong
+is said as an error label, never guessed:
+
+- the model puts little probability on any label (``min_mass``: it would rather say something
+  else, e.g. a refusal or prose), so its choice among them means little;
+- the engine fails (a prompt longer than its context, a broken backend), or a score is not a
+  finite number.
+
+The rubric's prefix is the same for every case, and the engines keep the key-value state of the
+previous prompt (:mod:`userturn.backends.options`): on the CPU the rubric is read once per process.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Sequence
+
+from userturn.backends.options import OptionScorer
+from userturn.labels.judge import RUBRIC_VERSION, Judge, case_message, rubric
+from userturn.labels.rules import thinking_only
+from userturn.records import LABELS, Case, Label
+
+# The rubric's text is rubric 1's; the answer format differs (the label alone), so its verdicts
+# are stored under their own version.
+LABEL_RUBRIC_VERSION = f"{RUBRIC_VERSION}-labels"
+ANSWER_PREFIX = "Label:"
+OPTIONS = tuple(f" {label}" for label in LABELS)  # a space-led word: one clean token boundary
+MIN_LABEL_MASS = 0.2
+# The judge reads the query's beginning and the answer's end (what the user read last); long
+# texts are cut in the middle, which the prompt shows, so a CPU judge's cost stays bounded.
+MAX_QUERY_CHARS = 2000
+MAX_ANSWER_CHARS = 3000
+
+_LABEL_OUTPUT = (f"Answer with \"{ANSWER_PREFIX}\" and the label alone, one of: "
+                 f"{', '.join(LABELS)}.")
+
+
+def _label_example(query: str, answer: str, turn: str, label: str, why: str) -> str:
+    return f"QUERY: {query}\nASSISTANT: {answer}\nUSER_TURN: {turn}\n{ANSWER_PREFIX} {label}"
+
+
+def label_rubric() -> str:
+    """The system prompt: rubric 1's labels, rules and examples, answered by the label alone."""
+    return rubric(_label_example, _LABEL_OUTPUT)
+
+
+def clip_middle(text: str, limit: int, keep_head: float) -> str:
+    """``text`` cut to about ``limit`` characters, the cut shown: ``keep_head`` of the budget
+    from its beginning, the rest from its end."""
+    if len(text) <= limit:
+        return text
+    head = int(limit * keep_head)
+    tail = limit - head
+    return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[len(text) - tail:]}"
+
+
+def judged_case(case: Case) -> Case:
+    """The case as the judge reads it: the query's beginning, the answer's end."""
+    return Case(clip_middle(case.query, MAX_QUERY_CHARS, 0.75),
+                clip_middle(case.answer, MAX_ANSWER_CHARS, 0.25), case.user_turn,
+                case.raw_user_turn, case.assistant_header, case.thinking)
+
+
+def label_prompt(template, case: Case) -> str:  # type: ignore[no-untyped-def]
+    """The raw prompt whose next words are the verdict, in the judge model's own template."""
+    from userturn.chat.render import render_assistant_turn
+
+    messages = [{"role": "system", "content": label_rubric()},
+                {"role": "user", "content": case_message(judged_case(case))}]
+    return render_assistant_turn(template, messages).text + ANSWER_PREFIX
+
+
+def verdict_from_logprobs(logprobs: Sequence[float], source: str,
+                          min_mass: float = MIN_LABEL_MASS) -> Label:
+    """The label (with its probability among the seven) from the seven labels' log-probabilities,
+    in the order of ``LABELS``; an error label where they are missing, not numbers, or carry too
+    little probability to choose by."""
+    if len(logprobs) != len(LABELS):
+        return Label(None, source, "", error=f"invalid: {len(logprobs)} label scores for "
+                                               f"{len(LABELS)} labels")
+    if not all(isinstance(v, (int, float)) and not math.isnan(v) and v <= 1e-6
+               for v in logprobs):
+        return Label(None, source, "", error=f"invalid: label scores {list(logprobs)!r} are not "
+                                              "log-probabilities")
+    probabilities = [math.exp(v) for v in logprobs]
+    mass = sum(probabilities)
+    if mass < min_mass or mass <= 0.0:
+        return Label(None, source, "", error=f"invalid: the labels carry {mass:.3f} of the "
+                                              f"judge's probability (at least {min_mass} needed)")
+    best = max(range(len(LABELS)), key=probabilities.__getitem__)
+    p = probabilities[best] / mass
+    return Label(LABELS[best], source, f"p={p:.2f} (label mass {mass:.2f})",  # type: ignore[arg-type]
+                 probability=p)
+
+
+class LabelProbabilityJudge(Judge):
+    """A judge on a local model that can score continuations (``score_options``)."""
+
+    version = LABEL_RUBRIC_VERSION
+
+    def __init__(self, backend: OptionScorer, *, name: str | None = None,
+                 min_mass: float = MIN_LABEL_MASS) -> None:
+        spec = getattr(backend, "spec", type(backend).__name__)
+        super().__init__(None, name=name or f"judge:{spec}@rubric{LABEL_RUBRIC_VERSION}",
+                         concurrency=1)
+        self.backend, self.min_mass = backend, min_mass
+        # One model, one key-value state: concurrent callers (a scorer under Inspect, a run
+        # with judge_concurrency > 1) take turns, which costs nothing on one device.
+        self._lock = threading.Lock()
+
+    def classify(self, case: Case) -> Label:
+        if case.thinking.strip() and not case.user_turn.strip():
+            return thinking_only(self.name)
+        try:
+            prompt = label_prompt(self.backend.template, case)  # type: ignore[attr-defined]
+            with self._lock:
+                logprobs = self.backend.score_options(prompt, OPTIONS)
+        except Exception as exc:  # a labeller must never break the batch: stored, counted
+            return self._error(f"request failed: {type(exc).__name__}: {exc}")
+        return verdict_from_logprobs(logprobs, self.name, self.min_mass)
