@@ -105,12 +105,15 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
     assert (pair.n, pair.raw, pair.excluded) == (GSM_ITEMS, 1.0, GSM_ITEMS * GSM_SAMPLES)
 
 
-def test_a_local_transformers_model_can_judge_and_garbage_is_invalid_not_guessed(tiny_backend):
-    from userturn.labels.judge import BackendChatClient, judge_from_spec
+def test_a_local_model_writing_its_verdict_as_text_is_invalid_when_garbage_not_guessed(
+        tiny_backend):
+    """A local judge reads the labels' probabilities (tests/test_local_judge.py); one asked to
+    write its verdict (the chat path every API judge takes) is parsed as strictly."""
+    from userturn.backends import load_backend
+    from userturn.labels.judge import BackendChatClient, Judge
     from userturn.records import Case
 
-    judge = judge_from_spec("tiny")
-    assert isinstance(judge.client, BackendChatClient) and judge.concurrency == 1
+    judge = Judge(BackendChatClient(load_backend("tiny", batch_size=1)), concurrency=1)
     assert judge.name == "judge:tiny@rubric1"
     case = Case("What is 2+2?", "4", "Why 4?")
     # The rubric (about 4k tokens) does not fit the tiny model's declared 2048-token context:
