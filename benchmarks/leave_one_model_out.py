@@ -141,7 +141,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--readings", type=Path, nargs="*", default=None,
                         help="readings caches (corpus/context_features.py writes them) over the "
                              "shipped ones, for a corpus not shipped yet; implies --context")
+    parser.add_argument("--judge-verdicts", type=Path, default=None,
+                        help="a judge's verdicts on the corpus (benchmarks/judge_quality.py "
+                             "writes them): adds, per held-out group and on the turns the judge "
+                             "labelled, the default cascade's coverage-accuracy curve and the "
+                             "cascade with the judge asked below each threshold")
+    parser.add_argument("--judge", default=None,
+                        help="which judge of --judge-verdicts (needed when it holds several)")
     args = parser.parse_args(argv)
+    verdicts = judge_verdicts(args.judge_verdicts, args.judge) if args.judge_verdicts else None
     readings, scorers = shipped_and_cached(args.readings or []) if (
         args.context or args.readings) else ({}, set())
     if len(scorers) > 1:
@@ -160,17 +168,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     print("| held out | labeller | n | kappa7 [95% CI] | kappaF [95% CI] | F-P | F-R |")
     print("|---|---|---|---|---|---|---|")
     gaps: list[str] = []
+    curves: list[str] = []
     for held in held_out_groups:
         fit_on = [t.example for t in turns if t.generator != held]
         train = [ex for ex in fit_on if ex.split == "train"]
         dev = [ex for ex in fit_on if ex.split == "dev"]
         test = [t for t in turns if t.generator == held]
-        for name, labeller in labellers(train, dev, scorer, readings).items():
-            predicted, _ = predict(labeller, [t.example for t in test])
+        families = labellers(train, dev, scorer, readings)
+        for name, labeller in families.items():
+            predicted, probabilities = predict(labeller, [t.example for t in test])
             print(held_out_row(held, name, test, predicted, args.bootstrap), flush=True)
             if name.startswith("cascade"):
                 gaps += rate_gaps(held, name, test, predicted)
+            if verdicts is not None and name == list(families)[-1]:  # the default cascade
+                curves += judge_curve(held, test, predicted, probabilities, verdicts,
+                                      args.bootstrap)
     print_rate_gaps(gaps)
+    if verdicts is not None:
+        print()
+        print("the default cascade's coverage and the cascade with the judge below a threshold "
+              "(turns the judge labelled; rules' labels count as certain)")
+        print("| held out | threshold | n | kept | kappa7 kept | kappaF kept | judge share | "
+              "kappa7 with judge [95% CI] | kappaF with judge [95% CI] |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n".join(curves))
 
 
 def held_out_row(held: str, name: str, test: Sequence[Turn], predicted: Sequence[str],
@@ -201,6 +222,57 @@ def print_rate_gaps(gaps: Sequence[str]) -> None:
                 and "(n < " not in line]
         within = sum(abs(float(line.rstrip(" |").rsplit("| ", 1)[1])) <= 5 for line in rows)
         print(f"  {held.lstrip('| ')} / {name}: {within} of {len(rows)}")
+
+
+THRESHOLDS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.01)  # 0: never asked; 1.01: always
+
+
+def judge_verdicts(path: Path, judge: str | None) -> dict[str, str | None]:
+    """A judge's label by turn key (None where its verdict was an error)."""
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
+    names = sorted({row["judge"] for row in rows})
+    if judge is None and len(names) > 1:
+        raise SystemExit(f"{path} holds several judges ({', '.join(names)}): pass --judge")
+    judge = judge or (names[0] if names else None)
+    return {row["key"]: row["label"] for row in rows if row["judge"] == judge}
+
+
+def judge_curve(held: str, test: Sequence[Turn], predicted: Sequence[str],
+                probabilities: Sequence[float], verdicts: dict[str, str | None],
+                draws: int) -> list[str]:
+    """Per threshold, on the held-out turns the judge labelled: the share the cascade keeps (its
+    probability at or above the threshold) and its kappas there; then every turn below the
+    threshold labelled by the judge (its error keeps the cascade's label), with the judge's share.
+    Threshold 0 is the cascade alone, 1.0 the judge on every turn the rules leave, 1.01 the
+    judge alone (the cascade only where its verdict is an error)."""
+    chosen = [(t, p, q) for t, p, q in zip(test, predicted, probabilities)
+              if turn_key(t.example.case.query, t.example.case.answer,
+                          t.example.case.user_turn) in verdicts]
+    if not chosen:
+        return [f"| {held} | - | 0 | no judged turns | | | | | |"]
+    lines = []
+    for threshold in THRESHOLDS:
+        kept = [(t, p) for t, p, q in chosen if q >= threshold]
+        combined, asked = [], 0
+        for t, p, q in chosen:
+            verdict = verdicts[turn_key(t.example.case.query, t.example.case.answer,
+                                        t.example.case.user_turn)]
+            if q < threshold:
+                asked += 1
+                combined.append(verdict or p)
+            else:
+                combined.append(p)
+        reference = [t.example.label for t, _, _ in chosen]
+        e = evaluate(combined, reference)
+        (k_lo, k_hi), (f_lo, f_hi) = kappa_interval(combined, reference,
+                                                    [t.example.group for t, _, _ in chosen], draws)
+        k = evaluate([p for _, p in kept], [t.example.label for t, _ in kept]) if kept else None
+        lines.append(
+            f"| {held} | {threshold:.2f} | {len(chosen)} | {len(kept) / len(chosen):.0%} | "
+            + (f"{k.kappa:.3f} | {k.kappa_follow_up:.3f}" if k else "- | -")
+            + f" | {asked / len(chosen):.0%} | {e.kappa:.3f} [{k_lo:.2f}, {k_hi:.2f}] | "
+            f"{e.kappa_follow_up:.3f} [{f_lo:.2f}, {f_hi:.2f}] |")
+    return lines
 
 
 def rate_gaps(held: str, name: str, test: Sequence[Turn], predicted: Sequence[str]) -> list[str]:

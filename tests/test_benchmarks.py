@@ -66,6 +66,11 @@ SMOKES = {
     "finetuned_lomo.py": Smoke(("--limit", "40", "--epochs", "1", "--bootstrap", "5"),
                                rf"^\| smollm2 \| cascade \(LoRA top layers\) \| \d+ \| {NUMBER} "
                                rf"\[{NUMBER}, {NUMBER}\]"),
+    # The rubric does not fit the tiny model's context: every verdict is an error label, counted.
+    "judge_quality.py": Smoke(("--judge", "tiny", "--limit", "3", "--bootstrap", "5"),
+                              r"^\| all \| 3 \| 3 \| - \|"),
+    "offline_error_card.py": Smoke((str(ROOT / "corpus" / "lomo_round10.txt"),),
+                                   r'^ "source": "benchmarks/leave_one_model_out.py --context'),
     "calibration_demo.py": Smoke(("--size", "3"), rf"^gsm +none +T=0 +{NUMBER}% +\(\d+ of 4\)$"),
     "soak.py": Smoke(("--kills", "1", "--items", "2", "--samples", "1", "--max-delay", "1"),
                      r'^  "ok": true$'),
@@ -161,12 +166,18 @@ def test_benchmark_runs_and_prints_its_figure(name, tmp_path, monkeypatch, capsy
         args = (*args, "--states", str(tmp_path / "states.pt"))
     if name == "soak.py":
         args = (*args, "--workdir", str(tmp_path / "soak"))
+    if name == "judge_quality.py":
+        args = (*args, "--verdicts", str(tmp_path / "verdicts.jsonl"))
+    if name == "leave_one_model_out.py":
+        args = (*args, "--judge-verdicts", str(perfect_verdicts(tmp_path / "perfect.jsonl")))
     if smoke.own_process:
         stdout = run_script(name, args, tmp_path)
     else:
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         stdout = run_in_process(name, args, tmp_path, monkeypatch, capsys)
     assert any(re.search(smoke.figure, line) for line in stdout.splitlines()), stdout[-3000:]
+    if name == "leave_one_model_out.py":
+        check_judge_curve(stdout)
 
 
 def corpus_run(folder: Path) -> Path:
@@ -203,3 +214,31 @@ def corpus_run(folder: Path) -> Path:
     backend = ScriptedBackend(script, spec="fake/corpus")
     run_experiment(exp, backends={"fake/corpus": backend}).close()
     return folder
+
+
+def perfect_verdicts(path: Path) -> Path:
+    """A judge that gives every corpus turn its adjudicated label, as judge_quality.py stores it."""
+    import gzip
+    import json
+
+    from userturn.labels.context import turn_key
+    from userturn.labels.corpus import CORPUS_FILE
+
+    with gzip.open(CORPUS_FILE, "rt", encoding="utf-8") as rows, path.open("w") as out:
+        for row in map(json.loads, rows):
+            out.write(json.dumps({"judge": "judge:perfect", "key": turn_key(
+                row["query"], row["answer"], row["user_turn"]), "label": row["label"]}) + "\n")
+    return path
+
+
+def check_judge_curve(out: str) -> None:
+    """The coverage curve with a judge that is always right: threshold 0 is the cascade alone,
+    1.01 the judge alone (kappa 1); in between the judge's share grows with the threshold."""
+    rows = [line.split(" | ") for line in out.splitlines()
+            if re.match(r"^\| smollm2 \| \d\.\d\d \|", line)]
+    assert [row[1] for row in rows] == ["0.00", "0.50", "0.60", "0.70", "0.80", "0.90", "1.00",
+                                        "1.01"]
+    shares = [int(row[6].rstrip("%")) for row in rows]
+    assert shares[0] == 0 and shares[-1] == 100 and shares == sorted(shares)
+    assert rows[-1][7].startswith("1.000") and rows[-1][8].startswith("1.000")
+    assert not rows[0][7].startswith("1.000")  # the cascade alone is not perfect
