@@ -30,8 +30,10 @@ demo: $(STAMP)
 train-demo: $(STAMP)
 	$(BIN)/userturn train sft --output runs/train-sft
 
+# The real-model tests (marked slow: the embedded SmolLM2 read for real) run apart, in
+# `make test-slow`; CI runs both. Each run ends with its ten slowest tests.
 test: $(STAMP) chromium
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not slow" --durations=10
 
 # The report and annotation pages are tested in a real headless Chromium: install it where it is
 # missing and we can (root with apt-get, as in CI); otherwise those tests skip and say why.
@@ -70,7 +72,7 @@ test-lmeval: lmeval
 	$(BIN)/python -m pytest -q -m lmeval tests/test_lmeval.py
 
 test-slow: $(STAMP)
-	USERTURN_SLOW=1 $(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -m slow --durations=10
 
 # BENCH_ARGS go to the transformers runs (the optional engines keep their own model); a quick
 # check on the tiny model:

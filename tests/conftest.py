@@ -46,6 +46,22 @@ def local_sockets_only(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
 
 
+@pytest.fixture(autouse=True)
+def form_classifier_unless_reading_in_context(request, monkeypatch):
+    """Every test labels with the form-only classifier (numpy alone) where a run or a caller
+    takes the shipped default, unless the test is about the default's context reader (marked
+    ``context_reader``) or runs the real model anyway (``slow``). The default reads each turn
+    with SmolLM2 (seconds a turn on 2 cores); what a labelling test checks (the cascade's order,
+    versions, stored probabilities, resume) holds for either parameter file, and the context
+    reader's own behaviour is tested where it is marked. An explicit ``--classifier context`` or
+    path still loads what it names."""
+    if request.node.get_closest_marker("context_reader") or request.node.get_closest_marker("slow"):
+        return
+    from userturn.labels import classifier
+
+    monkeypatch.setattr(classifier, "MODEL_FILE", classifier.FORM_MODEL_FILE)
+
+
 QUESTIONS = [
     ("Tom has 3 boxes of 12 pencils. He gives away 10 pencils. How many are left?", "26"),
     ("A shop sells 45 apples on Monday and twice as many on Tuesday. How many in total?", "135"),

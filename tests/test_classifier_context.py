@@ -14,6 +14,9 @@ from userturn.labels.context import CONTEXT_FEATURES, ContextReading
 from userturn.labels.training import Example, calibrate, context_meta, fit
 from userturn.records import Case
 
+# The shipped default labeller and its reader are what these tests are about (tests/conftest.py).
+pytestmark = pytest.mark.context_reader
+
 TURNS = {
     "follow_up": ["Why did you subtract 15 there?", "Can you show the 48 step again?",
                   "Where does the 33 come from?", "Why 4 times 12 and not 4 plus 12?"],

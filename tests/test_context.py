@@ -22,6 +22,9 @@ from userturn.labels.readings import (
 )
 from userturn.records import Case
 
+# The shipped default labeller and its reader are what these tests are about (tests/conftest.py).
+pytestmark = pytest.mark.context_reader
+
 CASE = Case("What is 12 times 7? Explain briefly.",
             "12 times 7 is 84, because 12 x 7 = 70 + 14 = 84. Anything else?",
             "Why did you split it into 70 and 14?",
