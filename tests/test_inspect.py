@@ -4,14 +4,42 @@ userturn.inspect scorer in a real inspect_ai.eval with Inspect's mock model."""
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from helpers import fake_probe_run
 
 from userturn.cli.main import main
 from userturn.errors import UserturnError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Three threads label at once with the default classifier, in a fresh interpreter (transformers
+# not yet imported, as in a new Inspect eval); then the same turns one by one.
+THREADED_LABELS = """
+import json, threading
+from userturn.labels.classifier import LearnedClassifier
+from userturn.labels.rules import RulesClassifier
+from userturn.records import Case
+query, answer = "Sam has 4 apples and buys 6 more. How many?", "4 + 6 = 10. #### 10"
+cases = [Case(query, answer, text) for text in ("Is that right? I am not sure.",
+         "Hmm, could be. I wonder about it.", "Maybe so, let me see later.")]
+assert all(RulesClassifier().classify(case).label is None for case in cases)
+classifier, start, found = LearnedClassifier(), threading.Barrier(3), {}
+def label(i):
+    start.wait()
+    found[i] = classifier.classify(cases[i])
+threads = [threading.Thread(target=label, args=(i,)) for i in range(3)]
+[thread.start() for thread in threads]
+[thread.join() for thread in threads]
+print(json.dumps({"threaded": [[found[i].label, found[i].error] for i in range(3)],
+                  "alone": [classifier.classify(case).label for case in cases]}))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +190,18 @@ def test_without_inspect_ai_one_line_says_what_to_install(fake_run, tmp_path, ca
         monkeypatch.delitem(sys.modules, name)
     with pytest.raises(UserturnError, match=r"pip install 'userturn\[inspect\]'"):
         importlib.import_module("userturn.inspect")
+
+
+@pytest.mark.slow
+def test_the_default_classifier_labels_from_several_threads_at_once():
+    """Inspect scores samples concurrently: the context scorer is loaded once and read by one
+    thread at a time (threads that import transformers at once failed with an ImportError of
+    AutoModelForCausalLM, and concurrent reads of one scorer gave other numbers)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", THREADED_LABELS], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [error for _, error in found["threaded"]] == [None, None, None]
+    assert [label for label, _ in found["threaded"]] == found["alone"]

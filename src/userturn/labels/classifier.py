@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import re
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -361,13 +362,19 @@ class SharedReader:
         stored, stored_by = corpus_readings()
         self.known = stored if stored_by == name else {}
         self._scorer: ContextScorer | None = None
+        # One thread at a time loads and runs the scorer: threads that import transformers'
+        # lazy modules at once can fail (an ImportError of AutoModelForCausalLM), and the
+        # scorer's key-value caches and memo are not shared safely. Inspect scores samples on
+        # threads; the model is CPU-bound, so serialising costs nothing there.
+        self._lock = threading.RLock()
 
     def scorer(self) -> ContextScorer:
-        if self._scorer is None:
-            from userturn.labels.context import SCORER_MODEL, ContextScorer
+        with self._lock:
+            if self._scorer is None:
+                from userturn.labels.context import SCORER_MODEL, ContextScorer
 
-            self._scorer = ContextScorer(SCORER_MODEL)
-        return self._scorer
+                self._scorer = ContextScorer(SCORER_MODEL)
+            return self._scorer
 
     def prepare(self, cases: Sequence[Case]) -> None:
         """Read ``cases`` ahead, together (turns after one answer share their passes)."""
@@ -375,16 +382,21 @@ class SharedReader:
 
         unread = [case for case in cases if case_key(case) not in self.known]
         if unread:
-            self.scorer().read_many(unread)
+            with self._lock:
+                self.scorer().read_many(unread)
 
     def __call__(self, case: Case) -> ContextReading:
         from userturn.labels.context import case_key
 
         reading = self.known.get(case_key(case))
-        return reading if reading is not None else self.scorer().read(case)
+        if reading is not None:
+            return reading
+        with self._lock:
+            return self.scorer().read(case)
 
 
 _READERS: dict[str, SharedReader] = {}
+_READERS_LOCK = threading.Lock()
 
 
 def shared_reader(expected: str) -> SharedReader:
@@ -398,9 +410,10 @@ def shared_reader(expected: str) -> SharedReader:
         raise ConfigError(f"the classifier was trained with the context scorer {expected}, this "
                           f"machine has {name}: retrain it with `userturn train-classifier "
                           "--context hidden`, or label with --labeller rules")
-    if name not in _READERS:
-        _READERS[name] = SharedReader(name)
-    return _READERS[name]
+    with _READERS_LOCK:  # one reader per process, also when threads ask for it at once
+        if name not in _READERS:
+            _READERS[name] = SharedReader(name)
+        return _READERS[name]
 
 
 def label_cases(labeller: Labeller, cases: Sequence[Case], classifier: Path | None = None,
