@@ -12,8 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from helpers import fake_probe_run
+from helpers import experiment, fake_probe_run, run_scripted, undecided_script
 
+from userturn.backends.fake import ScriptedBackend
 from userturn.cli.main import main
 from userturn.errors import UserturnError
 
@@ -66,6 +67,9 @@ def test_the_log_reads_back_in_inspect_with_turns_labels_and_rates(fake_run, tmp
         assert sample.scores["label"].value == turn.status
         assert {name for name in sample.scores if name.startswith("label:")} == {
             f"label:{lab.source}" for lab in turn.labels}
+        for lab in turn.labels:  # a source that abstained is undecided, one that failed invalid
+            assert sample.scores[f"label:{lab.source}"].value == (
+                lab.label or ("invalid" if lab.error else "undecided"))
         assert sample.metadata["temperature"] == turn.temperature
         assert sample.metadata["perturbation"] == turn.perturbation
         assert sample.metadata["item_id"] == turn.item_id
@@ -76,6 +80,19 @@ def test_the_log_reads_back_in_inspect_with_turns_labels_and_rates(fake_run, tmp
         assert score.metrics["follow_up_rate"].value == pytest.approx(row.follow_up.value)
         assert score.metrics["ci_low"].value == pytest.approx(row.follow_up.low)
         assert score.metrics["turns"].value == row.follow_up.n
+
+
+def test_a_source_that_abstained_is_undecided_not_invalid(gsm_file, tmp_path):
+    log_module = pytest.importorskip("inspect_ai.log")
+    exp = experiment(gsm_file, tmp_path, labeller="rules")
+    run_scripted(exp, ScriptedBackend(undecided_script)).close()
+    out = tmp_path / "run.eval"
+    assert main(["export", str(exp.output), "--format", "inspect", "-o", str(out)]) == 0
+    scores = [s.scores for s in log_module.read_eval_log(str(out)).samples]
+    abstained = [s for s in scores if s["label"].value == "undecided"]
+    assert abstained and len(abstained) < len(scores)  # the sampled turns: rules undecided
+    assert all(s["label:rules"].value == "undecided" for s in abstained)
+    assert not any(s["label:rules"].value == "invalid" for s in scores)
 
 
 def test_samples_df_reads_the_log(fake_run, tmp_path):

@@ -129,8 +129,9 @@ def _scores(turn: Turn) -> dict[str, Any]:
     if turn.counts_toward_rate:
         scores["follow_up"] = Score(value=1.0 if turn.follow_up else 0.0)
     for lab in turn.labels:
+        # A source that abstained is undecided; only one that failed (an error) is invalid.
         scores[f"label:{lab.source}"] = Score(
-            value=lab.label or "invalid", explanation=lab.rationale or lab.error or None,
+            value=lab.label or ("invalid" if lab.error else "undecided"), explanation=lab.rationale or lab.error or None,
             metadata={"version": lab.version, "probability": lab.probability})
     return scores
 
