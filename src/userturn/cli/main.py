@@ -366,8 +366,8 @@ EXPORT_SUFFIXES = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".ev
 
 def export_format(fmt: str | None, out: Path | None) -> str:
     """The format ``export`` writes: ``--format``, else the suffix of ``--out`` (which must
-    name one), else JSON Lines into the run folder. A file whose suffix names another format than ``--format`` is refused: a CSV that
-    holds JSON Lines would mislead whoever opens it."""
+    name one), else JSON Lines into the run folder. A file whose suffix names another format
+    than ``--format`` is refused: a CSV that holds JSON Lines would mislead whoever opens it."""
     named = EXPORT_SUFFIXES.get(out.suffix.lower()) if out is not None else None
     if fmt is None:
         if out is None:

@@ -131,7 +131,8 @@ def _scores(turn: Turn) -> dict[str, Any]:
     for lab in turn.labels:
         # A source that abstained is undecided; only one that failed (an error) is invalid.
         scores[f"label:{lab.source}"] = Score(
-            value=lab.label or ("invalid" if lab.error else "undecided"), explanation=lab.rationale or lab.error or None,
+            value=turn.source_values(lab.source)[0],
+            explanation=lab.rationale or lab.error or None,
             metadata={"version": lab.version, "probability": lab.probability})
     return scores
 
