@@ -95,12 +95,10 @@ def _sample(turn: Turn, system: str | None) -> Any:
 
     kinds = {"system": ChatMessageSystem, "user": ChatMessageUser,
              "assistant": ChatMessageAssistant}
-    history = [*([{"role": "system", "content": system}] if system and not any(
-        m["role"] == "system" for m in turn.messages) else []), *turn.messages,
-        {"role": "assistant", "content": turn.answer}]
+    *history, last = turn.conversation(system)
     conversation = [kinds[m["role"]](content=m["content"]) for m in history
                     if m["role"] in kinds]
-    generated = ChatMessageUser(content=turn.user_turn)
+    generated = ChatMessageUser(content=last["content"])
     output = ModelOutput.from_content(
         turn.model, turn.user_turn, stop_reason="max_tokens" if turn.finish_reason == "length"
         else "stop", error=turn.error)
@@ -131,7 +129,7 @@ def _scores(turn: Turn) -> dict[str, Any]:
     for lab in turn.labels:
         # A source that abstained is undecided; only one that failed (an error) is invalid.
         scores[f"label:{lab.source}"] = Score(
-            value=turn.source_values(lab.source)[0],
+            value=turn.source_values(lab.source)[0] or "undecided",
             explanation=lab.rationale or lab.error or None,
             metadata={"version": lab.version, "probability": lab.probability})
     return scores

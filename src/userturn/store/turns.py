@@ -128,6 +128,17 @@ class Turn:
         """The turn as one flat row of :data:`COLUMNS`."""
         return {name: getattr(self, name) for name in COLUMNS}
 
+    def conversation(self, system: str | None = None) -> list[dict[str, str]]:
+        """The whole conversation the turn was generated in, then the generated turn: the
+        run's system prompt (``system``, where the item has none of its own), the item's
+        messages up to the query, the assistant answer as shown, and the user turn. One
+        meaning in every export (the Inspect log's messages, the dataset's ``messages``)."""
+        opening = [{"role": "system", "content": system}] if system and not any(
+            m["role"] == "system" for m in self.messages) else []
+        return [*opening, *({"role": m["role"], "content": m["content"]} for m in self.messages),
+                {"role": "assistant", "content": self.answer},
+                {"role": "user", "content": self.user_turn}]
+
     def source_values(self, source: str) -> tuple[str | None, float | None]:
         """What ``source`` said of the turn: its label (``undecided`` where it abstained,
         ``invalid`` where it failed) and probability; (None, None) where it did not label it."""
