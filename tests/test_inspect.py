@@ -17,6 +17,7 @@ from helpers import experiment, fake_probe_run, run_scripted, undecided_script
 from userturn.backends.fake import ScriptedBackend
 from userturn.cli.main import main
 from userturn.errors import UserturnError
+from userturn.store.database import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,14 +47,14 @@ print(json.dumps({"threaded": [[found[i].label, found[i].error] for i in range(3
 @pytest.fixture(scope="module")
 def fake_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("inspect")
-    return fake_probe_run(folder, system_prompt="Be brief.")
+    return fake_probe_run(folder, system_prompt="Be brief.", perturbations=["truncate"])
 
 
 def test_the_log_reads_back_in_inspect_with_turns_labels_and_rates(fake_run, tmp_path, capsys):
     log_module = pytest.importorskip("inspect_ai.log")
     out = tmp_path / "run.eval"
     assert main(["export", str(fake_run.folder), "--format", "inspect", "--out", str(out)]) == 0
-    assert "wrote 9 samples" in capsys.readouterr().out
+    assert "wrote 18 samples" in capsys.readouterr().out
     log = log_module.read_eval_log(str(out))
     turns = {t.key: t for t in fake_run.turns()}
     assert log.status == "success" and log.eval.model == "fake/probe"
@@ -74,8 +75,9 @@ def test_the_log_reads_back_in_inspect_with_turns_labels_and_rates(fake_run, tmp
         assert sample.metadata["perturbation"] == turn.perturbation
         assert sample.metadata["item_id"] == turn.item_id
     rows = {(r.temperature, r.perturbation): r for r in fake_run.summary()}
-    assert len(log.results.scores) == len(rows)
-    for score in log.results.scores:
+    headline, *conditions = log.results.scores
+    assert headline.name == "follow_up" and len(conditions) == len(rows)
+    for score in conditions:
         row = rows[(score.metadata["temperature"], score.metadata["perturbation"])]
         assert score.metrics["follow_up_rate"].value == pytest.approx(row.follow_up.value)
         assert score.metrics["ci_low"].value == pytest.approx(row.follow_up.low)
@@ -107,6 +109,37 @@ def test_samples_df_reads_the_log(fake_run, tmp_path):
         assert row["score_label"] == turn.status
         assert row["metadata_model"] == "fake/probe"
         assert row["score_follow_up"] == (1.0 if turn.follow_up else 0.0)
+
+
+def test_evals_df_has_a_pooled_headline_one_word_columns_ids_and_tokens(fake_run, tmp_path):
+    analysis = pytest.importorskip("inspect_ai.analysis")
+    log_module = pytest.importorskip("inspect_ai.log")
+    out = tmp_path / "run.eval"
+    assert main(["export", str(fake_run.folder), "--format", "inspect", "-o", str(out)]) == 0
+    frame = analysis.evals_df(str(out))
+    row = frame.iloc[0]
+    assert not [c for c in frame.columns if " " in c or "=" in c]
+    turns = fake_run.turns()
+    assert row["score_headline_score"] == "follow_up"  # every condition, not the first one
+    assert row["score_headline_value"] == pytest.approx(
+        sum(t.follow_up for t in turns) / len(turns))
+    assert row["score_follow_up_fake_probe_mini_t0_truncate_follow_up_rate"] >= 0
+    assert row["run_id"] and row["task_id"]
+    again = tmp_path / "again.eval"
+    assert main(["export", str(fake_run.folder), "-o", str(again)]) == 0
+    assert analysis.evals_df(str(again)).iloc[0]["run_id"] == row["run_id"]  # the same run
+    store = RunStore.read(fake_run.folder)
+    generations = {key: dict(g) for key, g in store.generations([t.key for t in turns]).items()}
+    store.close()
+    sent = sum(g["prompt_tokens"] for g in generations.values())
+    written = sum(g["completion_tokens"] for g in generations.values())
+    assert sent > 0 and written > 0
+    log = log_module.read_eval_log(str(out))
+    usage = log.stats.model_usage["fake/probe"]
+    assert (usage.input_tokens, usage.output_tokens) == (sent, written)
+    for sample in log.samples:
+        generation = generations[sample.id]
+        assert sample.model_usage["fake/probe"].output_tokens == generation["completion_tokens"]
 
 
 def test_a_log_file_must_end_in_eval_or_json(fake_run, tmp_path, capsys):
