@@ -255,3 +255,48 @@ def test_the_default_classifier_labels_from_several_threads_at_once():
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert [error for _, error in found["threaded"]] == [None, None, None]
     assert [label for label, _ in found["threaded"]] == found["alone"]
+
+
+def test_the_scorer_labels_a_simulated_user_of_ours_in_a_real_concurrent_eval(tmp_path, capsys):
+    """userturn/tiny writes the user turns (no download), four samples at once; every sample is
+    labelled, as `userturn classify` labels the same turns."""
+    pytest.importorskip("inspect_ai")
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser, get_model
+    from inspect_ai.solver import solver
+
+    from userturn.inspect import user_turn_label
+
+    @solver
+    def simulate_user():
+        async def solve(state, generate):
+            output = await get_model().generate(state.messages)
+            state.messages.append(ChatMessageUser(content=output.completion))
+            return state
+        return solve
+
+    pairs = [("What is 2 + 2?", "2 + 2 = 4."), ("Name a prime number.", "7 is prime."),
+             ("How many days are in a week?", "Seven."), ("Spell cat.", "C-A-T.")]
+    samples = [Sample(id=i, input=[ChatMessageUser(content=q), ChatMessageAssistant(content=a)])
+               for i, (q, a) in enumerate(pairs)]
+    task = Task(dataset=samples, solver=[simulate_user()],
+                scorer=user_turn_label(classifier="form"))
+    with ThreadPoolExecutor(max_workers=1) as pool:  # see the test above: a loop of its own
+        log, = pool.submit(eval, task, model="userturn/tiny", max_samples=4,
+                           log_dir=str(tmp_path / "logs"), display="none").result()
+    assert log.status == "success", log.error
+    assert log.eval.model == "userturn/tiny"
+    by_id = {s.id: s for s in log.samples}
+    turns = [by_id[i].messages[-1].text for i in range(len(pairs))]
+    assert all(by_id[i].messages[-1].role == "user" for i in range(len(pairs)))
+    scored = [by_id[i].scores["user_turn_label"] for i in range(len(pairs))]
+    rows = tmp_path / "turns.jsonl"
+    rows.write_text("".join(json.dumps({"query": q, "answer": a, "user_turn": t}) + "\n"
+                            for (q, a), t in zip(pairs, turns)), encoding="utf-8")
+    assert main(["classify", str(rows), "--classifier", "form", "-o",
+                 str(tmp_path / "labelled.jsonl")]) == 0
+    expected = [json.loads(line)["label"] for line in
+                (tmp_path / "labelled.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert None not in expected  # the cascade labels every turn
+    assert [score.value for score in scored] == expected

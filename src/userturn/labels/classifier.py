@@ -362,17 +362,12 @@ class SharedReader:
         stored, stored_by = corpus_readings()
         self.known = stored if stored_by == name else {}
         self._scorer: ContextScorer | None = None
-        # One thread at a time loads and runs the scorer: threads that import transformers'
-        # lazy modules at once can fail (an ImportError of AutoModelForCausalLM), and the
-        # scorer's key-value caches and memo are not shared safely. Inspect scores samples on
-        # threads; the model is CPU-bound, so serialising costs nothing there.
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # one thread loads or reads at a time (see _READERS_LOCK)
 
     def scorer(self) -> ContextScorer:
         with self._lock:
             if self._scorer is None:
                 from userturn.labels.context import SCORER_MODEL, ContextScorer
-
                 self._scorer = ContextScorer(SCORER_MODEL)
             return self._scorer
 
@@ -389,13 +384,12 @@ class SharedReader:
         from userturn.labels.context import case_key
 
         reading = self.known.get(case_key(case))
-        if reading is not None:
-            return reading
         with self._lock:
-            return self.scorer().read(case)
+            return reading if reading is not None else self.scorer().read(case)
 
 
 _READERS: dict[str, SharedReader] = {}
+# Threads (Inspect's scorers) importing transformers at once fail; a scorer's caches are unshared.
 _READERS_LOCK = threading.Lock()
 
 
@@ -410,10 +404,9 @@ def shared_reader(expected: str) -> SharedReader:
         raise ConfigError(f"the classifier was trained with the context scorer {expected}, this "
                           f"machine has {name}: retrain it with `userturn train-classifier "
                           "--context hidden`, or label with --labeller rules")
-    with _READERS_LOCK:  # one reader per process, also when threads ask for it at once
-        if name not in _READERS:
-            _READERS[name] = SharedReader(name)
-        return _READERS[name]
+    with _READERS_LOCK:
+        found = _READERS[name] = _READERS.get(name) or SharedReader(name)
+        return found
 
 
 def label_cases(labeller: Labeller, cases: Sequence[Case], classifier: Path | None = None,
