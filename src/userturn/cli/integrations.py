@@ -84,8 +84,8 @@ def export_run_as(args: argparse.Namespace, console: Console) -> int:
             out = args.out or args.run / "hf"
             _quiet_datasets()
             count = export_run(store, out, force=args.force or args.out is None)
-            console.print(f"wrote {count} user turns to {out}/ (datasets.load_from_disk; "
-                          "README.md is its card)", markup=False, highlight=False,
+            console.print(f"wrote {count} user turns to {out}/ (datasets.load_dataset"
+                          f"(\"{out}\"); README.md is its card)", markup=False, highlight=False,
                           soft_wrap=True)
     finally:
         store.close()
