@@ -300,3 +300,7 @@ def test_the_scorer_labels_a_simulated_user_of_ours_in_a_real_concurrent_eval(tm
                 (tmp_path / "labelled.jsonl").read_text(encoding="utf-8").splitlines()]
     assert None not in expected  # the cascade labels every turn
     assert [score.value for score in scored] == expected
+    # a label is never averaged into a number (Inspect's mean reducer made each one 0.0, with a
+    # warning per sample): the metric reads the scores as they are
+    assert [s.value for r in (log.reductions or []) for s in r.samples
+            if not isinstance(s.value, str)] == []

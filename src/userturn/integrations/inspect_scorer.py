@@ -25,10 +25,12 @@ from userturn.records import LABELLERS, Case, Label, Labeller
 UNDECIDED, INVALID = "undecided", "invalid"
 
 
-@metric
+# Each epoch's turn is an observation of its own (a user turn sampled again): the metric takes
+# the scores unreduced, so Inspect never averages a label (a string) into a number.
+@metric(scores="unreduced")
 def follow_up_rate() -> Metric:
     """The share of ``follow_up`` labels among the labelled and undecided turns (an invalid
-    verdict is out of the denominator, as in ``userturn report``)."""
+    verdict is out of the denominator, as in ``userturn report``), each epoch's turn counted."""
     def rate(scores: list[SampleScore]) -> float:
         labels = [_label_of(s.score) for s in scores]
         counted = [label for label in labels if label != INVALID]
