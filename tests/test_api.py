@@ -70,7 +70,9 @@ def test_turn_status_is_the_rate_definition(fake_run):
 def test_to_pandas_has_the_export_columns(fake_run):
     pd = pytest.importorskip("pandas")
     frame = fake_run.to_pandas()
-    assert list(frame.columns) == list(COLUMNS) and len(frame) == 9
+    # the export's columns, then every label source's label and probability
+    assert list(frame.columns)[:len(COLUMNS)] == list(COLUMNS) and len(frame) == 9
+    assert {"label_rules", "probability_rules", "label_judge_x_r1"} <= set(frame.columns)
     assert isinstance(frame, pd.DataFrame) and set(frame["status"]) == {"follow_up"}
 
 
@@ -81,7 +83,7 @@ def test_to_polars_says_how_to_get_polars_when_missing(fake_run):
         with pytest.raises(userturn.UserturnError, match="pip install polars"):
             fake_run.to_polars()
     else:
-        assert fake_run.to_polars().columns == list(COLUMNS)
+        assert fake_run.to_polars().columns == list(fake_run.to_pandas().columns)
 
 
 def test_classify_takes_cases_turns_and_dicts(fake_run):

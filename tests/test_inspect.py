@@ -4,27 +4,57 @@ userturn.inspect scorer in a real inspect_ai.eval with Inspect's mock model."""
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
-from helpers import fake_probe_run
+from helpers import experiment, fake_probe_run, run_scripted, undecided_script
 
+from userturn.backends.fake import ScriptedBackend
 from userturn.cli.main import main
 from userturn.errors import UserturnError
+from userturn.store.database import RunStore
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Three threads label at once with the default classifier, in a fresh interpreter (transformers
+# not yet imported, as in a new Inspect eval); then the same turns one by one.
+THREADED_LABELS = """
+import json, threading
+from userturn.labels.classifier import LearnedClassifier
+from userturn.labels.rules import RulesClassifier
+from userturn.records import Case
+query, answer = "Sam has 4 apples and buys 6 more. How many?", "4 + 6 = 10. #### 10"
+cases = [Case(query, answer, text) for text in ("Is that right? I am not sure.",
+         "Hmm, could be. I wonder about it.", "Maybe so, let me see later.")]
+assert all(RulesClassifier().classify(case).label is None for case in cases)
+classifier, start, found = LearnedClassifier(), threading.Barrier(3), {}
+def label(i):
+    start.wait()
+    found[i] = classifier.classify(cases[i])
+threads = [threading.Thread(target=label, args=(i,)) for i in range(3)]
+[thread.start() for thread in threads]
+[thread.join() for thread in threads]
+print(json.dumps({"threaded": [[found[i].label, found[i].error] for i in range(3)],
+                  "alone": [classifier.classify(case).label for case in cases]}))
+"""
 
 
 @pytest.fixture(scope="module")
 def fake_run(tmp_path_factory):
     folder = tmp_path_factory.mktemp("inspect")
-    return fake_probe_run(folder, system_prompt="Be brief.")
+    return fake_probe_run(folder, system_prompt="Be brief.", perturbations=["truncate"])
 
 
 def test_the_log_reads_back_in_inspect_with_turns_labels_and_rates(fake_run, tmp_path, capsys):
     log_module = pytest.importorskip("inspect_ai.log")
     out = tmp_path / "run.eval"
     assert main(["export", str(fake_run.folder), "--format", "inspect", "--out", str(out)]) == 0
-    assert "wrote 9 samples" in capsys.readouterr().out
+    assert "wrote 18 samples" in capsys.readouterr().out
     log = log_module.read_eval_log(str(out))
     turns = {t.key: t for t in fake_run.turns()}
     assert log.status == "success" and log.eval.model == "fake/probe"
@@ -38,16 +68,33 @@ def test_the_log_reads_back_in_inspect_with_turns_labels_and_rates(fake_run, tmp
         assert sample.scores["label"].value == turn.status
         assert {name for name in sample.scores if name.startswith("label:")} == {
             f"label:{lab.source}" for lab in turn.labels}
+        for lab in turn.labels:  # a source that abstained is undecided, one that failed invalid
+            assert sample.scores[f"label:{lab.source}"].value == (
+                lab.label or ("invalid" if lab.error else "undecided"))
         assert sample.metadata["temperature"] == turn.temperature
         assert sample.metadata["perturbation"] == turn.perturbation
         assert sample.metadata["item_id"] == turn.item_id
     rows = {(r.temperature, r.perturbation): r for r in fake_run.summary()}
-    assert len(log.results.scores) == len(rows)
-    for score in log.results.scores:
+    headline, *conditions = log.results.scores
+    assert headline.name == "follow_up" and len(conditions) == len(rows)
+    for score in conditions:
         row = rows[(score.metadata["temperature"], score.metadata["perturbation"])]
         assert score.metrics["follow_up_rate"].value == pytest.approx(row.follow_up.value)
         assert score.metrics["ci_low"].value == pytest.approx(row.follow_up.low)
         assert score.metrics["turns"].value == row.follow_up.n
+
+
+def test_a_source_that_abstained_is_undecided_not_invalid(gsm_file, tmp_path):
+    log_module = pytest.importorskip("inspect_ai.log")
+    exp = experiment(gsm_file, tmp_path, labeller="rules")
+    run_scripted(exp, ScriptedBackend(undecided_script)).close()
+    out = tmp_path / "run.eval"
+    assert main(["export", str(exp.output), "--format", "inspect", "-o", str(out)]) == 0
+    scores = [s.scores for s in log_module.read_eval_log(str(out)).samples]
+    abstained = [s for s in scores if s["label"].value == "undecided"]
+    assert abstained and len(abstained) < len(scores)  # the sampled turns: rules undecided
+    assert all(s["label:rules"].value == "undecided" for s in abstained)
+    assert not any(s["label:rules"].value == "invalid" for s in scores)
 
 
 def test_samples_df_reads_the_log(fake_run, tmp_path):
@@ -62,6 +109,37 @@ def test_samples_df_reads_the_log(fake_run, tmp_path):
         assert row["score_label"] == turn.status
         assert row["metadata_model"] == "fake/probe"
         assert row["score_follow_up"] == (1.0 if turn.follow_up else 0.0)
+
+
+def test_evals_df_has_a_pooled_headline_one_word_columns_ids_and_tokens(fake_run, tmp_path):
+    analysis = pytest.importorskip("inspect_ai.analysis")
+    log_module = pytest.importorskip("inspect_ai.log")
+    out = tmp_path / "run.eval"
+    assert main(["export", str(fake_run.folder), "--format", "inspect", "-o", str(out)]) == 0
+    frame = analysis.evals_df(str(out))
+    row = frame.iloc[0]
+    assert not [c for c in frame.columns if " " in c or "=" in c]
+    turns = fake_run.turns()
+    assert row["score_headline_score"] == "follow_up"  # every condition, not the first one
+    assert row["score_headline_value"] == pytest.approx(
+        sum(t.follow_up for t in turns) / len(turns))
+    assert row["score_follow_up_fake_probe_mini_t0_truncate_follow_up_rate"] >= 0
+    assert row["run_id"] and row["task_id"]
+    again = tmp_path / "again.eval"
+    assert main(["export", str(fake_run.folder), "-o", str(again)]) == 0
+    assert analysis.evals_df(str(again)).iloc[0]["run_id"] == row["run_id"]  # the same run
+    store = RunStore.read(fake_run.folder)
+    generations = {key: dict(g) for key, g in store.generations([t.key for t in turns]).items()}
+    store.close()
+    sent = sum(g["prompt_tokens"] for g in generations.values())
+    written = sum(g["completion_tokens"] for g in generations.values())
+    assert sent > 0 and written > 0
+    log = log_module.read_eval_log(str(out))
+    usage = log.stats.model_usage["fake/probe"]
+    assert (usage.input_tokens, usage.output_tokens) == (sent, written)
+    for sample in log.samples:
+        generation = generations[sample.id]
+        assert sample.model_usage["fake/probe"].output_tokens == generation["completion_tokens"]
 
 
 def test_a_log_file_must_end_in_eval_or_json(fake_run, tmp_path, capsys):
@@ -162,3 +240,67 @@ def test_without_inspect_ai_one_line_says_what_to_install(fake_run, tmp_path, ca
         monkeypatch.delitem(sys.modules, name)
     with pytest.raises(UserturnError, match=r"pip install 'userturn\[inspect\]'"):
         importlib.import_module("userturn.inspect")
+
+
+@pytest.mark.slow
+def test_the_default_classifier_labels_from_several_threads_at_once():
+    """Inspect scores samples concurrently: the context scorer is loaded once and read by one
+    thread at a time (threads that import transformers at once failed with an ImportError of
+    AutoModelForCausalLM, and concurrent reads of one scorer gave other numbers)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", THREADED_LABELS], capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [error for _, error in found["threaded"]] == [None, None, None]
+    assert [label for label, _ in found["threaded"]] == found["alone"]
+
+
+def test_the_scorer_labels_a_simulated_user_of_ours_in_a_real_concurrent_eval(tmp_path, capsys):
+    """userturn/tiny writes the user turns (no download), four samples at once; every sample is
+    labelled, as `userturn classify` labels the same turns."""
+    pytest.importorskip("inspect_ai")
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser, get_model
+    from inspect_ai.solver import solver
+
+    from userturn.inspect import user_turn_label
+
+    @solver
+    def simulate_user():
+        async def solve(state, generate):
+            output = await get_model().generate(state.messages)
+            state.messages.append(ChatMessageUser(content=output.completion))
+            return state
+        return solve
+
+    pairs = [("What is 2 + 2?", "2 + 2 = 4."), ("Name a prime number.", "7 is prime."),
+             ("How many days are in a week?", "Seven."), ("Spell cat.", "C-A-T.")]
+    samples = [Sample(id=i, input=[ChatMessageUser(content=q), ChatMessageAssistant(content=a)])
+               for i, (q, a) in enumerate(pairs)]
+    task = Task(dataset=samples, solver=[simulate_user()],
+                scorer=user_turn_label(classifier="form"))
+    with ThreadPoolExecutor(max_workers=1) as pool:  # see the test above: a loop of its own
+        log, = pool.submit(eval, task, model="userturn/tiny", max_samples=4,
+                           log_dir=str(tmp_path / "logs"), display="none").result()
+    assert log.status == "success", log.error
+    assert log.eval.model == "userturn/tiny"
+    by_id = {s.id: s for s in log.samples}
+    turns = [by_id[i].messages[-1].text for i in range(len(pairs))]
+    assert all(by_id[i].messages[-1].role == "user" for i in range(len(pairs)))
+    scored = [by_id[i].scores["user_turn_label"] for i in range(len(pairs))]
+    rows = tmp_path / "turns.jsonl"
+    rows.write_text("".join(json.dumps({"query": q, "answer": a, "user_turn": t}) + "\n"
+                            for (q, a), t in zip(pairs, turns)), encoding="utf-8")
+    assert main(["classify", str(rows), "--classifier", "form", "-o",
+                 str(tmp_path / "labelled.jsonl")]) == 0
+    expected = [json.loads(line)["label"] for line in
+                (tmp_path / "labelled.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert None not in expected  # the cascade labels every turn
+    assert [score.value for score in scored] == expected
+    # a label is never averaged into a number (Inspect's mean reducer made each one 0.0, with a
+    # warning per sample): the metric reads the scores as they are
+    assert [s.value for r in (log.reductions or []) for s in r.samples
+            if not isinstance(s.value, str)] == []

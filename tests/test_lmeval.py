@@ -56,11 +56,19 @@ def task_dir(fake_run, tmp_path_factory):
 
 
 def lm_eval_samples(task_dir: Path, out: Path, response=lambda doc, turn: turn.user_turn,
-                    run=None, edit=lambda record: record) -> list[Path]:
+                    run=None, edit=lambda record: record,
+                    ran: tuple | None = ("hf", "pretrained=fake/probe,dtype=float32")
+                    ) -> list[Path]:
     """Samples files as lm-eval writes them with --log_samples (lm_eval/loggers/
     evaluation_tracker.py): one record per document, the arguments flattened to
     gen_args_0.arg_0 (the context sent) and arg_1 (the generation settings, the tokenizer's
-    end-of-sequence text added to until), resps the generated texts."""
+    end-of-sequence text added to until), resps the generated texts; beside them the run's
+    results file with the model and model_args lm-eval ran (``ran``; None: no results file)."""
+    if ran is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results_2026-01-01T00-00-00.json").write_text(json.dumps(
+            {"results": {}, "config": {"model": ran[0], "model_args": ran[1]},
+             "lm_eval_version": "0.4.13"}), encoding="utf-8")
     turns = {t.key: t for t in (run.turns() if run else [])}
     out.mkdir(parents=True, exist_ok=True)
     files = []
@@ -147,7 +155,11 @@ def test_imported_samples_are_a_run_with_the_same_keys_turns_and_tables(fake_run
         (a.key, a.correct, a.text) for a in fake_run.answers()]
     assert [(r.follow_up.hits, r.follow_up.n) for r in run.summary()] == [
         (r.follow_up.hits, r.follow_up.n) for r in fake_run.summary()]
-    assert (run.meta.model_extra or {})["imported_from"]["harness"] == "lm-eval"
+    imported_from = (run.meta.model_extra or {})["imported_from"]
+    assert imported_from["harness"] == "lm-eval"
+    assert [(m["model"], m["model_args"]) for m in imported_from["lm_eval"]] == [
+        ("hf", "pretrained=fake/probe,dtype=float32")]
+    assert imported_from["model_mismatch_allowed"] is False
     assert main(["report", str(imported)]) == 0
     assert main(["compare", str(fake_run.folder), str(imported)]) == 0
 
@@ -261,6 +273,69 @@ def test_a_run_without_user_turns_and_a_missing_source_are_one_line(tmp_path, ca
     (tmp_path / "folder").mkdir()
     assert main(["export-task", str(tmp_path / "folder"), "-o", str(tmp_path / "t")]) == 2
     assert "is not a userturn run folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ran, message", [
+    (("dummy", ""), "lm-eval ran --model dummy --model_args (none), not the run's model "
+     "fake/probe"),
+    (("hf", "pretrained=HuggingFaceTB/SmolLM2-135M-Instruct"), "not the run's model"),
+    (None, "no lm-eval results_*.json beside it"),
+])
+def test_turns_of_another_model_are_refused_unless_allowed(fake_run, task_dir, tmp_path,
+                                                           capsys, ran, message):
+    lm_eval_samples(task_dir, tmp_path / "out", run=fake_run, ran=ran,
+                    response=lambda doc, turn: "lol")
+    imported = tmp_path / "imported"
+    assert main(["import", "--from", "lm-eval", str(tmp_path / "out"), "-o",
+                 str(imported)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "--allow-model-mismatch" in err, err
+    assert not imported.exists()
+    assert main(["import", "--from", "lm-eval", str(tmp_path / "out"), "-o", str(imported),
+                 "--allow-model-mismatch"]) == 0
+    imported_from = (userturn.load_run(imported).meta.model_extra or {})["imported_from"]
+    assert imported_from["model_mismatch_allowed"] is True
+    assert [m["model"] for m in imported_from["lm_eval"]] == [ran[0] if ran else None]
+
+
+def test_the_task_readme_says_where_the_embedded_model_lives(tmp_path, capsys):
+    """A run of the embedded tiny model: the README names its folder (what `userturn models
+    --path tiny` prints), and lm-eval's samples of that folder import; a dict of model_args, as
+    newer lm-eval writes it, is read too."""
+    run = userturn.run(models=["tiny"], datasets=[str(_one_item(tmp_path))], limit=1,
+                       temperatures=[0.0], max_tokens=8, user_max_tokens=8, labeller="rules",
+                       output=tmp_path / "run")
+    task = tmp_path / "task"
+    assert main(["export-task", str(run.folder), "-o", str(task)]) == 0
+    capsys.readouterr()
+    assert main(["models", "--path", "tiny"]) == 0
+    location = capsys.readouterr().out.strip()
+    assert Path(location, "config.json").is_file()
+    readme = (task / "README.md").read_text()
+    assert f"pretrained={location} " in readme and "PATH_OR_ID" not in readme
+    assert f"--include_path {task.resolve()} " in readme  # runs from any folder
+    lm_eval_samples(task, tmp_path / "out", run=run,
+                    ran=("hf", {"pretrained": location + "/", "dtype": "float32"}))
+    assert main(["import", "--from", "lm-eval", str(tmp_path / "out"), "-o",
+                 str(tmp_path / "imported")]) == 0
+
+
+def test_the_docs_loader_refuses_an_lm_eval_older_than_it_was_tested_on(task_dir,
+                                                                       monkeypatch):
+    pytest.importorskip("datasets")
+    import importlib.metadata
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.4.8")
+    loader = {"__file__": str(task_dir / "userturn_docs.py")}
+    exec((task_dir / "userturn_docs.py").read_text(), loader)
+    with pytest.raises(RuntimeError, match=r"needs lm-eval >= 0\.4\.13 \(this is 0\.4\.8\)"):
+        loader["load"]("userturn_fake_probe_t0.jsonl")
+
+
+def _one_item(folder: Path) -> Path:
+    data = folder / "one.jsonl"
+    data.write_text('{"question": "What is 2 + 3?", "answer": "x\\n#### 5"}\n')
+    return data
 
 
 def test_an_experiment_is_run_first_then_exported(tmp_path, capsys):

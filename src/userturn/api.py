@@ -15,7 +15,15 @@ from userturn.errors import ConfigError, UserturnError
 from userturn.records import Case, Label, Message
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
-from userturn.store.turns import COLUMNS, Answer, Turn, label_sources, read_answers, read_turns
+from userturn.store.turns import (
+    COLUMNS,
+    Answer,
+    Turn,
+    flat_records,
+    label_sources,
+    read_answers,
+    read_turns,
+)
 
 if TYPE_CHECKING:
     from userturn.chat.render import Prompt
@@ -82,8 +90,9 @@ class Run:
             return read_run(store, labels)
 
     def records(self, labels: Labels = None) -> list[dict[str, Any]]:
-        """One flat dict per user turn, with the columns of ``userturn export``."""
-        return [turn.record() for turn in self.turns(labels)]
+        """One flat dict per user turn, with the columns of ``userturn export`` (every label
+        source's label and probability after :data:`COLUMNS`)."""
+        return flat_records(self.turns(labels))[1]
 
     def to_pandas(self, labels: Labels = None) -> Any:
         """The user turns as a pandas DataFrame (the export's columns, one row per turn)."""
@@ -91,7 +100,8 @@ class Run:
             import pandas as pd
         except ImportError:
             raise UserturnError("to_pandas needs pandas: pip install pandas") from None
-        return pd.DataFrame(self.records(labels), columns=list(COLUMNS))
+        columns, records = flat_records(self.turns(labels))
+        return pd.DataFrame(records, columns=columns)
 
     def to_polars(self, labels: Labels = None) -> Any:
         """The user turns as a polars DataFrame (the export's columns, one row per turn)."""

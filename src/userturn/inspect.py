@@ -1,5 +1,7 @@
 """userturn in Inspect: ``user_turn_label()``, a scorer that labels a sample's last user message
-with userturn's labeller, and ``follow_up_rate()``, its metric (docs/integrations.md).
+with userturn's labeller, ``follow_up_rate()``, its metric, and the model provider
+``userturn/MODEL`` (``get_model("userturn/tiny")``), a simulated user that writes the next user
+turn as the probe does (docs/integrations.md).
 
     from userturn.inspect import user_turn_label
     Task(dataset=..., solver=[..., simulate_user()], scorer=user_turn_label())
@@ -12,6 +14,7 @@ from __future__ import annotations
 from userturn.errors import UserturnError
 
 try:
+    from userturn.integrations.inspect_model import SimulatedUser
     from userturn.integrations.inspect_scorer import (
         follow_up_rate,
         last_user_turn,
@@ -23,4 +26,4 @@ except ImportError as exc:
     raise UserturnError("userturn.inspect needs inspect_ai: pip install 'userturn[inspect]'"
                         ) from None
 
-__all__ = ["follow_up_rate", "last_user_turn", "user_turn_label"]
+__all__ = ["SimulatedUser", "follow_up_rate", "last_user_turn", "user_turn_label"]

@@ -81,6 +81,22 @@ def resolve_model(spec: str) -> ModelRef:
     return ModelRef(spec, backend, name, _hub_source(name), "hub:main")
 
 
+def model_location(spec: str) -> str:
+    """Where another program (lm-eval's ``--model_args pretrained=...``) loads ``spec`` from:
+    an embedded model's folder (built here on first use), a local folder or GGUF file as an
+    absolute path, a hub id as it is. ModelError for the scripted test models (no weights)."""
+    backend, name = split_spec(spec)
+    if backend == "fake":
+        raise ModelError(f"{spec} is userturn's scripted test model: it has no weights for "
+                         "another program to load")
+    if backend == "llamacpp":
+        return _resolve_gguf(spec, name).path
+    if name in EMBEDDED:
+        return str(materialize_embedded(name)[0])
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.exists() else name
+
+
 def _hub_source(repo: str) -> str:
     """Where a hub model loads from: its id, or, with the hub out of reach, its cached snapshot
     folder. Without the hub and the cache it is one ModelError line at once: the hub client

@@ -179,7 +179,8 @@ def add_export(sub: Subparsers, handler: Handler) -> None:
     export = sub.add_parser("export", help="export user turns with labels to JSONL, CSV or Parquet")
     export.add_argument("run", type=Path)
     export.add_argument("--format", choices=("jsonl", "csv", "parquet", "inspect", "hf"),
-                        default="jsonl")
+                        help="default: the suffix of --out (.jsonl, .csv, .parquet, .eval), "
+                        "else jsonl")
     export.add_argument("-o", "--out", type=Path,
                         help="file to write (default: RUN/user_turns.FORMAT)")
     export.add_argument("--force", action="store_true", help="replace --out if it exists")

@@ -43,7 +43,18 @@ def add_integration_parsers(sub: Subparsers) -> None:
     imported.add_argument("-o", "--out", type=Path, required=True, help="the new run folder")
     imported.add_argument("--labeller", choices=LABELLERS,
                           help="offline labeller (default: the exported run's)")
+    imported.add_argument("--allow-model-mismatch", action="store_true",
+                          help="store the turns as the run's model's even where lm-eval's "
+                          "--model/--model_args name another model (or none can be found)")
     imported.set_defaults(handler=_import)
+
+    models = sub.add_parser(
+        "models", help="list the embedded models, or print where a model loads from",
+        description="Without --path: the embedded models (offline, no download). With --path "
+        "MODEL: the folder, file or hub id another program (lm-eval's --model_args "
+        "pretrained=...) loads MODEL from; an embedded model is built here on first use.")
+    models.add_argument("--path", metavar="MODEL", help="a model spec, e.g. smollm2")
+    models.set_defaults(handler=_models)
 
     corpus = sub.add_parser("corpus", help="the shipped labelled corpus of user turns")
     actions = corpus.add_subparsers(dest="corpus_action", required=True, metavar="ACTION")
@@ -73,8 +84,8 @@ def export_run_as(args: argparse.Namespace, console: Console) -> int:
             out = args.out or args.run / "hf"
             _quiet_datasets()
             count = export_run(store, out, force=args.force or args.out is None)
-            console.print(f"wrote {count} user turns to {out}/ (datasets.load_from_disk; "
-                          "README.md is its card)", markup=False, highlight=False,
+            console.print(f"wrote {count} user turns to {out}/ (datasets.load_dataset"
+                          f"(\"{out}\"); README.md is its card)", markup=False, highlight=False,
                           soft_wrap=True)
     finally:
         store.close()
@@ -106,17 +117,31 @@ def _export_task(args: argparse.Namespace, console: Console) -> int:
         console.print(f"{task.name}: {task.docs} documents ({task.model}, T={task.temperature:g})",
                       markup=False, highlight=False)
     tags = " ".join(dict.fromkeys(task.tag for task in tasks))
-    console.print(f"wrote {args.out}/; run: lm-eval run --model hf --model_args pretrained=MODEL "
-                  f"--include_path {args.out} --tasks {tags} --log_samples --output_path OUT; "
-                  f"then: userturn import --from lm-eval OUT -o RUN", markup=False,
+    where = tasks[0].location if len({t.location for t in tasks}) == 1 else None
+    console.print(f"wrote {args.out}/; run: lm-eval run --model hf --model_args pretrained="
+                  f"{where or 'MODEL'} --include_path {args.out.resolve()} --tasks {tags} "
+                  "--log_samples --output_path OUT; then: userturn import --from lm-eval OUT "
+                  f"-o RUN ({args.out}/README.md has the commands)", markup=False,
                   highlight=False, soft_wrap=True)
+    return 0
+
+
+def _models(args: argparse.Namespace, console: Console) -> int:
+    from userturn.backends.models import EMBEDDED, model_location
+
+    if args.path:
+        print(model_location(args.path))
+        return 0
+    for name, text in EMBEDDED.items():
+        console.print(f"{name}: {text}", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
 def _import(args: argparse.Namespace, console: Console) -> int:
     from userturn.integrations.lmeval_import import import_samples
 
-    found = import_samples(args.samples, args.out, labeller=args.labeller)
+    found = import_samples(args.samples, args.out, labeller=args.labeller,
+                           allow_model_mismatch=args.allow_model_mismatch)
     console.print(f"imported {found.turns} user turns from {found.files} file(s) into "
                   f"{args.out}/ (userturn report {args.out})", markup=False, highlight=False,
                   soft_wrap=True)

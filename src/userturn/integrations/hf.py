@@ -1,18 +1,19 @@
-"""A run, or the shipped labelled corpus, as a Hugging Face dataset folder.
+"""A run, or the shipped labelled corpus, as a Hugging Face dataset folder in the hub's layout.
 
-The folder opens with ``datasets.load_from_disk(DIR)`` (the Arrow files ``save_to_disk``
-writes) and with ``load_dataset("parquet", data_dir=DIR + "/data")``; its ``README.md`` is a
-dataset card whose YAML says where the rows came from (models, datasets and their licences), who
-labelled them, the run's rates with their intervals and the userturn version. A user who is
-online shares it with ``huggingface-cli upload NAME DIR --repo-type dataset`` or
-``load_from_disk(DIR).push_to_hub(NAME)``: the card's ``configs`` point the hub at the Parquet
-files.
+The folder is what the hub holds: the rows as Parquet under ``data/`` (one file per split) and a
+``README.md`` dataset card whose YAML names the splits (``configs``), the columns and their types
+(``dataset_info``), where the rows came from (models, datasets and each one's licence), who
+labelled them, the run's rates with their intervals and the userturn version; its text says what
+every column means. ``datasets.load_dataset(DIR)`` opens it, and ``hf upload NAME DIR
+--repo-type dataset`` shares it as it is. Every export has one fixed schema (no column typed
+``null`` because a run left it empty), so the exports of two runs concatenate.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -35,7 +36,119 @@ LICENCES = {
     "openai/gsm8k": "mit", "ifeval": "apache-2.0", "ifbench": "apache-2.0", "math500": "mit",
     "mtbench": "apache-2.0",
 }
+# The corpus's own sources, as docs/corpus.md gives them: its math500 rows are reasoning-gym's
+# MATH-style generators (Apache-2.0), not MATH-500; the conversations and reference answers are
+# FastChat's (Apache-2.0); the second generator is the Qwen team's Apache-2.0 GGUF; the authored
+# cases are userturn's own (its licence).
+CORPUS_LICENCES = {
+    **LICENCES, "math500": "apache-2.0", "dummy_conversation": "apache-2.0",
+    "fastchat-dummy": "apache-2.0", "mtbench-reference": "apache-2.0", "authored": "apache-2.0",
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf": "apache-2.0", "human": "apache-2.0",
+}
 UNKNOWN = "unknown"
+
+# Every column of a run's dataset: its type and what it means (the card lists them). One fixed
+# schema whatever the run holds, so two runs' exports concatenate.
+STRING, FLOAT, INT, BOOL = "string", "float64", "int64", "bool"
+MESSAGE = {"role": STRING, "content": STRING}
+SOURCE_LABEL = {"source": STRING, "version": STRING, "label": STRING, "probability": FLOAT,
+                "rationale": STRING, "error": STRING}
+RUN_COLUMNS: dict[str, tuple[Any, str]] = {
+    "model": (STRING, "the probed model that wrote the user turn (`human`: the data's real "
+              "next user turn)"),
+    "answerer": (STRING, "who wrote the assistant answer: `self`, `reference`, `data` or a "
+                 "model"),
+    "dataset": (STRING, "the dataset of the item"),
+    "perturbation": (STRING, "the change made to the answer before the turn (`none`: as "
+                     "written)"),
+    "temperature": (FLOAT, "the sampling temperature of the user turn (0: greedy)"),
+    "sample_index": (INT, "which sample of the turn at this temperature (0, 1, ...)"),
+    "item_id": (STRING, "the item's id in its dataset"),
+    "context": (STRING, "the id of the conversation the turn was generated in (item, "
+                "answerer, perturbation)"),
+    "query": (STRING, "the last user message before the answer"),
+    "answer": (STRING, "the assistant answer the turn follows, as shown to the model"),
+    "answer_correct": (BOOL, "the task score of the answer (empty: not scored)"),
+    "user_turn": (STRING, "the visible text of the generated user turn"),
+    "raw_user_turn": (STRING, "the generated text with special tokens (and any thinking) "
+                      "kept"),
+    "thinking": (STRING, "a reasoning model's thinking, split off the turn (empty: none)"),
+    "finish_reason": (STRING, "why generation stopped: `stop` (an end marker), `length` (the "
+                      "token budget) or `error`"),
+    "error": (STRING, "why the generation failed (empty: it did not)"),
+    "label": (STRING, "the resolved label: the first decided label in the run's source "
+              "order (empty: none decided)"),
+    "label_source": (STRING, "the source that gave `label`"),
+    "rationale": (STRING, "that source's reason for `label`"),
+    "label_error": (STRING, "with no label: the first source's error (e.g. a judge's invalid "
+                    "verdict)"),
+    "status": (STRING, "the label, or why there is none: `undecided`, `invalid` or `failed`"),
+    "prompt": (STRING, "the exact prompt the model continued (its chat template, the user "
+               "turn opened)"),
+    "key": (STRING, "the generation's key in the run store"),
+    "messages": ([MESSAGE], "the whole conversation the turn was generated in (system, the "
+                 "item's messages, the assistant answer), then the generated user turn"),
+    "labels": ([SOURCE_LABEL], "every label source's label of the turn: source, version, "
+               "label (empty: undecided, or invalid with `error`), probability, rationale, "
+               "error"),
+}
+assert list(RUN_COLUMNS)[:len(COLUMNS)] == list(COLUMNS)  # one column list, described here
+
+CORPUS_COLUMNS: dict[str, tuple[Any, str]] = {
+    "id": (STRING, "the turn's id in the corpus"),
+    "query": (STRING, "the user query"),
+    "answer": (STRING, "the assistant answer the turn follows"),
+    "user_turn": (STRING, "the user turn that was labelled"),
+    "label": (STRING, "the corpus label (docs/labels.md): both annotators', or the "
+              "adjudicated one"),
+    "annotator_a": (STRING, "annotator A's label"),
+    "annotator_b": (STRING, "annotator B's label (empty: labelled once)"),
+    "how": (STRING, "how the label was reached (agreed, adjudicated, ...)"),
+    "kind": (STRING, "`generated` (a model wrote it), `human` (a person did) or `authored` "
+             "(a hard case written for the corpus)"),
+    "model": (STRING, "the model that wrote a generated turn"),
+    "dataset": (STRING, "the dataset of the item"),
+    "temperature": (FLOAT, "the sampling temperature of a generated turn"),
+    "perturbation": (STRING, "the change made to the answer before the turn"),
+    "source": (STRING, "the whole provenance of the turn, as JSON (it differs by kind)"),
+}
+
+
+def features(columns: Mapping[str, tuple[Any, str]]) -> Any:
+    """The ``datasets.Features`` of ``columns`` (a list of records: a ``List`` of them)."""
+    datasets = require("datasets", "the Hugging Face dataset export")
+
+    def feature(kind: Any) -> Any:
+        if isinstance(kind, list):
+            return datasets.List({name: feature(sub) for name, sub in kind[0].items()})
+        return datasets.Value(kind)
+
+    return datasets.Features({name: feature(kind) for name, (kind, _) in columns.items()})
+
+
+def _card_features(columns: Mapping[str, tuple[Any, str]]) -> list[dict[str, Any]]:
+    """``dataset_info.features`` as the hub's card YAML writes them."""
+    def one(name: str, kind: Any) -> dict[str, Any]:
+        if isinstance(kind, list):
+            return {"name": name, "list": [one(sub, k) for sub, k in kind[0].items()]}
+        return {"name": name, "dtype": kind}
+
+    return [one(name, kind) for name, (kind, _) in columns.items()]
+
+
+def _column_table(columns: Mapping[str, tuple[Any, str]]) -> list[str]:
+    def shown(kind: Any) -> str:
+        return f"list of {{{', '.join(kind[0])}}}" if isinstance(kind, list) else kind
+
+    return ["| column | type | meaning |", "|---|---|---|",
+            *[f"| `{name}` | {shown(kind)} | {text} |" for name, (kind, text) in columns.items()]]
+
+
+def _write_splits(folder: Path, splits: Mapping[str, Any]) -> None:
+    """The hub's layout: ``data/SPLIT-00000-of-00001.parquet`` per split."""
+    (folder / "data").mkdir()
+    for split, table in splits.items():
+        table.to_parquet(str(folder / "data" / f"{split}-00000-of-00001.parquet"))
 
 
 def export_run(store: RunStore, out: Path, *, force: bool = False) -> int:
@@ -43,30 +156,25 @@ def export_run(store: RunStore, out: Path, *, force: bool = False) -> int:
     with its card; returns the number of rows."""
     datasets = require("datasets", "the Hugging Face dataset export")
     view = read_run(store)
-    rows = [turn_row(turn) for turn in view.turns]
+    rows = [turn_row(turn, view.meta.config.get("system_prompt")) for turn in view.turns]
     card = run_card(view.meta, view.turns, view.summary(), Path(store.folder).name)
 
     def build(folder: Path) -> None:
-        table = datasets.Dataset.from_list(rows) if rows else datasets.Dataset.from_dict(
-            {name: [] for name in turn_columns()})
-        table.save_to_disk(str(folder))
-        (folder / "data").mkdir()
-        table.to_parquet(str(folder / "data" / "train-00000-of-00001.parquet"))
+        table = datasets.Dataset.from_list(rows, features=features(RUN_COLUMNS)) if rows \
+            else datasets.Dataset.from_dict({name: [] for name in RUN_COLUMNS},
+                                            features=features(RUN_COLUMNS))
+        _write_splits(folder, {"train": table})
         (folder / "README.md").write_text(card, encoding="utf-8")
 
     write_folder(out, build, force=force)
     return len(rows)
 
 
-def turn_columns() -> list[str]:
-    return [*COLUMNS, "messages", "labels"]
-
-
-def turn_row(turn: Turn) -> dict[str, Any]:
-    """The export's columns, the conversation, and every source's label (the resolved one is
-    ``label``; ``labels`` keeps them all, so a reader can choose another source)."""
-    return {**turn.record(),
-            "messages": [{"role": m["role"], "content": m["content"]} for m in turn.messages],
+def turn_row(turn: Turn, system: str | None = None) -> dict[str, Any]:
+    """The export's columns, the conversation with the generated turn last, and every
+    source's label (the resolved one is ``label``; ``labels`` keeps them all, so a reader can
+    choose another source)."""
+    return {**turn.record(), "messages": turn.conversation(system),
             "labels": [{"source": lab.source, "version": lab.version, "label": lab.label,
                         "probability": lab.probability, "rationale": lab.rationale,
                         "error": lab.error} for lab in turn.labels]}
@@ -82,16 +190,20 @@ def run_card(meta: RunMeta, turns: Sequence[Turn], summary: Sequence[SummaryRow]
     header = {
         "pretty_name": f"userturn run {name}",
         "license": _licence([*models, *datasets]),
+        "description": f"User turns written by {', '.join(map(public_name, models))} with the "
+                       "user-turn generation probe (userturn), labelled.",
         "tags": ["userturn", "user-turn-probe"],
         "task_categories": ["text-generation"],
         "size_categories": [_size(len(turns))],
         "source_datasets": datasets,
         "configs": [{"config_name": "default",
-                     "data_files": [{"split": "train", "path": "data/*.parquet"}]}],
+                     "data_files": [{"split": "train", "path": "data/train-*.parquet"}]}],
+        "dataset_info": {"features": _card_features(RUN_COLUMNS),
+                         "splits": [{"name": "train", "num_examples": len(turns)}]},
         "userturn": {
             "version": __version__,
-            "models": [{"name": m, "revision": revisions.get(m), "license": _licence([m])}
-                       for m in models],
+            "models": [{"name": public_name(m), "revision": revisions.get(m),
+                        "license": _licence([m])} for m in models],
             "datasets": [{"name": d, "license": _licence([d])} for d in datasets],
             "label_sources": sources,
             "label_order": meta.label_sources,
@@ -106,7 +218,8 @@ def run_card(meta: RunMeta, turns: Sequence[Turn], summary: Sequence[SummaryRow]
              f"[{_pct(r.follow_up.low)}, {_pct(r.follow_up.high)}] |" for r in summary]
     body = "\n".join([
         f"# userturn run {name}", "",
-        f"{len(turns)} user turns written by {', '.join(models) or 'no model'} with the "
+        f"{len(turns)} user turns written by {', '.join(map(public_name, models)) or 'no model'}"
+        " with the "
         "user-turn generation probe (userturn): after a user query and an assistant answer, a "
         "USER turn is opened in the model's own chat template and the model writes it. Each "
         "row is one generated user turn with its conversation, its labels from every source "
@@ -115,7 +228,9 @@ def run_card(meta: RunMeta, turns: Sequence[Turn], summary: Sequence[SummaryRow]
         "|---|---|---|---|---|---|---|", *lines, "",
         "The rate is over labelled and undecided turns, with a 95% Wilson interval clustered by "
         "item. Licences marked `unknown` are of sources userturn does not know (a local file, a "
-        "hub model): state them before sharing.", ""])
+        "hub model): state them before sharing.", "",
+        "Open it with `datasets.load_dataset(\"FOLDER\")` (the split `train`).", "",
+        "## Columns", "", *_column_table(RUN_COLUMNS), ""])
     return _card(header, body)
 
 
@@ -133,21 +248,20 @@ def export_corpus(out: Path, *, force: bool = False, path: Path = CORPUS_FILE) -
             "user_turn": row["user_turn"], "label": row["label"],
             "annotator_a": row.get("annotations", {}).get("A"),
             "annotator_b": row.get("annotations", {}).get("B"), "how": row.get("how"),
-            "kind": source.get("kind"), "model": source.get("model"),
+            "kind": source.get("kind"),
+            "model": public_name(source["model"]) if source.get("model") else None,
             "dataset": source.get("dataset"), "temperature": source.get("temperature"),
             "perturbation": source.get("perturbation"),
             # The rest of the provenance differs by kind (an authored case's intended label):
             # one JSON column keeps every field without a sparse schema.
-            "source": json.dumps(source, sort_keys=True)})
+            "source": json.dumps({**source, **({"model": public_name(source["model"])}
+                                               if source.get("model") else {})},
+                                 sort_keys=True)})
     counts = {split: len(rows) for split, rows in sorted(splits.items())}
 
     def build(folder: Path) -> None:
-        table = datasets.DatasetDict({split: datasets.Dataset.from_list(rows)
-                                      for split, rows in sorted(splits.items())})
-        table.save_to_disk(str(folder))
-        (folder / "data").mkdir()
-        for split, part in table.items():
-            part.to_parquet(str(folder / "data" / f"{split}-00000-of-00001.parquet"))
+        _write_splits(folder, {split: datasets.Dataset.from_list(
+            rows, features=features(CORPUS_COLUMNS)) for split, rows in sorted(splits.items())})
         (folder / "README.md").write_text(corpus_card(splits), encoding="utf-8")
 
     write_folder(out, build, force=force)
@@ -165,8 +279,11 @@ def corpus_card(splits: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     datasets = sorted({r["dataset"] for r in rows if r["dataset"]})
     header = {
         "pretty_name": "userturn labelled user turns",
-        # Every source is Apache-2.0 (docs/corpus.md); the authored cases are userturn's own.
-        "license": "apache-2.0",
+        # One licence where every source has it (docs/corpus.md), else "other" or "unknown".
+        "license": _licence([*models, *datasets], CORPUS_LICENCES),
+        "description": "User turns after an assistant answer, each labelled by two blind "
+                       "annotators and adjudicated where they disagreed (userturn's label "
+                       "set).",
         "tags": ["userturn", "user-turn-probe"],
         "task_categories": ["text-classification"],
         "size_categories": [_size(len(rows))],
@@ -174,10 +291,14 @@ def corpus_card(splits: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
         "configs": [{"config_name": "default",
                      "data_files": [{"split": split, "path": f"data/{split}-*.parquet"}
                                     for split in sorted(splits)]}],
+        "dataset_info": {"features": _card_features(CORPUS_COLUMNS),
+                         "splits": [{"name": split, "num_examples": len(part)}
+                                    for split, part in sorted(splits.items())]},
         "userturn": {
             "version": __version__,
-            "models": [{"name": m, "license": _licence([m])} for m in models],
-            "datasets": [{"name": d, "license": _licence([d])} for d in datasets],
+            "models": [{"name": m, "license": _licence([m], CORPUS_LICENCES)} for m in models],
+            "datasets": [{"name": d, "license": _licence([d], CORPUS_LICENCES)}
+                         for d in datasets],
             "label_sources": ["annotator A", "annotator B", "adjudicator"],
             "labels": {label: dict(sorted(by_split.items()))
                        for label, by_split in sorted(labels.items())},
@@ -188,7 +309,11 @@ def corpus_card(splits: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
         f"{len(rows)} distinct user turns with the query and the assistant answer they follow, "
         "each labelled by two blind annotators and adjudicated where they disagreed (the label "
         "set of userturn's docs/labels.md; how the corpus was made: docs/corpus.md). Splits: "
-        + ", ".join(f"{split} {len(part)}" for split, part in sorted(splits.items())) + ".", ""])
+        + ", ".join(f"{split} {len(part)}" for split, part in sorted(splits.items())) + ". "
+        "`datasets.load_dataset(\"FOLDER\")` keeps the split names (`dev` stays `dev`).", "",
+        "Licences per source (docs/corpus.md): " + "; ".join(
+            f"{name} {_licence([name], CORPUS_LICENCES)}" for name in [*models, *datasets])
+        + ".", "", "## Columns", "", *_column_table(CORPUS_COLUMNS), ""])
     return _card(header, body)
 
 
@@ -203,10 +328,23 @@ def _card(header: Mapping[str, Any], body: str) -> str:
     return f"---\n{yaml.safe_dump(dict(header), sort_keys=False, allow_unicode=True)}---\n\n{body}"
 
 
-def _licence(names: Sequence[str]) -> str:
+def public_name(model: str) -> str:
+    """A model as a card may name it: a local file or folder by its last part
+    (``llamacpp/corpus/work/qwen...gguf`` -> ``llamacpp/qwen...gguf``), never the path on the
+    machine that made the rows; a hub id or an embedded name as it is."""
+    backend, _, rest = model.partition("/")
+    if backend in ("transformers", "vllm", "llamacpp") and rest:
+        return f"{backend}/{public_name(rest)}"
+    if model.startswith(("/", ".", "~")) or model.count("/") > 1 or re.search(
+            r"\.(gguf|bin|safetensors)$", model):
+        return Path(model).name
+    return model
+
+
+def _licence(names: Sequence[str], known: Mapping[str, str] = LICENCES) -> str:
     """One licence id where every source shares it; ``other`` where they differ or one is
     unknown (the card's ``userturn`` block names each)."""
-    found = {LICENCES.get(_short(name), UNKNOWN) for name in names}
+    found = {known.get(_short(public_name(name)), UNKNOWN) for name in names}
     return found.pop() if len(found) == 1 and UNKNOWN not in found else (
         UNKNOWN if found == {UNKNOWN} else "other")
 

@@ -9,16 +9,20 @@ follow-up rates (one per condition, with their 95% intervals) as the log's resul
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from userturn import __version__
 from userturn.errors import UserturnError
 from userturn.integrations.optional import require
 from userturn.report.summary import SummaryRow
 from userturn.report.view import read_run
+from userturn.stats.rates import clustered_rate
 from userturn.store.atomic import refuse_to_replace, write_file
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
@@ -38,14 +42,20 @@ def export_inspect(store: RunStore, out: Path, *, force: bool = False) -> int:
     refuse_to_replace(out, force)
     view = read_run(store)
     meta = view.meta
-    samples = [_sample(turn, meta.config.get("system_prompt")) for turn in view.turns]
+    tokens = {key: (row["prompt_tokens"] or 0, row["completion_tokens"] or 0)
+              for key, row in store.generations([turn.key for turn in view.turns]).items()}
+    samples = [_sample(turn, meta.config.get("system_prompt"), tokens.get(turn.key))
+               for turn in view.turns]
     log = log_module.EvalLog(
         status="success", eval=_spec(meta, view.turns, Path(store.folder)),
-        results=log_module.EvalResults(total_samples=len(samples),
-                                       completed_samples=len(samples),
-                                       scores=[_score(row) for row in view.summary()]),
+        results=log_module.EvalResults(
+            total_samples=len(samples), completed_samples=len(samples),
+            # The first score is Inspect's headline (evals_df's score_headline_*): the whole
+            # run pooled; then one per condition.
+            scores=[_headline(view.turns), *(_score(row) for row in view.summary())]),
         stats=log_module.EvalStats(started_at=_when(meta.started),
-                                   completed_at=_when(meta.finished)),
+                                   completed_at=_when(meta.finished),
+                                   model_usage=_usage(view.turns, tokens)),
         samples=samples)
 
     def write(path: Path) -> None:
@@ -66,8 +76,11 @@ def _spec(meta: RunMeta, turns: Sequence[Turn], folder: Path) -> Any:
     models = sorted({t.model for t in turns}) or sorted(meta.models)
     datasets = sorted({t.dataset for t in turns})
     temperatures = sorted({t.temperature for t in turns})
+    # Stable ids: the same run exported twice is the same run and task in Inspect's tables.
+    run_id = _id(str(folder.resolve()), meta.started)
     return EvalSpec(
         created=_when(meta.started) or datetime.now(timezone.utc).isoformat(),
+        run_id=run_id, task_id=_id(run_id, TASK),
         task=TASK, task_version=0,
         dataset=EvalDataset(name=", ".join(datasets), location=str(folder),
                             samples=len(turns)),
@@ -84,7 +97,25 @@ def _spec(meta: RunMeta, turns: Sequence[Turn], folder: Path) -> Any:
                   "versions": meta.versions})
 
 
-def _sample(turn: Turn, system: str | None) -> Any:
+def _id(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:22]
+
+
+def _usage(turns: Sequence[Turn], tokens: Mapping[str, tuple[int, int]]) -> dict[str, Any]:
+    """Tokens of the user turns per model, as the store counted them."""
+    from inspect_ai.model import ModelUsage
+
+    totals: dict[str, list[int]] = {}
+    for turn in turns:
+        sent, written = tokens.get(turn.key, (0, 0))
+        total = totals.setdefault(turn.model, [0, 0])
+        total[0], total[1] = total[0] + sent, total[1] + written
+    return {model: ModelUsage(input_tokens=sent, output_tokens=written,
+                              total_tokens=sent + written)
+            for model, (sent, written) in totals.items()}
+
+
+def _sample(turn: Turn, system: str | None, tokens: tuple[int, int] | None) -> Any:
     from inspect_ai.log import EvalSample
     from inspect_ai.model import (
         ChatMessageAssistant,
@@ -95,16 +126,17 @@ def _sample(turn: Turn, system: str | None) -> Any:
 
     kinds = {"system": ChatMessageSystem, "user": ChatMessageUser,
              "assistant": ChatMessageAssistant}
-    history = [*([{"role": "system", "content": system}] if system and not any(
-        m["role"] == "system" for m in turn.messages) else []), *turn.messages,
-        {"role": "assistant", "content": turn.answer}]
+    *history, last = turn.conversation(system)
     conversation = [kinds[m["role"]](content=m["content"]) for m in history
                     if m["role"] in kinds]
-    generated = ChatMessageUser(content=turn.user_turn)
+    generated = ChatMessageUser(content=last["content"])
     output = ModelOutput.from_content(
         turn.model, turn.user_turn, stop_reason="max_tokens" if turn.finish_reason == "length"
         else "stop", error=turn.error)
+    usage = _usage([turn], {turn.key: tokens}) if tokens else {}
+    output.usage = usage.get(turn.model)
     return EvalSample(
+        model_usage=usage,
         id=turn.key, epoch=1, input=conversation, target="",
         messages=[*conversation, generated], output=output, scores=_scores(turn),
         metadata={"model": turn.model, "dataset": turn.dataset, "item_id": turn.item_id,
@@ -129,8 +161,10 @@ def _scores(turn: Turn) -> dict[str, Any]:
     if turn.counts_toward_rate:
         scores["follow_up"] = Score(value=1.0 if turn.follow_up else 0.0)
     for lab in turn.labels:
+        # A source that abstained is undecided; only one that failed (an error) is invalid.
         scores[f"label:{lab.source}"] = Score(
-            value=lab.label or "invalid", explanation=lab.rationale or lab.error or None,
+            value=turn.source_values(lab.source)[0] or "undecided",
+            explanation=lab.rationale or lab.error or None,
             metadata={"version": lab.version, "probability": lab.probability})
     return scores
 
@@ -144,11 +178,35 @@ def _score(row: SummaryRow) -> Any:
     metrics = {"follow_up_rate": rate.value, "ci_low": rate.low, "ci_high": rate.high,
                "follow_ups": rate.hits, "turns": rate.n, "undecided": row.undecided,
                "invalid": row.invalid, "failed": row.errors}
-    name = (f"follow_up {row.model} {row.dataset} T={row.temperature:g}"
-            + (f" {row.perturbation}" if row.perturbation != "none" else "")
-            + (f" answerer={row.answerer}" if row.answerer != "self" else ""))
+    name = score_name(row)
     return EvalScore(name=name, scorer=TASK, scored_samples=rate.n,
                      unscored_samples=row.invalid + row.errors, metadata=condition,
+                     metrics={key: EvalMetric(name=key, value=_finite(value))
+                              for key, value in metrics.items()})
+
+
+def score_name(row: SummaryRow) -> str:
+    """A condition's score name, one word so evals_df's columns are too:
+    ``follow_up_smollm2_gsm_symbolic_t0_7`` (then the perturbation and answerer where set)."""
+    parts = [row.model, row.dataset, f"t{row.temperature:g}",
+             *([row.perturbation] if row.perturbation != "none" else []),
+             *([f"answerer {row.answerer}"] if row.answerer != "self" else [])]
+    return "follow_up_" + "_".join(re.sub(r"[^A-Za-z0-9]+", "_", part).strip("_")
+                                   for part in parts)
+
+
+def _headline(turns: Sequence[Turn]) -> Any:
+    """The run's follow-up rate over every condition pooled (the turns that count toward a
+    rate), clustered by item: Inspect shows the first score as the log's headline."""
+    from inspect_ai.log import EvalMetric, EvalScore
+
+    counted = [t for t in turns if t.counts_toward_rate]
+    rate = clustered_rate(((t.dataset, t.item_id), t.follow_up) for t in counted)
+    metrics = {"follow_up_rate": rate.value, "ci_low": rate.low, "ci_high": rate.high,
+               "follow_ups": rate.hits, "turns": rate.n}
+    return EvalScore(name="follow_up", scorer=TASK, scored_samples=rate.n,
+                     unscored_samples=len(turns) - len(counted),
+                     metadata={"conditions": "all, pooled"},
                      metrics={key: EvalMetric(name=key, value=_finite(value))
                               for key, value in metrics.items()})
 

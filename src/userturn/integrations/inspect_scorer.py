@@ -5,6 +5,7 @@ follow-up rate. Public as ``userturn.inspect`` (docs/integrations.md)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any, Sequence
 
 from inspect_ai.scorer import (
@@ -24,10 +25,12 @@ from userturn.records import LABELLERS, Case, Label, Labeller
 UNDECIDED, INVALID = "undecided", "invalid"
 
 
-@metric
+# Each epoch's turn is an observation of its own (a user turn sampled again): the metric takes
+# the scores unreduced, so Inspect never averages a label (a string) into a number.
+@metric(scores="unreduced")
 def follow_up_rate() -> Metric:
     """The share of ``follow_up`` labels among the labelled and undecided turns (an invalid
-    verdict is out of the denominator, as in ``userturn report``)."""
+    verdict is out of the denominator, as in ``userturn report``), each epoch's turn counted."""
     def rate(scores: list[SampleScore]) -> float:
         labels = [_label_of(s.score) for s in scores]
         counted = [label for label in labels if label != INVALID]
@@ -44,7 +47,8 @@ def _label_of(score: Score) -> str:
 
 @scorer(metrics=[follow_up_rate()])
 def user_turn_label(labeller: Labeller = "cascade", judge: str | None = None,
-                    judge_base_url: str | None = None) -> Scorer:
+                    judge_base_url: str | None = None,
+                    classifier: str | Path | None = None) -> Scorer:
     """Label the last user message of each sample with userturn's labeller.
 
     ``labeller``: ``cascade`` (the rules, then the offline classifier: the default),
@@ -52,8 +56,10 @@ def user_turn_label(labeller: Labeller = "cascade", judge: str | None = None,
     (``openai/MODEL`` or a local model, as ``userturn judge --judge``) that labels what the rules
     leave undecided, in place of the classifier. The score's value is the label
     (``undecided`` / ``invalid`` where there is none), its explanation the rationale and its
-    metadata the source and, for the classifier, the probability."""
-    label = _labeller(labeller, judge, judge_base_url)
+    metadata the source and, for the classifier, the probability. ``classifier``: its
+    parameters, as ``userturn classify --classifier`` takes them (a file, or ``form`` for the
+    shipped form-only set); default the shipped context classifier."""
+    label = _labeller(labeller, judge, judge_base_url, classifier)
 
     async def score(state: TaskState, target: Target) -> Score:
         case = last_user_turn([(m.role, m.text) for m in state.messages])
@@ -85,11 +91,12 @@ def last_user_turn(messages: Sequence[tuple[str, str]]) -> Case | str:
     return Case(query, messages[answers[-1]][1], text.strip(), text)
 
 
-def _labeller(labeller: Labeller, judge: str | None, base_url: str | None) -> Any:
+def _labeller(labeller: Labeller, judge: str | None, base_url: str | None,
+              classifier: str | Path | None) -> Any:
     """case -> Label: the rules first where they take part; then the judge, or the classifier."""
     if labeller not in LABELLERS:
         raise ConfigError(f"unknown labeller {labeller!r}: {', '.join(LABELLERS)}")
-    from userturn.labels.classifier import LearnedClassifier
+    from userturn.labels.classifier import LearnedClassifier, parameters_file
     from userturn.labels.rules import RulesClassifier
 
     rules = RulesClassifier()
@@ -99,7 +106,7 @@ def _labeller(labeller: Labeller, judge: str | None, base_url: str | None) -> An
 
         deciding = judge_from_spec(judge, base_url=base_url)
     elif labeller != "rules":
-        deciding = LearnedClassifier()
+        deciding = LearnedClassifier(path=parameters_file(classifier) if classifier else None)
 
     def label(case: Case) -> Label:
         if labeller == "classifier" and not judge:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import yaml
 
-from userturn.errors import UserturnError
+from userturn.errors import ModelError, UserturnError
 from userturn.integrations.folders import write_folder
 from userturn.records import HUMAN
 from userturn.store.database import RunStore
@@ -34,21 +34,32 @@ from userturn.store.rows import PlanRow
 FORMAT = "userturn-lm-eval/1"
 DOCS_LOADER = "userturn_docs.py"
 MANIFEST = "userturn_export.json"
-LOADER_SOURCE = '''"""Loads this folder's documents for lm-evaluation-harness (written by `userturn export-task`).
+# The oldest lm-eval the task folder is tested on (0.4.8 refuses `custom_dataset`).
+MIN_LM_EVAL = (0, 4, 13)
+LOADER_SOURCE = f'''"""Loads this folder's documents for lm-evaluation-harness (written by `userturn export-task`).
 
 The task YAMLs name this loader (`custom_dataset`), so the folder can be moved or copied to
 another machine and still finds its JSONL files beside it."""
 
+from importlib import metadata
 from pathlib import Path
 
 import datasets
 
 HERE = Path(__file__).resolve().parent
+MINIMUM = {MIN_LM_EVAL!r}
 
 
 def load(docs, **_):
+    try:
+        found = metadata.version("lm_eval")
+    except metadata.PackageNotFoundError:
+        found = None
+    if found is not None and tuple(int(p) for p in found.split(".")[:3] if p.isdigit()) < MINIMUM:
+        raise RuntimeError(f"userturn's task folder needs lm-eval >= {{'.'.join(map(str, MINIMUM))}} "
+                           f"(this is {{found}}): pip install -U lm-eval")
     return datasets.DatasetDict(
-        {"test": datasets.load_dataset("json", data_files=str(HERE / docs), split="train")})
+        {{"test": datasets.load_dataset("json", data_files=str(HERE / docs), split="train")}})
 '''
 
 
@@ -65,6 +76,8 @@ class ExportedTask:
     max_tokens: int
     stop: tuple[str, ...]
     docs: int
+    location: str | None = None
+    """Where lm-eval loads the model from (``pretrained=``); None: userturn cannot say."""
 
 
 # -- export ---------------------------------------------------------------------------------
@@ -89,7 +102,8 @@ def export_task(store: RunStore, out: Path, *, force: bool = False) -> list[Expo
     export = hashlib.sha256(json.dumps([str(Path(store.folder).resolve()), meta.started,
                                         sorted(r.key for r in plan)]).encode()
                             ).hexdigest()[:16]
-    run = {"config": meta.config,
+    locations = {model: _location(model) for model in sorted({row.model for row in plan})}
+    run = {"config": meta.config, "locations": locations,
            "models": {spec: model.model_dump(exclude_none=True)
                       for spec, model in meta.models.items()},
            "versions": meta.versions, "source": str(Path(store.folder).resolve()),
@@ -102,7 +116,7 @@ def export_task(store: RunStore, out: Path, *, force: bool = False) -> list[Expo
         answer = answers.get(row.assistant_key) if row.assistant_key else None
         groups.setdefault(group, []).append(_doc(row, gen, answer, contexts.get(row.context),
                                                  items[row.dataset].get(row.item_id), run))
-    tasks = _name_tasks(groups)
+    tasks = [replace(task, location=locations.get(task.model)) for task in _name_tasks(groups)]
 
     def build(folder: Path) -> None:
         (folder / DOCS_LOADER).write_text(LOADER_SOURCE, encoding="utf-8")
@@ -115,11 +129,21 @@ def export_task(store: RunStore, out: Path, *, force: bool = False) -> list[Expo
             {"format": FORMAT, "export": export, "run": run["source"],
              "tasks": [task.__dict__ for task in tasks]}, indent=1, ensure_ascii=False),
             encoding="utf-8")
-        (folder / "README.md").write_text(task_readme(tasks, folder_name=Path(out).name),
+        (folder / "README.md").write_text(task_readme(tasks, Path(out).resolve()),
                                           encoding="utf-8")
 
     write_folder(out, build, force=force)
     return tasks
+
+
+def _location(model: str) -> str | None:
+    """Where lm-eval loads ``model`` from (None: a model with no weights to load)."""
+    from userturn.backends.models import model_location
+
+    try:
+        return model_location(model)
+    except ModelError:
+        return None
 
 
 def _assistants(store: RunStore, plan: Sequence[PlanRow]) -> dict[str, dict[str, Any]]:
@@ -218,17 +242,24 @@ def task_yaml(task: ExportedTask) -> str:
             f"custom_dataset: !function {DOCS_LOADER[:-3]}.load\n{body}")
 
 
-def task_readme(tasks: Sequence[ExportedTask], folder_name: str) -> str:
+def task_readme(tasks: Sequence[ExportedTask], folder: Path) -> str:
+    version = ".".join(map(str, MIN_LM_EVAL))
     lines = ["# userturn: the user-turn pass as lm-evaluation-harness tasks", "",
              "Each document is the probe prompt of one planned user turn (item, condition, "
              "sample), exactly as the run stored it. Run every task of a model with lm-eval "
-             "on any backend (no `--apply_chat_template`: the prompt already is the chat "
-             "text), then read the samples back with userturn:", ""]
+             f"{version} or later on any backend (no `--apply_chat_template`: the prompt "
+             "already is the chat text), then read the samples back with userturn. The "
+             "commands name this folder where it was written; a copy elsewhere takes its "
+             "own path.", ""]
     for tag in dict.fromkeys(task.tag for task in tasks):
-        model = next(task.model for task in tasks if task.tag == tag)
+        task = next(task for task in tasks if task.tag == tag)
+        where = task.location or f"PATH_OR_HUB_ID_OF_{_slug(task.model)}"
+        if task.location is None:
+            lines += [f"{task.model} has no weights userturn can point lm-eval at: give "
+                      "the model's folder or hub id.", ""]
         lines += ["```bash",
-                  f"lm-eval run --model hf --model_args pretrained=PATH_OR_ID_OF_{_slug(model)} "
-                  f"\\\n    --include_path {folder_name} --tasks {tag} --log_samples "
+                  f"lm-eval run --model hf --model_args pretrained={where} dtype=float32 "
+                  f"\\\n    --include_path {folder} --tasks {tag} --log_samples "
                   "--output_path lmeval-out",
                   f"userturn import --from lm-eval lmeval-out -o runs/{tag}-lmeval",
                   "```", ""]

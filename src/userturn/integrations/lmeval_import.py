@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence, cast
 
@@ -54,16 +54,21 @@ class _Sample:
     answer: _Answer | None
 
 
-def import_samples(paths: Sequence[Path], out: Path, *,
-                   labeller: Labeller | None = None) -> Imported:
+def import_samples(paths: Sequence[Path], out: Path, *, labeller: Labeller | None = None,
+                   allow_model_mismatch: bool = False) -> Imported:
     """Read lm-eval ``--log_samples`` files (or folders holding ``samples_*.jsonl``) of tasks
     that ``export_task`` wrote into a new run folder ``out``, and label the user turns offline
     (the run's own labeller unless ``labeller`` is given). Every bad or mismatched file is
-    refused in one line, before anything is written."""
+    refused in one line, before anything is written; so are samples of a model that cannot be
+    the run's (lm-eval's ``--model`` and ``--model_args``, from the results file beside them),
+    unless ``allow_model_mismatch``."""
     files = sample_files(paths)
     samples = [sample for path in files for sample in _read(path)]
     if not samples:
         raise UserturnError(f"{', '.join(map(str, paths))}: no lm-eval samples in it")
+    ran = {path: ran_model(path) for path in files}
+    for sample in samples:
+        _check_model(sample, ran[Path(sample.where.rsplit(":", 1)[0])], allow_model_mismatch)
     exports = {s.run["export"] for s in samples}
     if len(exports) > 1:
         raise UserturnError("the samples come from different userturn exports "
@@ -78,7 +83,8 @@ def import_samples(paths: Sequence[Path], out: Path, *,
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise StoreError(f"{out} exists and is not empty: import into a new run folder")
     run = samples[0].run
-    meta = _run_meta(samples[0].where, run, out, files)
+    meta = _run_meta(samples[0].where, run, out, files, list(ran.values()),
+                     allow_model_mismatch)
     chosen = labeller or meta.config.get("labeller") or "cascade"
     if chosen not in LABELLERS:
         raise UserturnError(f"unknown labeller {chosen!r}: {', '.join(LABELLERS)}")
@@ -94,9 +100,10 @@ def import_samples(paths: Sequence[Path], out: Path, *,
     return Imported(len(samples), len(files), exports.pop())
 
 
-def _run_meta(where: str, run: Mapping[str, Any], out: Path, files: Sequence[Path]) -> RunMeta:
+def _run_meta(where: str, run: Mapping[str, Any], out: Path, files: Sequence[Path],
+              ran: Sequence[RanModel], mismatch_allowed: bool) -> RunMeta:
     """The new run's metadata: the exported run's settings, models and versions (its output
-    the new folder), and where the turns came from."""
+    the new folder), and where the turns came from: the files, and the model lm-eval ran."""
     config = dict(run.get("config") or {})
     config["output"] = str(out)
     try:
@@ -104,11 +111,76 @@ def _run_meta(where: str, run: Mapping[str, Any], out: Path, files: Sequence[Pat
             "config": config, "models": run.get("models") or {},
             "versions": run.get("versions") or {}, "started": time.time(), "finished": None,
             "imported_from": {"harness": "lm-eval", "export": run["export"],
-                              "run": run.get("source"), "files": [str(path) for path in files]}})
+                              "run": run.get("source"), "files": [str(path) for path in files],
+                              "lm_eval": [asdict(model) for model in dict.fromkeys(ran)],
+                              "model_mismatch_allowed": mismatch_allowed}})
     except ValidationError as exc:
         first = exc.errors()[0]
         raise UserturnError(f"{where}: the exported run's metadata is damaged "
                             f"({'.'.join(map(str, first['loc']))}: {first['msg']})") from None
+
+
+@dataclass(frozen=True)
+class RanModel:
+    """The model lm-eval ran, as its results file says (None: no results file was found)."""
+
+    results: str | None
+    model: str | None = None
+    model_args: str | None = None
+    lm_eval_version: str | None = None
+
+    @property
+    def loaded(self) -> str | None:
+        """What it loaded: ``pretrained=`` (hf, vllm) or ``model=`` (API backends)."""
+        args = dict(part.split("=", 1) for part in (self.model_args or "").split(",")
+                    if "=" in part)
+        return args.get("pretrained") or args.get("model")
+
+
+def ran_model(samples: Path) -> RanModel:
+    """The model and model_args of lm-eval's run that wrote ``samples``: its ``results_*.json``
+    beside it (the one of the same time, else the only one)."""
+    stamp = samples.stem.rsplit("_", 1)[-1]
+    found = sorted(samples.parent.glob(f"results_{stamp}.json")) or sorted(
+        samples.parent.glob("results_*.json"))
+    if len(found) != 1:
+        return RanModel(None)
+    try:
+        results = json.loads(found[0].read_text(encoding="utf-8"))
+        config = results.get("config") or {}
+        args = config.get("model_args")
+        if isinstance(args, dict):
+            args = ",".join(f"{key}={value}" for key, value in args.items())
+        return RanModel(str(found[0]), config.get("model"), args or "",
+                        results.get("lm_eval_version"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+        raise UserturnError(f"{found[0]}: not an lm-eval results file ({exc})") from None
+
+
+def _check_model(sample: _Sample, ran: RanModel, allowed: bool) -> None:
+    """The samples are of the run's model: lm-eval loaded the model's spec, its name or the
+    location the export wrote (``pretrained=``). Anything else would store another model's
+    turns under the run's model and revision."""
+    if allowed:
+        return
+    spec = sample.plan.model
+    if ran.results is None:
+        raise UserturnError(f"{sample.where}: no lm-eval results_*.json beside it, so which "
+                            "model wrote these turns is unknown: give lm-eval's --output_path "
+                            "folder, or --allow-model-mismatch to store them as "
+                            f"{spec}'s anyway")
+    location = (sample.run.get("locations") or {}).get(spec)
+    accepted = {spec, spec.split("/", 1)[1] if spec.startswith(
+        ("transformers/", "vllm/", "llamacpp/")) else spec, location}
+    loaded = ran.loaded
+    same = loaded is not None and (loaded.rstrip("/") in accepted or (
+        location is not None and Path(loaded).expanduser().resolve() == Path(location)))
+    if not same:
+        raise UserturnError(f"{sample.where}: lm-eval ran --model {ran.model} --model_args "
+                            f"{ran.model_args or '(none)'}, not the run's model {spec}"
+                            + (f" ({location})" if location else "")
+                            + ": give --allow-model-mismatch to store its turns as "
+                            f"{spec}'s anyway")
 
 
 def sample_files(paths: Sequence[Path]) -> list[Path]:

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 import re
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -361,13 +362,14 @@ class SharedReader:
         stored, stored_by = corpus_readings()
         self.known = stored if stored_by == name else {}
         self._scorer: ContextScorer | None = None
+        self._lock = threading.RLock()  # one thread loads or reads at a time (see _READERS_LOCK)
 
     def scorer(self) -> ContextScorer:
-        if self._scorer is None:
-            from userturn.labels.context import SCORER_MODEL, ContextScorer
-
-            self._scorer = ContextScorer(SCORER_MODEL)
-        return self._scorer
+        with self._lock:
+            if self._scorer is None:
+                from userturn.labels.context import SCORER_MODEL, ContextScorer
+                self._scorer = ContextScorer(SCORER_MODEL)
+            return self._scorer
 
     def prepare(self, cases: Sequence[Case]) -> None:
         """Read ``cases`` ahead, together (turns after one answer share their passes)."""
@@ -375,16 +377,20 @@ class SharedReader:
 
         unread = [case for case in cases if case_key(case) not in self.known]
         if unread:
-            self.scorer().read_many(unread)
+            with self._lock:
+                self.scorer().read_many(unread)
 
     def __call__(self, case: Case) -> ContextReading:
         from userturn.labels.context import case_key
 
         reading = self.known.get(case_key(case))
-        return reading if reading is not None else self.scorer().read(case)
+        with self._lock:
+            return reading if reading is not None else self.scorer().read(case)
 
 
 _READERS: dict[str, SharedReader] = {}
+# Threads (Inspect's scorers) importing transformers at once fail; a scorer's caches are unshared.
+_READERS_LOCK = threading.Lock()
 
 
 def shared_reader(expected: str) -> SharedReader:
@@ -398,9 +404,9 @@ def shared_reader(expected: str) -> SharedReader:
         raise ConfigError(f"the classifier was trained with the context scorer {expected}, this "
                           f"machine has {name}: retrain it with `userturn train-classifier "
                           "--context hidden`, or label with --labeller rules")
-    if name not in _READERS:
-        _READERS[name] = SharedReader(name)
-    return _READERS[name]
+    with _READERS_LOCK:
+        found = _READERS[name] = _READERS.get(name) or SharedReader(name)
+        return found
 
 
 def label_cases(labeller: Labeller, cases: Sequence[Case], classifier: Path | None = None,

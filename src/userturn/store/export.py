@@ -1,5 +1,6 @@
 """Export a run's user turns (with query, answer, labels, task score) for pandas or DuckDB users:
-one row per :class:`~userturn.store.turns.Turn`, the columns of :data:`~userturn.store.turns.COLUMNS`."""
+one row per :class:`~userturn.store.turns.Turn`, the columns of :data:`~userturn.store.turns.COLUMNS`
+and every label source's label and probability (:func:`~userturn.store.turns.flat_records`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Sequence
 
 from userturn.errors import UserturnError
 from userturn.store.atomic import refuse_to_replace, write_file
-from userturn.store.turns import COLUMNS, Turn
+from userturn.store.turns import Turn, flat_records
 
 
 def export_user_turns(turns: Sequence[Turn], out: Path, fmt: str, *, force: bool = False) -> int:
@@ -20,7 +21,7 @@ def export_user_turns(turns: Sequence[Turn], out: Path, fmt: str, *, force: bool
     if fmt not in ("jsonl", "csv", "parquet"):
         raise UserturnError(f"unknown export format {fmt!r}")
     refuse_to_replace(Path(out), force)
-    records = [turn.record() for turn in turns]
+    columns, records = flat_records(turns)
 
     def write(path: Path) -> None:
         if fmt == "jsonl":
@@ -29,7 +30,7 @@ def export_user_turns(turns: Sequence[Turn], out: Path, fmt: str, *, force: bool
                     handle.write(json.dumps(record, ensure_ascii=False) + "\n")
         elif fmt == "csv":
             with path.open("w", encoding="utf-8", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+                writer = csv.DictWriter(handle, fieldnames=columns)
                 writer.writeheader()
                 writer.writerows(records)
         else:
@@ -40,7 +41,7 @@ def export_user_turns(turns: Sequence[Turn], out: Path, fmt: str, *, force: bool
                 raise UserturnError("Parquet export needs pyarrow: pip install "
                                     "'userturn[export]'") from None
             table = pa.Table.from_pylist(records) if records else pa.table(
-                {c: [] for c in COLUMNS})
+                {c: [] for c in columns})
             pq.write_table(table, path)
 
     write_file(Path(out), write, force=force)

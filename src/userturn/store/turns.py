@@ -9,6 +9,7 @@ of a user turn, used by the export, the report's ``user_turns`` table and the sa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -126,6 +127,55 @@ class Turn:
     def record(self) -> dict[str, Any]:
         """The turn as one flat row of :data:`COLUMNS`."""
         return {name: getattr(self, name) for name in COLUMNS}
+
+    def conversation(self, system: str | None = None) -> list[dict[str, str]]:
+        """The whole conversation the turn was generated in, then the generated turn: the
+        run's system prompt (``system``, where the item has none of its own), the item's
+        messages up to the query, the assistant answer as shown, and the user turn. One
+        meaning in every export (the Inspect log's messages, the dataset's ``messages``)."""
+        opening = [{"role": "system", "content": system}] if system and not any(
+            m["role"] == "system" for m in self.messages) else []
+        return [*opening, *({"role": m["role"], "content": m["content"]} for m in self.messages),
+                {"role": "assistant", "content": self.answer},
+                {"role": "user", "content": self.user_turn}]
+
+    def source_values(self, source: str) -> tuple[str | None, float | None]:
+        """What ``source`` said of the turn: its label (``undecided`` where it abstained,
+        ``invalid`` where it failed) and probability; (None, None) where it did not label it."""
+        lab = next((lab for lab in self.labels if lab.source == source), None)
+        if lab is None:
+            return None, None
+        return lab.label or ("invalid" if lab.error else "undecided"), lab.probability
+
+
+def source_column(source: str) -> str:
+    """The flat column of a label source: ``label_rules``, ``label_judge_x_r1`` (characters
+    other than letters and digits as ``_``, so a column reads as one word in pandas and SQL)."""
+    return "label_" + re.sub(r"[^A-Za-z0-9]+", "_", source).strip("_")
+
+
+def flat_columns(sources: Sequence[str]) -> list[str]:
+    """:data:`COLUMNS`, then every source's label and probability (``probability_SOURCE``)."""
+    return [*COLUMNS, *[name for source in sources for name in (
+        source_column(source), "probability" + source_column(source)[len("label"):])]]
+
+
+def flat_records(turns: Sequence[Turn]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The columns and rows of a flat export (CSV, JSON Lines, Parquet, a DataFrame): one row
+    per turn with :data:`COLUMNS` and the label of every source that labelled a turn of the
+    run (empty where that source did not label the turn), as the Hugging Face export's
+    ``labels`` keeps them."""
+    sources = list(dict.fromkeys(lab.source for turn in turns for lab in turn.labels))
+    columns = flat_columns(sources)
+    rows = []
+    for turn in turns:
+        row = turn.record()
+        for source in sources:
+            label, probability = turn.source_values(source)
+            column = source_column(source)
+            row[column], row["probability" + column[len("label"):]] = label, probability
+        rows.append(row)
+    return columns, rows
 
 
 @dataclass(frozen=True)
