@@ -10,6 +10,11 @@ scorer (where the parameters read turns in context) before labelling.
 
     .venv/bin/python benchmarks/labelling_cost.py [--items 4] [--samples 4] [--classifier form]
     .venv/bin/python benchmarks/labelling_cost.py --model tiny --items 1 --samples 1 --max-tokens 4
+
+With ``--judge SPEC`` (a local model: llama.cpp, transformers) the same turns are also labelled by
+that judge on every turn (scope all), its verdict read from the labels' probabilities, after one
+warm-up case that reads the rubric once (as a run's first judged turn does); prints the ratio of
+judging time to generation time (target: at most 1).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--classifier", default=None,
                         help="the classifier's parameters: a file, or a shipped set by name "
                         "(context, the default; form, which reads the turn's form alone)")
+    parser.add_argument("--judge", default=None,
+                        help="also label every turn with this local judge and print its ratio")
     args = parser.parse_args(argv)
     backend = load_backend(args.model, batch_size=8)
     items = load_dataset("gsm_symbolic", limit=args.items).items
@@ -65,6 +72,18 @@ def main(argv: list[str] | None = None) -> None:
     print(f"generation  {n / generating:7.2f} turns/s  ({generating:.1f} s for {n} user turns)")
     print(f"labelling   {n / labelling:7.2f} turns/s  ({labelling:.2f} s; by {by})")
     print(f"labelling / generation time: {labelling / generating:.4f}")
+    if args.judge:
+        from userturn.labels.judge import judge_from_spec
+
+        judge = judge_from_spec(args.judge)
+        judge.classify(Case(items[0].query, "Warm up.", "Ready?", "Ready?"))  # the rubric, once
+        start = time.perf_counter()
+        verdicts = [judge.classify(case) for case in cases]
+        judging = time.perf_counter() - start
+        failed = sum(v.error is not None for v in verdicts)
+        print(f"judging     {n / judging:7.2f} turns/s  ({judging:.1f} s; {judge.name}, "
+              f"{failed} error labels)")
+        print(f"judging / generation time: {judging / generating:.4f}")
 
 
 if __name__ == "__main__":
