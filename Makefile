@@ -73,6 +73,8 @@ test-lmeval: lmeval
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --durations=10
+	# The documented integration commands that generate with SmolLM2 (skipped in make test).
+	USERTURN_SLOW=1 $(BIN)/python -m pytest -q tests/test_docs_integrations.py
 
 # BENCH_ARGS go to the transformers runs (the optional engines keep their own model); a quick
 # check on the tiny model:
