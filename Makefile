@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo train-demo test test-slow test-ray test-lmeval lmeval lint chromium bench clean
+.PHONY: setup demo train-demo test test-slow test-docs test-ray test-lmeval lmeval lint chromium bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,7 +73,9 @@ test-lmeval: lmeval
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow --durations=10
-	# The documented integration commands that generate with SmolLM2 (skipped in make test).
+# The documented integration commands that generate with SmolLM2 (13 minutes on 2 cores; skipped,
+# with the reason, in both runs above): USERTURN_SLOW=1 make test-docs
+test-docs: $(STAMP)
 	USERTURN_SLOW=1 $(BIN)/python -m pytest -q tests/test_docs_integrations.py
 
 # BENCH_ARGS go to the transformers runs (the optional engines keep their own model); a quick

@@ -71,7 +71,7 @@ def read_verdicts(path: Path, judge: str | None) -> dict[str, dict]:
 
 def judge_corpus(spec: str, turns: Sequence[Turn], path: Path, limit: int | None) -> str:
     """Judge the turns not yet in ``path`` (at most ``limit`` in all); returns the judge's name."""
-    from userturn.labels.judge import judge_from_spec
+    from userturn.labels.judges import judge_from_spec
 
     judge = judge_from_spec(spec)
     done = read_verdicts(path, judge.name)

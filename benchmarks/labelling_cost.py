@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"labelling   {n / labelling:7.2f} turns/s  ({labelling:.2f} s; by {by})")
     print(f"labelling / generation time: {labelling / generating:.4f}")
     if args.judge:
-        from userturn.labels.judge import judge_from_spec
+        from userturn.labels.judges import judge_from_spec
 
         judge = judge_from_spec(args.judge)
         judge.classify(Case(items[0].query, "Warm up.", "Ready?", "Ready?"))  # the rubric, once

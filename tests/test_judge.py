@@ -19,9 +19,9 @@ from userturn.labels.judge import (
     VerdictError,
     _retry_after,
     case_message,
-    judge_from_spec,
     parse_verdict,
 )
+from userturn.labels.judges import judge_from_spec
 from userturn.records import LABELS, Case, Label
 
 KEY = "sk-test-SECRET-0123456789"
@@ -332,7 +332,7 @@ def test_request_body_matches_what_each_api_accepts():
 
 def test_openai_judge_without_a_key_is_refused_up_front(monkeypatch):
     from userturn.errors import ConfigError
-    from userturn.labels.judge import judge_from_spec
+    from userturn.labels.judges import judge_from_spec
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)

@@ -14,7 +14,7 @@ import pytest
 from helpers import GSM_ITEMS, GSM_SAMPLES, experiment, undecided_script
 
 from userturn.backends.fake import ScriptedBackend, fake_template
-from userturn.labels.judge import judge_from_spec
+from userturn.labels.judges import judge_from_spec
 from userturn.labels.local_judge import (
     ANSWER_PREFIX,
     OPTIONS,

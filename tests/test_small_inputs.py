@@ -10,7 +10,8 @@ from userturn.backends.fake import ScriptedBackend
 from userturn.cli.main import main
 from userturn.config import load_experiment
 from userturn.errors import ConfigError
-from userturn.labels.judge import Judge, OpenAIChatClient, judge_from_spec
+from userturn.labels.judge import Judge, OpenAIChatClient
+from userturn.labels.judges import judge_from_spec
 from userturn.labels.stages import judge_turns
 from userturn.probe.pipeline import run_experiment
 from userturn.store.database import RunStore

@@ -9,11 +9,10 @@ The Python API (docs/api.md)::
     frame = run.to_pandas()         # the export's columns, one row per user turn
 """
 
-__version__ = "0.1.0"
-
 from userturn.api import Run, classify, load_run, render_user_turn, run  # noqa: E402
 from userturn.errors import UserturnError  # noqa: E402
 from userturn.store.turns import COLUMNS, Answer, Turn  # noqa: E402
+from userturn.version import __version__  # noqa: E402
 
 __all__ = ["COLUMNS", "Answer", "Run", "Turn", "UserturnError", "__version__", "classify", "load_run",
            "render_user_turn", "run"]

@@ -6,7 +6,6 @@ in use. Heavy libraries (torch, pandas, polars) are imported only by the calls t
 
 from __future__ import annotations
 
-import typing
 from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -167,13 +166,9 @@ def classify(cases: Iterable[CaseLike], labeller: str = "rules",
     ``source`` says which). ``classifier``: parameters from ``userturn train-classifier``
     (default: the shipped ones)."""
     from userturn.labels.classifier import label_cases
-    from userturn.records import Labeller
+    from userturn.labels.sources import checked_labeller
 
-    known = typing.get_args(Labeller)
-    if labeller not in known:
-        raise ConfigError(f"unknown labeller {labeller!r}: the labellers are: "
-                          f"{', '.join(known)}")
-    return label_cases(typing.cast(Labeller, labeller), [_case(case) for case in cases],
+    return label_cases(checked_labeller(labeller), [_case(case) for case in cases],
                        Path(classifier) if classifier else None)
 
 

@@ -225,7 +225,7 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
 def _judge(args: argparse.Namespace, console: Console) -> int:
     from userturn.labels.agreement import pairwise_agreement, print_agreement
-    from userturn.labels.judge import judge_from_spec
+    from userturn.labels.judges import judge_from_spec
     from userturn.labels.stages import judge_with_all
     from userturn.report.terminal import print_run
     from userturn.report.view import read_run

@@ -19,7 +19,6 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from userturn import __version__
 from userturn.integrations.folders import write_folder
 from userturn.integrations.optional import require
 from userturn.labels.corpus import CORPUS_FILE
@@ -28,6 +27,7 @@ from userturn.report.view import read_run
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
 from userturn.store.turns import COLUMNS, Turn
+from userturn.version import __version__
 
 # The licences of the sources userturn names itself (docs/datasets.md, docs/corpus.md). A local
 # file or a hub model we do not know is "unknown": the card says so, and the sharer must fill it.

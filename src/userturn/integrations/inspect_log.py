@@ -17,7 +17,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from userturn import __version__
 from userturn.errors import UserturnError
 from userturn.integrations.optional import require
 from userturn.report.summary import SummaryRow
@@ -27,6 +26,7 @@ from userturn.store.atomic import refuse_to_replace, write_file
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
 from userturn.store.turns import Turn
+from userturn.version import __version__
 
 TASK = "userturn"
 PURPOSE = "the Inspect log export"

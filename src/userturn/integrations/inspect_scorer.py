@@ -19,8 +19,7 @@ from inspect_ai.scorer import (
 )
 from inspect_ai.solver import TaskState
 
-from userturn.errors import ConfigError
-from userturn.records import LABELLERS, Case, Label, Labeller
+from userturn.records import Case, Label, Labeller
 
 UNDECIDED, INVALID = "undecided", "invalid"
 
@@ -94,15 +93,16 @@ def last_user_turn(messages: Sequence[tuple[str, str]]) -> Case | str:
 def _labeller(labeller: Labeller, judge: str | None, base_url: str | None,
               classifier: str | Path | None) -> Any:
     """case -> Label: the rules first where they take part; then the judge, or the classifier."""
-    if labeller not in LABELLERS:
-        raise ConfigError(f"unknown labeller {labeller!r}: {', '.join(LABELLERS)}")
+    from userturn.labels.sources import checked_labeller
+
+    labeller = checked_labeller(labeller)
     from userturn.labels.classifier import LearnedClassifier, parameters_file
     from userturn.labels.rules import RulesClassifier
 
     rules = RulesClassifier()
     deciding: Any = None
     if judge:
-        from userturn.labels.judge import judge_from_spec
+        from userturn.labels.judges import judge_from_spec
 
         deciding = judge_from_spec(judge, base_url=base_url)
     elif labeller != "rules":

@@ -14,8 +14,9 @@ from pydantic import ValidationError
 
 from userturn.errors import StoreError, UserturnError
 from userturn.integrations.lmeval import FORMAT
+from userturn.labels.sources import checked_labeller
 from userturn.labels.stages import label_turns
-from userturn.records import LABELLERS, Generation, GenerationParams, Labeller, Request, Score
+from userturn.records import Generation, GenerationParams, Labeller, Request, Score
 from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.meta import RunMeta
@@ -86,8 +87,7 @@ def import_samples(paths: Sequence[Path], out: Path, *, labeller: Labeller | Non
     meta = _run_meta(samples[0].where, run, out, files, list(ran.values()),
                      allow_model_mismatch)
     chosen = labeller or meta.config.get("labeller") or "cascade"
-    if chosen not in LABELLERS:
-        raise UserturnError(f"unknown labeller {chosen!r}: {', '.join(LABELLERS)}")
+    chosen = checked_labeller(chosen)
     with RunLock(out, "import"):
         store = RunStore.create(out)
         try:

@@ -7,15 +7,23 @@ training (:mod:`userturn.train.evaluate`) all take the order from :func:`source_
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, cast
 
+from userturn.errors import ConfigError
+from userturn.records import LABELLERS, Labeller
 from userturn.records import JudgeScopeName as JudgeScope
-from userturn.records import Labeller
 
 RULES = "rules"
 CLASSIFIER = "classifier"
 MAJORITY = "judges:majority"
 OFFLINE = (RULES, CLASSIFIER)
+
+
+def checked_labeller(name: object) -> Labeller:
+    """``name`` as an offline labeller, or the one error every caller gives for another name."""
+    if name not in LABELLERS:
+        raise ConfigError(f"unknown labeller {name!r}: the labellers are {', '.join(LABELLERS)}")
+    return cast(Labeller, name)
 
 
 def source_order(labeller: Labeller, judges: Sequence[str] = (),

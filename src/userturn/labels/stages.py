@@ -19,10 +19,11 @@ from userturn.labels.sources import (
     CLASSIFIER,
     RULES,
     JudgeScope,
+    checked_labeller,
     judge_sources,
     source_order,
 )
-from userturn.records import LABELLERS, Case, Label, Labeller, Progress, silent_progress
+from userturn.records import Case, Label, Labeller, Progress, silent_progress
 from userturn.store.database import RunStore
 from userturn.store.turns import StoredLabel, Turn, read_turns
 
@@ -48,8 +49,7 @@ def label_turns(store: RunStore, labeller: Labeller = "cascade",
     labelled at its version. The cascade resolves a turn to the rules' label where they decide
     and to the classifier's elsewhere. Never generates: re-labelling an old run changes its
     labels only. Returns the labels added."""
-    if labeller not in LABELLERS:
-        raise UserturnError(f"unknown labeller {labeller!r}: cascade, classifier or rules")
+    labeller = checked_labeller(labeller)
     headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
     # The classifier's parameters are loaded first: a bad file is one error before any labelling.
     learned = None if labeller == "rules" else (

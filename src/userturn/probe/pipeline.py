@@ -17,7 +17,6 @@ import time
 import warnings
 from typing import Any, Callable, Mapping, Sequence
 
-from userturn import __version__
 from userturn.backends import Backend, BackendSpec
 from userturn.chat.render import (
     Prompt,
@@ -29,7 +28,8 @@ from userturn.config import Experiment
 from userturn.data import Dataset, load_dataset
 from userturn.errors import TemplateError
 from userturn.labels.classifier import LearnedClassifier
-from userturn.labels.judge import Judge, judge_from_spec
+from userturn.labels.judge import Judge
+from userturn.labels.judges import judge_from_spec
 from userturn.labels.stages import judge_with_all, label_turns
 from userturn.probe.executor import Executor, LocalExecutor
 from userturn.probe.generation import Job, generate_jobs
@@ -55,6 +55,7 @@ from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.rows import ContextRow, GenerationRow, PlanRow
 from userturn.store.sqlite import generation_key
+from userturn.version import __version__
 
 
 def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = None,

@@ -1,0 +1,64 @@
+"""A judge by its spec: an OpenAI-compatible chat API, or a model run here.
+
+``openai/MODEL`` is a chat API whose verdict is written and parsed (:mod:`.judge`); any other model
+spec is loaded here, and where its engine can score continuations (transformers, llama.cpp) the
+verdict is read from the labels' probabilities (:mod:`.local_judge`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import urllib.parse
+from typing import Callable
+
+from userturn.errors import ConfigError
+from userturn.labels.judge import (
+    OPENAI_HOST,
+    BackendChatClient,
+    Judge,
+    OpenAIChatClient,
+)
+
+
+def judge_from_spec(spec: str, *, base_url: str | None = None, api_key: str | None = None,
+                    sleep: Callable[[float], None] = time.sleep) -> Judge:
+    """A judge from a spec: ``openai/MODEL`` is an OpenAI-compatible chat API (the paper used
+    gpt-5.4-mini); any other model spec (``smollm2``, a local folder) is a local model.
+    ``sleep`` is how the API client waits between retries (a test passes one that records)."""
+    provider, _, model = spec.strip().partition("/")
+    if provider != "openai":
+        return local_judge(spec)
+    if not model.strip() or any(c.isspace() for c in model):
+        raise ConfigError(f"unknown judge {spec!r}: expected openai/MODEL, "
+                          "for example openai/gpt-5.4-mini")
+    from userturn.config import check_url
+
+    # The address is checked here, before any request: a typo in --base-url or in
+    # OPENAI_BASE_URL is one line, not a request retried until it gives up.
+    base_url = check_url(base_url) if base_url else check_url(
+        os.environ.get("OPENAI_BASE_URL") or None, "OPENAI_BASE_URL")
+    client = OpenAIChatClient(model, base_url=base_url, api_key=api_key, sleep=sleep)
+    if urllib.parse.urlparse(client.base_url).hostname == OPENAI_HOST and not client.has_key:
+        raise ConfigError(f"judge {spec} calls the OpenAI API: set OPENAI_API_KEY "
+                          "(or give --judge-base-url for a local OpenAI-compatible server)")
+    return Judge(client)
+
+
+def local_judge(spec: str) -> Judge:
+    from userturn.backends import load_backend
+    from userturn.backends.options import OptionScorer
+    from userturn.errors import ModelError
+    from userturn.labels.local_judge import LabelProbabilityJudge
+
+    try:
+        backend = load_backend(spec, batch_size=1)
+    except ModelError as exc:
+        raise ConfigError(f"unknown judge {spec!r}: expected openai/MODEL (for example "
+                          f"openai/gpt-5.4-mini) or a local model ({exc})") from None
+    if isinstance(backend, OptionScorer):
+        # A model we run ourselves: the verdict is read from the labels' probabilities (one
+        # forward pass, a calibrated distribution, nothing to parse).
+        return LabelProbabilityJudge(backend)
+    # One local model, one stream: threads would only contend for the same cores.
+    return Judge(BackendChatClient(backend), concurrency=1)
