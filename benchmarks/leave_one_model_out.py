@@ -88,7 +88,8 @@ Labeller = Callable[[Case], object]
 
 
 def labellers(train: Sequence[Example], dev: Sequence[Example], scorer: str | None,
-              readings: dict[str, ContextReading]) -> dict[str, Labeller]:
+              readings: dict[str, ContextReading], default_only: bool = False
+              ) -> dict[str, Labeller]:
     """Every family, fit on ``train`` and calibrated on ``dev`` (never on the held-out group).
     With a ``scorer`` (the turns carry readings) also the classifiers that read the turn in
     context: the likelihood ratios, and those plus the scorer's hidden state."""
@@ -98,6 +99,9 @@ def labellers(train: Sequence[Example], dev: Sequence[Example], scorer: str | No
     if scorer:
         variants["+context"] = context_meta(scorer, 0)
         variants["+context+hidden"] = context_meta(scorer, HIDDEN_SIZE)
+    if default_only:  # the shipped design alone: the last variant, as cascade and classifier
+        out = {}
+        variants = dict(list(variants.items())[-1:])
 
     def cached(case: Case) -> ContextReading:
         return readings[turn_key(case.query, case.answer, case.user_turn)]
@@ -146,6 +150,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                              "writes them): adds, per held-out group and on the turns the judge "
                              "labelled, the default cascade's coverage-accuracy curve and the "
                              "cascade with the judge asked below each threshold")
+    parser.add_argument("--default-only", action="store_true",
+                        help="fit only the shipped design (with --context: ratios + hidden "
+                             "state), for the judge's curve without the comparison")
     parser.add_argument("--judge", default=None,
                         help="which judge of --judge-verdicts (needed when it holds several)")
     args = parser.parse_args(argv)
@@ -174,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         train = [ex for ex in fit_on if ex.split == "train"]
         dev = [ex for ex in fit_on if ex.split == "dev"]
         test = [t for t in turns if t.generator == held]
-        families = labellers(train, dev, scorer, readings)
+        families = labellers(train, dev, scorer, readings, args.default_only)
         for name, labeller in families.items():
             predicted, probabilities = predict(labeller, [t.example for t in test])
             print(held_out_row(held, name, test, predicted, args.bootstrap), flush=True)
