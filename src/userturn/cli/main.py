@@ -7,6 +7,7 @@ import signal
 import sqlite3
 import sys
 import threading
+from contextlib import closing
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
@@ -230,27 +231,28 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.terminal import print_run
     from userturn.report.view import read_run
     from userturn.store.database import RunStore
-    from userturn.store.lock import RunLock
     from userturn.store.turns import read_turns
 
-    store = RunStore.open(args.run)  # before the judge: a wrong folder is the likelier mistake
+    RunStore.check(args.run)  # before the judge: a wrong folder is the likelier mistake
     spec = arguments.judge_spec_from(args)
     judges = [judge_from_spec(name, base_url=spec.judge_base_url) for name in spec.judges]
     for judge in judges:
         judge.concurrency = spec.judge_concurrency
-    with RunLock(args.run, "judge"), progress_bars() as progress:
-        sent = judge_with_all(store, judges, spec.judge_scope, progress,
-                              threshold=spec.judge_threshold)
-    names = ", ".join(judge.name for judge in judges)
-    failed = store.tally.failed.get("judge", 0)
-    console.print(f"{names}: {sent - failed} user turn(s) judged, {failed} failed "
-                  "(none generated)" + ("; run judge again to retry the failed ones"
-                                        if failed else ""))
-    if len(judges) > 1:
-        print_agreement(pairwise_agreement(read_turns(store),
-                                           sources=[judge.name for judge in judges]), console)
-    print_run(read_run(store), console)
-    store.close()
+    # Everything checked: only now the lock and the first write.
+    with RunStore.writing(args.run, "judge") as store:
+        with progress_bars() as progress:
+            sent = judge_with_all(store, judges, spec.judge_scope, progress,
+                                  threshold=spec.judge_threshold)
+        names = ", ".join(judge.name for judge in judges)
+        failed = store.tally.failed.get("judge", 0)
+        console.print(f"{names}: {sent - failed} user turn(s) judged, {failed} failed "
+                      "(none generated)" + ("; run judge again to retry the failed ones"
+                                            if failed else ""))
+        if len(judges) > 1:
+            print_agreement(pairwise_agreement(read_turns(store),
+                                               sources=[judge.name for judge in judges]),
+                            console)
+        print_run(read_run(store), console)
     _fail_if_all_failed(store, "judge")
     return 0
 
@@ -270,12 +272,16 @@ def _annotate(args: argparse.Namespace, console: Console) -> int:
     check_range("--port", args.port, low=0, high=65535, means=" (0: a free port)")
     if args.import_file is not None:
         from userturn.labels.annotate import NAME_PATTERN, AnnotationError
-        from userturn.labels.calibration import import_labels
+        from userturn.labels.calibration import imported_labels
         from userturn.store.database import RunStore
 
         if not NAME_PATTERN.fullmatch(args.annotator):
             raise AnnotationError(f"annotator name {args.annotator!r}: use letters, digits, _ . -")
-        stored = import_labels(RunStore.open(args.run), args.import_file, args.annotator)
+        with closing(RunStore.read(args.run)) as reader:  # every row checked, nothing written
+            labels = imported_labels(reader, args.import_file, args.annotator)
+        with RunStore.writing(args.run, "annotate") as store:
+            store.put_labels(labels)
+        stored = len(labels)
         console.print(f"stored {stored} labels as human:{args.annotator}")
         return 0
     return serve(args.run, args.annotator, size=args.size, seed=args.seed, port=args.port,
