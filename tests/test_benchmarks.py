@@ -66,6 +66,9 @@ SMOKES = {
     "finetuned_lomo.py": Smoke(("--limit", "40", "--epochs", "1", "--bootstrap", "5"),
                                rf"^\| smollm2 \| cascade \(LoRA top layers\) \| \d+ \| {NUMBER} "
                                rf"\[{NUMBER}, {NUMBER}\]"),
+    "busy_refusal.py": Smoke(("--repeats", "1"),
+                             rf"^busy folder refused in {NUMBER}s \(median of 1, slowest "
+                             rf"{NUMBER}s; target < 1s\)$"),
     "calibration_demo.py": Smoke(("--size", "3"), rf"^gsm +none +T=0 +{NUMBER}% +\(\d+ of 4\)$"),
     "soak.py": Smoke(("--kills", "1", "--items", "2", "--samples", "1", "--max-delay", "1"),
                      r'^  "ok": true$'),

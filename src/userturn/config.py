@@ -4,6 +4,7 @@ are generated from these fields, so each setting is defined here once)."""
 from __future__ import annotations
 
 import math
+import os
 import types
 import typing
 import urllib.parse
@@ -252,6 +253,15 @@ class Experiment(BaseModel):
             return [_checked_url(url) or url for url in value]
         return _checked_url(value)
 
+    @field_validator("output", mode="before")
+    @classmethod
+    def _output_folder(cls, value: Any) -> Any:
+        """An empty name would store the run in the current folder; a name longer than the
+        file system takes fails deep in the store."""
+        if isinstance(value, (str, Path)):
+            check_folder_name(str(value), "output")
+        return value
+
     @field_validator("classifier")
     @classmethod
     def _classifier_file(cls, value: Path | None) -> Path | None:
@@ -355,6 +365,19 @@ def _resolve(path: str, folder: Path) -> str:
     return str(given if given.is_absolute() else (folder / given).resolve())
 
 
+NAME_MAX = 255  # bytes in one file or folder name, on every common file system
+
+
+def check_folder_name(path: str, what: str) -> None:
+    """A folder to write: not empty, and no part of it longer than a file system allows."""
+    if not path.strip():
+        raise ValueError(f"{what} is empty: give the run folder's name (e.g. runs/demo)")
+    for part in Path(path).parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise ValueError(f"{what}: the name {part[:40]}... is {len(os.fsencode(part))} bytes "
+                             f"long; a file system takes at most {NAME_MAX}")
+
+
 def check_url(url: str | None, what: str = "--base-url") -> str | None:
     """An http(s) address with a host, or a one-line error (before anything is loaded)."""
     if url is None:
@@ -371,9 +394,18 @@ def check_url(url: str | None, what: str = "--base-url") -> str | None:
         raise ConfigError(f"{what} {url!r} is not a valid address (unbalanced brackets): "
                           f"{example}")
     try:
-        parts.port  # noqa: B018 (raises for a port that is not a number)
+        port = parts.port
     except ValueError:
         raise ConfigError(f"{what} {url!r} has an invalid port") from None
+    if port == 0:  # no server listens on port 0: five retries would say so late
+        raise ConfigError(f"{what} {url!r} has port 0: give the server's port ({example})")
+    if any(c.isspace() or ord(c) < 32 for c in parts.netloc):
+        raise ConfigError(f"{what} {url!r} has a space or a control character in its host: "
+                          f"{example}")
+    if parts.username is not None or parts.password is not None:
+        # It would be stored with the run and printed: a key goes in OPENAI_API_KEY only.
+        raise ConfigError(f"{what} has a user name or password in it (user:password@): give "
+                          f"the address alone ({example}) and the key in OPENAI_API_KEY")
     return url.strip()
 
 

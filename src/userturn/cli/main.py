@@ -123,13 +123,19 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:  #
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
+    from userturn.store.lock import refuse_if_busy
+
+    experiment = arguments.experiment_from(args)
+    refuse_if_busy(experiment.output)  # in well under a second: before the pipeline's imports
     from userturn.probe.pipeline import run_experiment
+
+    with progress_bars() as progress:
+        store = run_experiment(experiment, progress=progress)
+    # Imported once the run is made: the statistics (scipy) cost a second and more, which a
+    # refusal (a busy folder, a bad store) should not wait for.
     from userturn.report.terminal import print_run
     from userturn.report.view import read_run
 
-    experiment = arguments.experiment_from(args)
-    with progress_bars() as progress:
-        store = run_experiment(experiment, progress=progress)
     print_run(read_run(store), console)
     console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
     store.close()
@@ -357,9 +363,12 @@ def _check_sources(store: RunStore, labels: Sequence[str] | None,
                    flag: str = "--labels") -> None:
     """--labels (--sources) names sources the run holds: a typo would show every turn
     undecided (or nothing to compare)."""
-    if not labels:
+    if labels is None:
         return
     stored = store.stored_label_sources()
+    if not labels:  # `--labels ''` or `,,,`: not "the run's own sources", which is no flag
+        raise ConfigError(f"{flag} names no label source; give one or more of: "
+                          f"{', '.join(stored) or 'none'} (or leave {flag} out)")
     unknown = [name for name in labels if name not in stored]
     if unknown:
         raise ConfigError(f"{flag}: no labels from {', '.join(unknown)} in {store.folder}; "
