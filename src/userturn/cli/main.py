@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sqlite3
 import sys
@@ -60,10 +61,47 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = ScrubbedStream(out), ScrubbedStream(err)
+    before = set(threading.enumerate())
     try:
-        return _main(argv)
+        code = _main(argv)
+        if code in (INTERRUPTED, TERMINATED):
+            finish_in_flight(before, code)
+        return code
     finally:
         sys.stdout, sys.stderr = out, err
+
+
+INTERRUPTED, TERMINATED = 130, 143  # the shell's codes for SIGINT and SIGTERM
+
+
+def finish_in_flight(before: set[threading.Thread], code: int) -> None:
+    """After an interrupt, what was received is stored; requests already sent (the judge's
+    threads) still finish or time out, as Python waits for their threads before it exits. A
+    second Ctrl-C or SIGTERM meanwhile means "now": one line, and exit at once, without the
+    traceback Python would print from that wait."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    pending = [thread for thread in threading.enumerate()
+               if thread not in before and not thread.daemon and thread.is_alive()
+               and thread is not threading.current_thread()]
+    if not pending:
+        return
+
+    def now(signum: int, frame: object) -> None:
+        print(f"userturn: interrupted again: exiting now without waiting for {len(pending)} "
+              "request(s) in flight (asked again by the next run of the same command); "
+              "everything received is stored", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(code)
+
+    previous = {signum: signal.signal(signum, now) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for thread in pending:
+            while thread.is_alive():
+                thread.join(0.1)  # short waits: the handler runs between them
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -87,11 +125,11 @@ def _main(argv: Sequence[str] | None) -> int:
     except Terminated:
         print("userturn: terminated (SIGTERM); everything received so far is stored: run the "
               "same command again to resume", file=sys.stderr)
-        return 143
+        return TERMINATED
     except KeyboardInterrupt:
         print("userturn: interrupted; everything finished so far is stored: run the same "
               "command again to resume", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except Exception:  # a bug: the traceback, through the scrubbing stderr (never raised past it)
         import traceback
 
