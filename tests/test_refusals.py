@@ -86,8 +86,8 @@ def refusals(folder: Path, tmp_path: Path) -> list[tuple[list[str], str]]:
     taken.write_text("mine\n")
     return [
         (["judge", run, *JUDGE, "--base-url", "htp:/x"], "not an http(s) address"),
-        (["judge", run, *JUDGE, "--base-url", "http://127.0.0.1:0/v1"], "port 0"),
-        (["judge", run, *JUDGE, "--base-url", "http://a b/v1"], "a space"),
+        (["judge", run, *JUDGE, "--base-url", "http://127.0.0.1:0/v1"], "port 0 or a space"),
+        (["judge", run, *JUDGE, "--base-url", "http://a b/v1"], "port 0 or a space"),
         (["judge", run, *JUDGE, "--base-url", "http://me:pw@127.0.0.1:8/v1"], "user name"),
         (["judge", run, *JUDGE, "--base-url", "http://127.0.0.1:9/v1", "--threshold", "nan"],
          "judge_threshold"),

@@ -256,8 +256,6 @@ class Experiment(BaseModel):
     @field_validator("output", mode="before")
     @classmethod
     def _output_folder(cls, value: Any) -> Any:
-        """An empty name would store the run in the current folder; a name longer than the
-        file system takes fails deep in the store."""
         if isinstance(value, (str, Path)):
             check_folder_name(str(value), "output")
         return value
@@ -365,17 +363,16 @@ def _resolve(path: str, folder: Path) -> str:
     return str(given if given.is_absolute() else (folder / given).resolve())
 
 
-NAME_MAX = 255  # bytes in one file or folder name, on every common file system
-
-
-def check_folder_name(path: str, what: str) -> None:
-    """A folder to write: not empty, and no part of it longer than a file system allows."""
+def check_folder_name(path: str, what: str, name_max: int = 255) -> None:
+    """A folder to write: not empty (that would be the current folder), and no part of it
+    longer than a file system allows (255 bytes on every common one; it fails deep in the
+    store)."""
     if not path.strip():
         raise ValueError(f"{what} is empty: give the run folder's name (e.g. runs/demo)")
-    for part in Path(path).parts:
-        if len(os.fsencode(part)) > NAME_MAX:
-            raise ValueError(f"{what}: the name {part[:40]}... is {len(os.fsencode(part))} bytes "
-                             f"long; a file system takes at most {NAME_MAX}")
+    for size, part in ((len(os.fsencode(part)), part) for part in Path(path).parts):
+        if size > name_max:
+            raise ValueError(f"{what}: the name {part[:40]}... is {size} bytes long; a file "
+                             f"system takes at most {name_max}")
 
 
 def check_url(url: str | None, what: str = "--base-url") -> str | None:
@@ -397,13 +394,11 @@ def check_url(url: str | None, what: str = "--base-url") -> str | None:
         port = parts.port
     except ValueError:
         raise ConfigError(f"{what} {url!r} has an invalid port") from None
-    if port == 0:  # no server listens on port 0: five retries would say so late
-        raise ConfigError(f"{what} {url!r} has port 0: give the server's port ({example})")
-    if any(c.isspace() or ord(c) < 32 for c in parts.netloc):
-        raise ConfigError(f"{what} {url!r} has a space or a control character in its host: "
-                          f"{example}")
+    # Each would fail only after five retries; a password would be stored with the run.
+    if port == 0 or any(c.isspace() or ord(c) < 32 for c in parts.netloc):
+        raise ConfigError(f"{what} {url!r} has port 0 or a space or a control character in "
+                          f"its host: {example}")
     if parts.username is not None or parts.password is not None:
-        # It would be stored with the run and printed: a key goes in OPENAI_API_KEY only.
         raise ConfigError(f"{what} has a user name or password in it (user:password@): give "
                           f"the address alone ({example}) and the key in OPENAI_API_KEY")
     return url.strip()
