@@ -52,6 +52,22 @@ def test_run_into_an_empty_or_over_long_folder_name_is_refused(tmp_path, capsys,
     assert list(tmp_path.iterdir()) == []  # no run stored in the current folder
 
 
+def test_a_name_too_long_for_the_file_system_is_one_line_in_every_command(tmp_path, capsys):
+    long_name = str(tmp_path / ("b" * 300))
+    run = tmp_path / "run"
+    assert main(["run", *RUN, "-o", str(run)]) == 0
+    capsys.readouterr()
+    for argv in (["report", long_name], ["doctor", long_name], ["label", long_name],
+                 ["export", str(run), "--out", long_name], ["compare", str(run), long_name],
+                 ["export-task", str(run), "-o", long_name], ["classify", long_name],
+                 ["report", str(run), "--figures", long_name], ["render", "--template",
+                                                                  long_name],
+                 ["train", "sft", "--model", "tiny", "--data", long_name, "--output",
+                  str(tmp_path / "t")]):
+        err = one_error(capsys, *argv)
+        assert "is 300 bytes long" in err or "longer than the file system takes" in err, argv
+
+
 def test_train_output_that_is_a_file_or_data_that_is_empty_is_refused_making_nothing(
         tmp_path, capsys):
     empty = tmp_path / "empty.jsonl"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import signal
 import sqlite3
 import sys
@@ -84,6 +85,7 @@ def _main(argv: Sequence[str] | None) -> int:
     formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     on_sigterm = stop_on_sigterm()
     try:
+        arguments.check_path_names(args)
         return args.handler(args, console)
     except UserturnError as exc:
         # One plain line (no wrapping), so it reads well and greps well.
@@ -102,7 +104,11 @@ def _main(argv: Sequence[str] | None) -> int:
         print("userturn: interrupted; everything finished so far is stored: run the same "
               "command again to resume", file=sys.stderr)
         return INTERRUPTED
-    except Exception:  # a bug: the traceback, through the scrubbing stderr (never raised past it)
+    except Exception as exc:  # a bug: the traceback, through the scrubbing stderr
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # a name, not a bug
+            print(f"userturn: error: {exc.filename}: a name in this path is longer than the "
+                  "file system takes (255 bytes); choose a shorter one", file=sys.stderr)
+            return 2
         import traceback
 
         traceback.print_exc()
