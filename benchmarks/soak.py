@@ -64,7 +64,8 @@ def script(request) -> str:  # type: ignore[no-untyped-def]
 def child(args: argparse.Namespace) -> int:
     """One attempt: run the experiment (faults on unless --clean), then judge every user turn."""
     from userturn.backends.fake import ScriptedBackend
-    from userturn.cli.main import main, stop_on_sigterm
+    from userturn.cli.main import main
+    from userturn.cli.signals import stop_on_sigterm
     from userturn.errors import Terminated
     from userturn.labels.judge import Judge, OpenAIChatClient
     from userturn.labels.stages import judge_turns

@@ -71,6 +71,9 @@ SMOKES = {
                               r"^\| all \| 3 \| 3 \| - \|"),
     "offline_error_card.py": Smoke((str(ROOT / "corpus" / "lomo_round10.txt"),),
                                    r'^ "source": "benchmarks/leave_one_model_out.py --context'),
+    "busy_refusal.py": Smoke(("--repeats", "1"),
+                             rf"^busy folder refused in {NUMBER}s \(median of 1, slowest "
+                             rf"{NUMBER}s; target < 1s\)$"),
     "calibration_demo.py": Smoke(("--size", "3"), rf"^gsm +none +T=0 +{NUMBER}% +\(\d+ of 4\)$"),
     "soak.py": Smoke(("--kills", "1", "--items", "2", "--samples", "1", "--max-delay", "1"),
                      r'^  "ok": true$'),

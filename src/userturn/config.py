@@ -4,6 +4,7 @@ are generated from these fields, so each setting is defined here once)."""
 from __future__ import annotations
 
 import math
+import os
 import types
 import typing
 import urllib.parse
@@ -252,6 +253,13 @@ class Experiment(BaseModel):
             return [_checked_url(url) or url for url in value]
         return _checked_url(value)
 
+    @field_validator("output", mode="before")
+    @classmethod
+    def _output_folder(cls, value: Any) -> Any:
+        if isinstance(value, (str, Path)):
+            check_folder_name(str(value), "output")
+        return value
+
     @field_validator("classifier")
     @classmethod
     def _classifier_file(cls, value: Path | None) -> Path | None:
@@ -355,6 +363,18 @@ def _resolve(path: str, folder: Path) -> str:
     return str(given if given.is_absolute() else (folder / given).resolve())
 
 
+def check_folder_name(path: str, what: str, name_max: int = 255) -> None:
+    """A folder to write: not empty (that would be the current folder), and no part of it
+    longer than a file system allows (255 bytes on every common one; it fails deep in the
+    store)."""
+    if not path.strip():
+        raise ValueError(f"{what} is empty: give the run folder's name (e.g. runs/demo)")
+    for size, part in ((len(os.fsencode(part)), part) for part in Path(path).parts):
+        if size > name_max:
+            raise ValueError(f"{what}: the name {part[:40]}... is {size} bytes long; a file "
+                             f"system takes at most {name_max}")
+
+
 def check_url(url: str | None, what: str = "--base-url") -> str | None:
     """An http(s) address with a host, or a one-line error (before anything is loaded)."""
     if url is None:
@@ -371,9 +391,16 @@ def check_url(url: str | None, what: str = "--base-url") -> str | None:
         raise ConfigError(f"{what} {url!r} is not a valid address (unbalanced brackets): "
                           f"{example}")
     try:
-        parts.port  # noqa: B018 (raises for a port that is not a number)
+        port = parts.port
     except ValueError:
         raise ConfigError(f"{what} {url!r} has an invalid port") from None
+    # Each would fail only after five retries; a password would be stored with the run.
+    if port == 0 or any(c.isspace() or ord(c) < 32 for c in parts.netloc):
+        raise ConfigError(f"{what} {url!r} has port 0 or a space or a control character in "
+                          f"its host: {example}")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(f"{what} has a user name or password in it (user:password@): give "
+                          f"the address alone ({example}) and the key in OPENAI_API_KEY")
     return url.strip()
 
 

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from userturn.chat.budget import budget_ranges, render_budget
 from userturn.chat.template_tokens import TokenLexer
 from userturn.chat.thinking import thinking_block, thinking_format
 from userturn.errors import TemplateError
@@ -73,17 +74,23 @@ class ChatTemplate:
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
         """Render exactly as transformers' ``apply_chat_template(tokenize=False)`` would."""
         import jinja2
-        from transformers.utils.chat_template_utils import render_jinja_template
+        from transformers.utils import chat_template_utils
 
         special = {"bos_token": self.bos_token or "", "eos_token": self.eos_token or ""}
         try:
-            rendered, _ = render_jinja_template(
-                conversations=[[dict(m) for m in messages]],
-                chat_template=self.source,
-                add_generation_prompt=add_generation_prompt,
-                **special,
-                **dict(self.variables),
-            )
+            # transformers renders through the template it compiled and cached; its ranges are
+            # made to spend a budget there, so nested loops stop instead of running for hours.
+            compiled = getattr(chat_template_utils, "_compile_jinja_template", None)
+            if compiled is not None:
+                budget_ranges(compiled(self.source))
+            with render_budget():
+                rendered, _ = chat_template_utils.render_jinja_template(
+                    conversations=[[dict(m) for m in messages]],
+                    chat_template=self.source,
+                    add_generation_prompt=add_generation_prompt,
+                    **special,
+                    **dict(self.variables),
+                )
         except jinja2.TemplateError as exc:
             raise TemplateError(f"chat template of {self.model} failed: {exc}") from exc
         except Exception as exc:
@@ -216,6 +223,11 @@ def derive_markers(template: ChatTemplate) -> TurnMarkers:
         user_end_marker=user_end.strip() or lexer.first_special(header),
         assistant_end_marker=assistant_end.strip() or lexer.first_special(user_header),
     )
+    if not markers.user_stop:
+        # Nothing to stop at: the model would write past its user turn into the next answer.
+        raise TemplateError(f"chat template of {template.model} marks no roles: neither an "
+                            "end of the user turn nor an assistant header shows in what it "
+                            "writes, so userturn cannot tell where a generated user turn ends")
     _check_whole_tokens(template.model, lexer, (*markers.user_stop, *markers.assistant_stop))
     return markers
 

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from userturn.cli.flags import Flag, add_flags, count_or_all, flag_values, key_values, names
-from userturn.config import Experiment, JudgeSpec, load_settings
+from userturn.config import Experiment, JudgeSpec, check_folder_name, load_settings
 from userturn.data.files import parse_field_mappings
+from userturn.errors import ConfigError
 
 Subparsers = Any  # argparse's subparsers action (its class is private to argparse)
 Handler = Callable[..., int]
@@ -45,6 +46,18 @@ JUDGE_FLAGS: dict[str, Flag] = {
     "judge_base_url": Flag(("--base-url",)),
     "judge_concurrency": Flag(("--concurrency",)),
 }
+
+
+def check_path_names(args: argparse.Namespace) -> None:
+    """No path given on the command line has a part longer than a file system takes: one line
+    here, in every command, before anything is read or made (not an OSError deep inside)."""
+    for name, value in vars(args).items():
+        for path in value if isinstance(value, list) else [value]:
+            if isinstance(path, Path):
+                try:
+                    check_folder_name(str(path), name.replace("_", "-"))
+                except ValueError as exc:
+                    raise ConfigError(str(exc)) from None
 
 
 def add_run(sub: Subparsers, handler: Handler) -> None:

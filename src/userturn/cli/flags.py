@@ -85,7 +85,9 @@ def _by_type(model: type[BaseModel], name: str, annotation: Any) -> dict[str, An
     if len(kinds) == 1 and typing.get_origin(kinds[0]) is Literal:
         return {"choices": typing.get_args(kinds[0])}
     if kinds in ([int], [float], [str], [Path]):
-        return {"type": {float: number}.get(kinds[0], kinds[0])}
+        # A path stays text until the settings validate it: Path("") would be ".", and
+        # `-o ''` would then store the run in the current folder instead of being refused.
+        return {"type": {float: number, Path: str}.get(kinds[0], kinds[0])}
     if len(kinds) == 1 and typing.get_origin(kinds[0]) is list:
         item = typing.get_args(kinds[0])[0]
         if item in (float, bool, str):

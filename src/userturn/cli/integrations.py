@@ -69,7 +69,7 @@ def export_run_as(args: argparse.Namespace, console: Console) -> int:
     """``userturn export RUN --format inspect|hf``."""
     from userturn.store.database import RunStore
 
-    store = RunStore.open(args.run)
+    store = RunStore.read(args.run)  # an export only reads: the run folder stays as it was
     try:
         if args.format == "inspect":
             from userturn.integrations.inspect_log import export_inspect
@@ -108,7 +108,7 @@ def _export_task(args: argparse.Namespace, console: Console) -> int:
         folder = experiment.output
     elif not args.source.exists():
         raise ConfigError(f"{args.source}: no such run folder or experiment file")
-    store = RunStore.open(folder)
+    store = RunStore.read(folder)  # only reads, also when it then refuses
     try:
         tasks = export_task(store, args.out, force=args.force)
     finally:

@@ -17,7 +17,6 @@ from userturn.cli.flags import check_range, number
 from userturn.errors import UserturnError
 from userturn.records import LABELS, Labeller
 from userturn.store.atomic import refuse_to_replace, write_text
-from userturn.store.lock import RunLock
 
 LABELLERS = typing.get_args(Labeller)
 
@@ -113,19 +112,20 @@ def label_command(args: argparse.Namespace, console: Console) -> int:
     from userturn.labels.stages import label_turns
     from userturn.store.database import RunStore
 
-    with RunLock(args.run, "label"):  # no run, judge or other label writes meanwhile
-        store = RunStore.open(args.run)
-        try:
-            with progress_bars() as progress:
-                count = label_turns(store, args.labeller, classifier_path=args.classifier,
-                                    progress=progress)
-            console.print(f"{count} label(s) added ({args.labeller}); nothing generated")
-            from userturn.report.terminal import print_run
-            from userturn.report.view import read_run
+    if args.labeller != "rules" and args.classifier is not None:
+        from userturn.labels.classifier import LearnedClassifier
 
-            print_run(read_run(store), console)
-        finally:
-            store.close()
+        LearnedClassifier(path=args.classifier)  # a bad file is refused before the run is touched
+    # no run, judge or other label writes meanwhile
+    with RunStore.writing(args.run, "label") as store:
+        with progress_bars() as progress:
+            count = label_turns(store, args.labeller, classifier_path=args.classifier,
+                                progress=progress)
+        console.print(f"{count} label(s) added ({args.labeller}); nothing generated")
+        from userturn.report.terminal import print_run
+        from userturn.report.view import read_run
+
+        print_run(read_run(store), console)
     return 0
 
 

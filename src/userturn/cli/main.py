@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import signal
 import sqlite3
 import sys
 import threading
+from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from rich.console import Console
 
 from userturn.backends.models import EMBEDDED
 from userturn.cli import arguments
 from userturn.cli.console import plain_console, progress_bars
+from userturn.cli.signals import (
+    INTERRUPTED,
+    TERMINATED,
+    finish_in_flight,
+    stop_on_sigterm,
+)
 from userturn.errors import ConfigError, Terminated, UserturnError
 
 if TYPE_CHECKING:
@@ -59,8 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = ScrubbedStream(out), ScrubbedStream(err)
+    before = set(threading.enumerate())
     try:
-        return _main(argv)
+        code = _main(argv)
+        if code in (INTERRUPTED, TERMINATED):
+            finish_in_flight(before, code)
+        return code
     finally:
         sys.stdout, sys.stderr = out, err
 
@@ -73,6 +85,7 @@ def _main(argv: Sequence[str] | None) -> int:
     formatwarning, warnings.formatwarning = warnings.formatwarning, _one_line_warning
     on_sigterm = stop_on_sigterm()
     try:
+        arguments.check_path_names(args)
         return args.handler(args, console)
     except UserturnError as exc:
         # One plain line (no wrapping), so it reads well and greps well.
@@ -86,12 +99,16 @@ def _main(argv: Sequence[str] | None) -> int:
     except Terminated:
         print("userturn: terminated (SIGTERM); everything received so far is stored: run the "
               "same command again to resume", file=sys.stderr)
-        return 143
+        return TERMINATED
     except KeyboardInterrupt:
         print("userturn: interrupted; everything finished so far is stored: run the same "
               "command again to resume", file=sys.stderr)
-        return 130
-    except Exception:  # a bug: the traceback, through the scrubbing stderr (never raised past it)
+        return INTERRUPTED
+    except Exception as exc:  # a bug: the traceback, through the scrubbing stderr
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:  # a name, not a bug
+            print(f"userturn: error: {exc.filename}: a name in this path is longer than the "
+                  "file system takes (255 bytes); choose a shorter one", file=sys.stderr)
+            return 2
         import traceback
 
         traceback.print_exc()
@@ -102,33 +119,24 @@ def _main(argv: Sequence[str] | None) -> int:
             signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def stop_on_sigterm() -> signal.Handlers | Callable[..., object] | int | None:
-    """SIGTERM is how ``kill``, ``timeout``, SLURM and ``docker stop`` end a job: raise
-    :class:`Terminated` (a KeyboardInterrupt) so every stage keeps what it received as on Ctrl-C.
-    Returns the handler it replaced (None where signals cannot be handled: not the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def terminate(signum: int, frame: object) -> None:
-        # A second SIGTERM must not cut short the commit of what was received.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Terminated
-
-    return signal.signal(signal.SIGTERM, terminate)
-
-
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # type: ignore[no-untyped-def]
     return f"userturn: warning: {' '.join(str(message).split())}\n"
 
 
 def _run(args: argparse.Namespace, console: Console) -> int:
+    from userturn.store.lock import refuse_if_busy
+
+    experiment = arguments.experiment_from(args)
+    refuse_if_busy(experiment.output)  # in well under a second: before the pipeline's imports
     from userturn.probe.pipeline import run_experiment
+
+    with progress_bars() as progress:
+        store = run_experiment(experiment, progress=progress)
+    # Imported once the run is made: the statistics (scipy) cost a second and more, which a
+    # refusal (a busy folder, a bad store) should not wait for.
     from userturn.report.terminal import print_run
     from userturn.report.view import read_run
 
-    experiment = arguments.experiment_from(args)
-    with progress_bars() as progress:
-        store = run_experiment(experiment, progress=progress)
     print_run(read_run(store), console)
     console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
     store.close()
@@ -230,27 +238,28 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.terminal import print_run
     from userturn.report.view import read_run
     from userturn.store.database import RunStore
-    from userturn.store.lock import RunLock
     from userturn.store.turns import read_turns
 
-    store = RunStore.open(args.run)  # before the judge: a wrong folder is the likelier mistake
+    RunStore.check(args.run)  # before the judge: a wrong folder is the likelier mistake
     spec = arguments.judge_spec_from(args)
     judges = [judge_from_spec(name, base_url=spec.judge_base_url) for name in spec.judges]
     for judge in judges:
         judge.concurrency = spec.judge_concurrency
-    with RunLock(args.run, "judge"), progress_bars() as progress:
-        sent = judge_with_all(store, judges, spec.judge_scope, progress,
-                              threshold=spec.judge_threshold)
-    names = ", ".join(judge.name for judge in judges)
-    failed = store.tally.failed.get("judge", 0)
-    console.print(f"{names}: {sent - failed} user turn(s) judged, {failed} failed "
-                  "(none generated)" + ("; run judge again to retry the failed ones"
-                                        if failed else ""))
-    if len(judges) > 1:
-        print_agreement(pairwise_agreement(read_turns(store),
-                                           sources=[judge.name for judge in judges]), console)
-    print_run(read_run(store), console)
-    store.close()
+    # Everything checked: only now the lock and the first write.
+    with RunStore.writing(args.run, "judge") as store:
+        with progress_bars() as progress:
+            sent = judge_with_all(store, judges, spec.judge_scope, progress,
+                                  threshold=spec.judge_threshold)
+        names = ", ".join(judge.name for judge in judges)
+        failed = store.tally.failed.get("judge", 0)
+        console.print(f"{names}: {sent - failed} user turn(s) judged, {failed} failed "
+                      "(none generated)" + ("; run judge again to retry the failed ones"
+                                            if failed else ""))
+        if len(judges) > 1:
+            print_agreement(pairwise_agreement(read_turns(store),
+                                               sources=[judge.name for judge in judges]),
+                            console)
+        print_run(read_run(store), console)
     _fail_if_all_failed(store, "judge")
     return 0
 
@@ -270,12 +279,16 @@ def _annotate(args: argparse.Namespace, console: Console) -> int:
     check_range("--port", args.port, low=0, high=65535, means=" (0: a free port)")
     if args.import_file is not None:
         from userturn.labels.annotate import NAME_PATTERN, AnnotationError
-        from userturn.labels.calibration import import_labels
+        from userturn.labels.calibration import imported_labels
         from userturn.store.database import RunStore
 
         if not NAME_PATTERN.fullmatch(args.annotator):
             raise AnnotationError(f"annotator name {args.annotator!r}: use letters, digits, _ . -")
-        stored = import_labels(RunStore.open(args.run), args.import_file, args.annotator)
+        with closing(RunStore.read(args.run)) as reader:  # every row checked, nothing written
+            labels = imported_labels(reader, args.import_file, args.annotator)
+        with RunStore.writing(args.run, "annotate") as store:
+            store.put_labels(labels)
+        stored = len(labels)
         console.print(f"stored {stored} labels as human:{args.annotator}")
         return 0
     return serve(args.run, args.annotator, size=args.size, seed=args.seed, port=args.port,
@@ -351,9 +364,12 @@ def _check_sources(store: RunStore, labels: Sequence[str] | None,
                    flag: str = "--labels") -> None:
     """--labels (--sources) names sources the run holds: a typo would show every turn
     undecided (or nothing to compare)."""
-    if not labels:
+    if labels is None:
         return
     stored = store.stored_label_sources()
+    if not labels:  # `--labels ''` or `,,,`: not "the run's own sources", which is no flag
+        raise ConfigError(f"{flag} names no label source; give one or more of: "
+                          f"{', '.join(stored) or 'none'} (or leave {flag} out)")
     unknown = [name for name in labels if name not in stored]
     if unknown:
         raise ConfigError(f"{flag}: no labels from {', '.join(unknown)} in {store.folder}; "

@@ -98,6 +98,8 @@ def json_lines(path: Path, *, keep_bad_bytes: bool = False) -> Iterator[JsonLine
             yield JsonLine(number, json.loads(line))
         except json.JSONDecodeError as error:
             yield JsonLine(number, error=f"invalid JSON ({error.msg} at column {error.colno})")
+        except RecursionError:  # Python's parser recurses per level: no row is nested that deep
+            yield JsonLine(number, error="invalid JSON (nested too deep to read)")
 
 
 def read_bytes(path: Path) -> bytes:

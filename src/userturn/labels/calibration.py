@@ -8,7 +8,7 @@
   the stored samples: a calibration sample's own; an older stratified annotation sample's
   recomputed from its strata; labels imported or made without a sample are taken as a simple
   random sample of the run's turns (the only assumption possible without a design).
-- :func:`import_labels`: ``userturn annotate RUN --import FILE --annotator NAME``: ``key,label``
+- :func:`imported_labels`: ``userturn annotate RUN --import FILE --annotator NAME``: ``key,label``
   rows from a CSV or JSONL file made elsewhere, every row checked before any is stored.
 
 The labeller is whatever non-human source the run reads (rules, a classifier, a judge, or a
@@ -123,10 +123,11 @@ def human_label(turn: Turn) -> tuple[bool | None, str | None]:
     return None, None
 
 
-def import_labels(store: RunStore, path: Path, annotator: str) -> int:
-    """Store ``key,label`` rows of ``path`` (CSV with a header, or JSONL) as ``human:NAME``.
-    Every row is checked first; an unknown key or label is named with its line, and nothing is
-    stored then. Returns the number of labels stored."""
+def imported_labels(store: RunStore, path: Path, annotator: str
+                    ) -> list[tuple[str, str, Label]]:
+    """The ``key,label`` rows of ``path`` (CSV with a header, or JSONL) as (key, version, label)
+    rows of ``human:NAME``, every row checked against the run (open to read only: the CLI
+    stores them after, under the lock). An unknown key or label is named with its line."""
     path = Path(path)
     rows = _jsonl_rows(path) if path.suffix.lower() in JSONL_SUFFIXES else _csv_rows(path)
     known = {row["key"] for row in store.user_turn_rows()}
@@ -142,8 +143,7 @@ def import_labels(store: RunStore, path: Path, annotator: str) -> int:
                                            rationale="imported")))
     if not labels:
         raise CalibrationError(f"{path} holds no key,label rows")
-    store.put_labels(labels)
-    return len(labels)
+    return labels
 
 
 def _csv_rows(path: Path) -> list[tuple[int, str, str]]:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from userturn.data.reading import bad_text_path
 from userturn.data.rows import json_lines
 from userturn.errors import UserturnError
 from userturn.labels.agreement import cohen_kappa, confusion_matrix, per_label
@@ -47,6 +48,10 @@ def read_rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
             raise UserturnError(f"{path}: line {line.number}: {line.error}")
         if not isinstance(line.value, dict):
             raise UserturnError(f"{path}: line {line.number}: expected a JSON object")
+        bad = bad_text_path(line.value)
+        if bad is not None:  # a lone surrogate ("\ud800") cannot be labelled nor written back
+            raise UserturnError(f"{path}: line {line.number}: field {bad!r}: invalid text (a "
+                                "lone surrogate, not a character)")
         rows.append((line.number, line.value))
     if not rows:  # labelling or training on nothing is a wrong file, not a success
         raise UserturnError(f"{path}: no rows (the file is empty)")

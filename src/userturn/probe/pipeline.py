@@ -54,7 +54,7 @@ from userturn.records import (
 from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.rows import ContextRow, GenerationRow, PlanRow
-from userturn.store.sqlite import generation_key
+from userturn.store.sqlite import DB_NAME, generation_key
 from userturn.version import __version__
 
 
@@ -69,6 +69,8 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
     ``executor`` with ``backends`` (its handles) replaces the executor ``exp`` names.
     ``judge_sleep`` is how the judge's API client waits between retries."""
     progress = progress or silent_progress
+    if (exp.output / DB_NAME).exists():  # not a whole store: refused before the lock is made
+        RunStore.check(exp.output)
     # The folder first: a second run into a busy folder is refused before any dataset or model
     # loads (which takes seconds to minutes), not after.
     with RunLock(exp.output, "run"):

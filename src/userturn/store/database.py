@@ -14,14 +14,15 @@ import json
 import os
 import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from userturn.credentials import scrub, scrub_value
-from userturn.errors import StoreError
+from userturn.errors import DamagedStore, StoreError
 from userturn.records import Label, Score
-from userturn.store.meta import AnnotationSample, RunMeta
+from userturn.store.meta import AnnotationSample, RunMeta, damaged_meta
 from userturn.store.rows import ContextRow, GenerationRow, PlanRow
 from userturn.store.sqlite import (
     DB_NAME,
@@ -74,8 +75,9 @@ class RunStore:
             if not self.read_only or self._copy is not None:
                 self.db.execute("PRAGMA journal_mode=WAL")
                 self.db.execute("PRAGMA synchronous=NORMAL")
-                self.db.executescript(f"BEGIN; {SCHEMA} COMMIT;")  # all tables or none
-                self._migrate()
+                if needs_upgrade(self.db):  # a current store is opened without a write
+                    self.db.executescript(f"BEGIN; {SCHEMA} COMMIT;")  # all tables or none
+                    self._migrate()
         except sqlite3.Error as exc:
             raise storage_error(exc, self.path) from None
         self._identity = file_identity(self.path)
@@ -103,6 +105,32 @@ class RunStore:
         """An existing run, to read and write (the caller holds the folder's ``RunLock``)."""
         check_folder(Path(folder))
         return cls(folder)
+
+    @classmethod
+    def check(cls, folder: Path) -> None:
+        """Refuse, in one line and with nothing written, a folder that is not a whole userturn
+        store: not a run, a 0-byte or foreign file, a newer schema, damaged metadata."""
+        store = cls.read(folder)
+        try:
+            store.meta()
+        finally:
+            store.close()
+
+    @classmethod
+    @contextmanager
+    def writing(cls, folder: Path, command: str) -> Iterator[RunStore]:
+        """The one way a command changes an existing run, once it has checked its own inputs:
+        the store is checked read-only first (a refusal leaves no lock and changes no byte),
+        then the folder's lock is taken, then the store is opened to write."""
+        from userturn.store.lock import RunLock
+
+        cls.check(folder)
+        with RunLock(folder, command):
+            store = cls.open(folder)
+            try:
+                yield store
+            finally:
+                store.close()
 
     @classmethod
     def read(cls, folder: Path) -> RunStore:
@@ -142,8 +170,12 @@ class RunStore:
         self.update_meta(annotation_samples={**samples, annotator: sample})
 
     def meta(self) -> RunMeta:
-        return RunMeta.from_rows({r["key"]: json.loads(r["value"])
-                                  for r in self.db.execute("SELECT key, value FROM meta")})
+        rows = {r["key"]: r["value"] for r in self.db.execute("SELECT key, value FROM meta")}
+        damaged = damaged_meta(rows)
+        if damaged:
+            raise DamagedStore(f"{self.path} is damaged: its metadata {damaged}; `userturn doctor "
+                               f"{self.folder}` says what can be recovered", damaged)
+        return RunMeta.from_rows({key: json.loads(value) for key, value in rows.items()})
 
     def put_items(self, dataset: str, items: Iterable[Mapping[str, Any]]) -> None:
         with self.db:
@@ -308,5 +340,5 @@ class RunStore:
 
 for _name, _method in list(vars(RunStore).items()):
     if callable(_method) and not _name.startswith("_") and _name not in (
-            "create", "open", "read", "check_present", "close"):
+            "create", "open", "read", "check", "writing", "check_present", "close"):
         setattr(RunStore, _name, storage_errors(_method))

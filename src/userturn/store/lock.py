@@ -38,7 +38,9 @@ class RunLock:
         except OSError as exc:
             self._tidy(made)
             raise StoreError(describe(exc, path)) from None
-        deadline = time.monotonic() + 1.0  # a reader peeking at the lock holds it for an instant
+        # A reader peeking at the lock (``held``) holds it for microseconds: a few short tries
+        # outlast it, and a busy folder is still refused at once.
+        deadline = time.monotonic() + 0.1
         while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -46,10 +48,8 @@ class RunLock:
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     handle.close()
-                    raise StoreError(f"{self.folder} is in use by another writer: "
-                                     f"{_describe_holder(path)}; wait for it to finish or "
-                                     "choose another output folder") from None
-                time.sleep(0.05)
+                    raise _busy(self.folder) from None
+                time.sleep(0.01)
         try:
             handle.seek(0)
             handle.truncate()
@@ -70,10 +70,19 @@ class RunLock:
             self._handle = None
 
     def _release(self, handle: IO[str], remove: bool) -> None:
-        if remove:  # made by this command a moment ago, for a run that never started
-            (self.folder / LOCK_NAME).unlink(missing_ok=True)
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+        """Unlock and close. Closing can report a write the disk could not take (a full disk
+        tells some file systems only then): the lock record is a courtesy to the next reader,
+        and the run's data is in its database, so that is no failure of the command."""
+        try:
+            if remove:  # made by this command a moment ago, for a run that never started
+                (self.folder / LOCK_NAME).unlink(missing_ok=True)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+        except OSError:
+            pass  # closing the handle below releases the lock all the same
+        try:
+            handle.close()
+        except OSError:
+            pass  # the descriptor is closed (and the lock released) even when close reports
         self._tidy(remove)
 
     def _tidy(self, removed_lock: bool) -> None:
@@ -82,6 +91,19 @@ class RunLock:
                 self.folder.rmdir()
             except OSError:  # something else is in it now: it stays
                 pass
+
+
+def refuse_if_busy(folder: Path) -> None:
+    """The refusal a writer would get, now: lets a command refuse a busy folder before it
+    imports and loads what its work needs (``RunLock`` still decides, when it is taken)."""
+    if held(folder):
+        raise _busy(Path(folder))
+
+
+def _busy(folder: Path) -> StoreError:
+    return StoreError(f"{folder} is in use by another writer: "
+                      f"{_describe_holder(folder / LOCK_NAME)}; wait for it to finish or choose "
+                      "another output folder")
 
 
 def holder(folder: Path) -> str | None:

@@ -10,9 +10,10 @@ extra fields, written back unchanged).
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterable, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from userturn.records import Labeller
 
@@ -118,3 +119,24 @@ class RunMeta(BaseModel):
             else:
                 out[name] = (self.model_extra or {})[name]
         return out
+
+
+def damaged_meta(rows: Mapping[str, str]) -> str:
+    """What is wrong with the store's raw ``meta`` rows (key -> JSON text), in words naming the
+    damaged keys ("'config' is not JSON"); "" when they make a valid :class:`RunMeta`."""
+    decoded: dict[str, Any] = {}
+    broken: list[str] = []
+    for key, text in rows.items():
+        try:
+            decoded[key] = json.loads(text)
+        except (ValueError, TypeError, RecursionError):
+            broken.append(key)
+    if broken:
+        return " and ".join(f"{key!r}" for key in broken) + (" is" if len(broken) == 1 else
+                                                               " are") + " not JSON"
+    try:
+        RunMeta.from_rows(decoded)
+    except ValidationError as exc:
+        fields = sorted({str(error["loc"][0]) for error in exc.errors() if error["loc"]})
+        return (" and ".join(f"{name!r}" for name in fields) or "a value") + " has the wrong shape"
+    return ""

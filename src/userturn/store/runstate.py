@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
+from userturn.errors import DamagedStore
 from userturn.store.database import RunStore
 from userturn.store.lock import holder
 
@@ -77,6 +78,16 @@ def doctor(store: RunStore) -> list[str]:
         return [f"integrity: the database is damaged ({exc})"]
     if problems:
         return problems
+    try:
+        store.meta()
+    except DamagedStore as exc:
+        counts = ", ".join(f"{n} {table}" for table, n in (
+            (table, store.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+            for table in ("plan", "generations", "labels", "scores", "items")))
+        problems.append(f"meta: {exc.detail} (the run's settings and labelling record are lost); "
+                        f"the tables are whole and can be recovered ({counts} rows, e.g. with "
+                        "`sqlite3 RUN/userturn.db .dump`): run the experiment again into a new "
+                        "folder to have a readable run")
     duplicates = store.db.execute(
         "SELECT COUNT(*) - COUNT(DISTINCT key) FROM plan").fetchone()[0]
     if duplicates:

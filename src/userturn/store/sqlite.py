@@ -155,7 +155,12 @@ def check_schema(db: sqlite3.Connection, path: Path) -> None:
                          f"{', '.join(sorted({'meta', 'generations', 'plan', 'labels'} - names))}"
                          " table)")
     row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    version = json.loads(row[0]) if row else SCHEMA_VERSION  # before versions: the first schema
+    try:
+        version = json.loads(row[0]) if row else SCHEMA_VERSION  # before versions: the first
+    except (ValueError, TypeError):
+        raise DamagedStore(f"{path} is damaged: its metadata 'schema_version' is not JSON; "
+                           f"`userturn doctor {path.parent}` says what can be recovered",
+                           "'schema_version' is not JSON") from None
     if not isinstance(version, int) or version > SCHEMA_VERSION:
         raise StoreError(f"{path} has store schema {version}; this userturn reads up to "
                          f"{SCHEMA_VERSION}: upgrade userturn to read it")

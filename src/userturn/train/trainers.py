@@ -30,6 +30,7 @@ from userturn.chat.render import (
 from userturn.config import Experiment
 from userturn.errors import ModelError, UserturnError
 from userturn.probe.pipeline import Progress, run_experiment, versions
+from userturn.store.atomic import make_folder
 from userturn.store.turns import read_answers
 from userturn.train.data import (
     Split,
@@ -82,6 +83,7 @@ def run_sft(settings: SFTSettings, progress: Progress | None = None,
         raise TrainingError("no training conversation: the model wrote no user turn the rules "
                             "label follow_up and none of its answers was correct (try more "
                             "--train-items or --data-samples, or a conversation file)")
+    make_folder(out)
     data["sha256"] = write_conversations(out / "data.jsonl", conversations)
     data["conversations"] = len(conversations)
     tokenizer, model = _load(ref.path, settings)
@@ -127,6 +129,7 @@ def run_rl(settings: RLSettings, progress: Progress | None = None,
     backend = TransformersBackend(ref, batch_size=settings.generation_batch_size,
                                   device=settings.device)
     items = {item.id: item for item in split.train.items}
+    make_folder(out)
     if settings.reward == "probe":
         # The user turn follows the model's own greedy answer: answer the training items first
         # (a probe run, resumable), then open the user turn after each answer.
@@ -203,8 +206,11 @@ def _example(tokenizer: Any, template: ChatTemplate, conversation: Any, settings
 # --- shared steps --------------------------------------------------------------------------------
 
 def _prepare(settings: TrainSettings, kind: str) -> Path:
-    """The output folder. A finished run there with other settings is never overwritten."""
+    """The output folder, checked and not yet made (the first write makes it, so a refusal of
+    the data leaves no empty folder). A finished run there is never overwritten."""
     out = settings.output
+    if out.exists() and not out.is_dir():
+        raise TrainingError(f"--output {out} is a file, not a folder: choose another path")
     manifest = out / MANIFEST
     if manifest.exists():
         old = json.loads(manifest.read_text(encoding="utf-8"))
@@ -213,7 +219,6 @@ def _prepare(settings: TrainSettings, kind: str) -> Path:
                                 "settings); choose another --output")
         raise TrainingError(f"{out} already holds this finished training run; run "
                             f"`userturn train eval {out}` to repeat the before/after")
-    out.mkdir(parents=True, exist_ok=True)
     return out
 
 

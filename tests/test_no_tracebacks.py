@@ -1,0 +1,200 @@
+"""The last inputs that gave a traceback, a hang or a silent wrong success: each now gets one
+line (exit 2) and leaves nothing behind; a second interrupt exits at once with one line."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from openai_fake import Answer, FakeOpenAI
+
+from userturn.cli.main import main
+
+RUN = ["--model", "fake/probe", "--dataset", "gsm_symbolic", "--limit", "2", "--samples", "1"]
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def one_error(capsys, *argv: str) -> str:
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert "Traceback" not in err
+    return err
+
+
+def test_classify_of_a_line_nested_too_deep_or_with_a_lone_surrogate_is_one_line(tmp_path,
+                                                                                  capsys):
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"query": ' + "[" * 100_000 + "]" * 100_000
+                    + ', "answer": "4", "user_turn": "Why?"}\n')
+    assert one_error(capsys, "classify", str(deep), "--labeller", "rules") == (
+        f"userturn: error: {deep}: line 1: invalid JSON (nested too deep to read)")
+    lone = tmp_path / "lone.jsonl"
+    lone.write_text('{"query": "2+2?", "answer": "4", "user_turn": "Why \\ud800?"}\n')
+    assert "line 1: field 'user_turn': invalid text (a lone surrogate" in one_error(
+        capsys, "classify", str(lone), "--labeller", "rules")
+
+
+def test_run_into_an_empty_or_over_long_folder_name_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert "output is empty" in one_error(capsys, "run", *RUN, "-o", "")
+    long_name = "a" * 300
+    assert "is 300 bytes long; a file system takes at most 255" in one_error(
+        capsys, "run", *RUN, "-o", long_name)
+    assert list(tmp_path.iterdir()) == []  # no run stored in the current folder
+
+
+def test_a_name_too_long_for_the_file_system_is_one_line_in_every_command(tmp_path, capsys):
+    long_name = str(tmp_path / ("b" * 300))
+    run = tmp_path / "run"
+    assert main(["run", *RUN, "-o", str(run)]) == 0
+    capsys.readouterr()
+    for argv in (["report", long_name], ["doctor", long_name], ["label", long_name],
+                 ["export", str(run), "--out", long_name], ["compare", str(run), long_name],
+                 ["export-task", str(run), "-o", long_name], ["classify", long_name],
+                 ["report", str(run), "--figures", long_name], ["render", "--template",
+                                                                  long_name],
+                 ["train", "sft", "--model", "tiny", "--data", long_name, "--output",
+                  str(tmp_path / "t")]):
+        err = one_error(capsys, *argv)
+        assert "is 300 bytes long" in err or "longer than the file system takes" in err, argv
+
+
+def test_train_output_that_is_a_file_or_data_that_is_empty_is_refused_making_nothing(
+        tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    a_file = tmp_path / "taken"
+    a_file.write_text("mine")
+    assert "is a file, not a folder" in one_error(
+        capsys, "train", "sft", "--model", "tiny", "--data", str(empty), "--output", str(a_file))
+    assert a_file.read_text() == "mine"
+    out = tmp_path / "new"
+    one_error(capsys, "train", "sft", "--model", "tiny", "--data", str(empty), "--output",
+              str(out))
+    assert not out.exists()  # no empty folder for a refusal
+
+
+class CloseFails:
+    """The lock file a writer opens, whose writes reach only the page cache: the full disk is
+    reported at close, as some file systems (NFS, FUSE, quotas) do."""
+
+    def __init__(self, file) -> None:  # type: ignore[no-untyped-def]
+        self.file = file
+
+    def __getattr__(self, name):  # type: ignore[no-untyped-def]
+        return getattr(self.file, name)
+
+    def close(self) -> None:
+        self.file.close()
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def open_for_a_full_disk(path, mode="r", *args, **kwargs):  # type: ignore[no-untyped-def]
+    import builtins
+
+    handle = builtins.open(path, mode, *args, **kwargs)
+    return CloseFails(handle) if "a" in mode else handle  # readers peeking are not writing
+
+
+def test_a_full_disk_at_the_locks_release_is_no_traceback(tmp_path, capsys, monkeypatch):
+    from userturn.store import lock
+
+    monkeypatch.setattr(lock, "open", open_for_a_full_disk, raising=False)
+    folder = tmp_path / "run"
+    assert main(["run", *RUN, "-o", str(folder)]) == 0  # the run is stored: that is success
+    assert "Traceback" not in capsys.readouterr().err
+    assert main(["label", str(folder), "--labeller", "rules"]) == 0  # the lock was released
+    assert "Traceback" not in capsys.readouterr().err
+    new = tmp_path / "new"
+    err = one_error(capsys, "run", *RUN[:2], "--dataset", str(tmp_path / "missing.jsonl"),
+                    "-o", str(new))
+    assert "missing.jsonl" in err
+    assert not new.exists()  # no empty folder, no lock file
+
+
+@pytest.mark.parametrize("body", [
+    "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
+    "{% for i in range(99999) %}{% for j in range(99999)|reverse %}{% endfor %}{% endfor %}",
+    "{% for i in range(99999) %}{{ range(99999)|list|length }}{% endfor %}"])
+def test_nested_loops_in_a_template_are_refused_quickly(body, tmp_path, capsys):
+    template = tmp_path / "loops.jinja"
+    template.write_text(CHATML + body)
+    started = time.monotonic()
+    err = one_error(capsys, "render", "--template", str(template))
+    assert time.monotonic() - started < 10  # ten billion steps, refused within seconds
+    assert "loops.jinja failed: RenderBudgetExceeded: its loops took more than" in err
+
+
+def test_a_template_that_marks_no_roles_is_refused(tmp_path, capsys):
+    template = tmp_path / "plain.jinja"
+    template.write_text("{% for m in messages %}{{ m.content }}\n{% endfor %}")
+    assert "plain.jinja marks no roles" in one_error(capsys, "render", "--template",
+                                                      str(template))
+
+
+def test_ranges_in_a_real_template_still_render(tmp_path, capsys):
+    template = tmp_path / "indexed.jinja"
+    template.write_text("{% for i in range(messages|length) %}<|im_start|>{{ messages[i].role }}"
+                        "\n{{ messages[i].content }}<|im_end|>\n{% endfor %}"
+                        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+                        "{{ '' if range(3)|length == 3 and 2 in range(3) else 'broken' }}")
+    assert main(["render", "--template", str(template)]) == 0
+    out = capsys.readouterr().out
+    assert "broken" not in out and "stop markers (end of the user turn): ['<|im_end|>'" in out
+
+
+def judge_labels(folder: Path) -> int:
+    with sqlite3.connect(f"{(folder / 'userturn.db').as_uri()}?mode=ro", uri=True) as db:
+        count = db.execute("SELECT COUNT(*) FROM labels WHERE source LIKE 'judge:%' "
+                           "AND error IS NULL").fetchone()[0]
+    db.close()
+    return int(count)
+
+
+def wait_for(condition, seconds: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("first", [signal.SIGINT, signal.SIGTERM])
+def test_a_second_interrupt_during_judge_exits_at_once_with_what_was_received(first, tmp_path,
+                                                                              capsys):
+    folder = tmp_path / "run"
+    assert main(["run", *RUN, "-o", str(folder)]) == 0  # four user turns
+    capsys.readouterr()
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    with FakeOpenAI() as fake:
+        fake.then(Answer(), Answer())
+        fake.always(Answer(delay=30.0))  # two requests stay in flight
+        judging = subprocess.Popen(
+            [sys.executable, "-m", "userturn.cli.main", "judge", str(folder), "--judge",
+             "openai/j", "--base-url", fake.url, "--scope", "all", "--concurrency", "2"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        wait_for(lambda: len(fake.requests) >= 4)
+        wait_for(lambda: judge_labels(folder) == 2, seconds=10)
+        judging.send_signal(first)
+        time.sleep(1.0)  # the first interrupt's line is out; the in-flight requests wait on
+        assert judging.poll() is None
+        judging.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, err = judging.communicate(timeout=20)
+        assert time.monotonic() - started < 5  # at once, not after the 30 s requests
+    assert judging.returncode == (130 if first == signal.SIGINT else 143), err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert lines[-2].startswith("userturn: interrupted;" if first == signal.SIGINT
+                                else "userturn: terminated (SIGTERM);")
+    assert lines[-1].startswith("userturn: interrupted again: exiting now without waiting for 2 "
+                                "request(s) in flight")
+    assert judge_labels(folder) == 2
