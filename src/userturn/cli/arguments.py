@@ -207,3 +207,25 @@ def add_doctor(sub: Subparsers, handler: Handler) -> None:
                             "vs stored per stage. Exit 0 when whole, 1 when damaged.")
     doctor.add_argument("run", type=Path)
     doctor.set_defaults(handler=handler)
+
+
+EXPORT_SUFFIXES = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".eval": "inspect"}
+
+
+def export_format(fmt: str | None, out: Path | None) -> str:
+    """The format ``export`` writes: ``--format``, else the suffix of ``--out`` (which must
+    name one), else JSON Lines into the run folder. A file whose suffix names another format
+    than ``--format`` is refused: a CSV that holds JSON Lines would mislead whoever opens it."""
+    named = EXPORT_SUFFIXES.get(out.suffix.lower()) if out is not None else None
+    if fmt is None:
+        if out is None:
+            return "jsonl"
+        if named is None:
+            raise ConfigError(f"{out}: cannot tell the format from its name: give --format "
+                              "(a Hugging Face folder: --format hf), or name the file "
+                              + ", ".join(f"*{suffix}" for suffix in EXPORT_SUFFIXES))
+        return named
+    if named is not None and named != fmt:
+        raise ConfigError(f"{out} names a {named} file but --format is {fmt}: name the "
+                          "file for its format, or give the format it names")
+    return fmt

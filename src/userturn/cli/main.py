@@ -377,30 +377,8 @@ def _check_sources(store: RunStore, labels: Sequence[str] | None,
 
 
 # The format a file's suffix names; a folder (the hf format) has none.
-EXPORT_SUFFIXES = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".eval": "inspect"}
-
-
-def export_format(fmt: str | None, out: Path | None) -> str:
-    """The format ``export`` writes: ``--format``, else the suffix of ``--out`` (which must
-    name one), else JSON Lines into the run folder. A file whose suffix names another format
-    than ``--format`` is refused: a CSV that holds JSON Lines would mislead whoever opens it."""
-    named = EXPORT_SUFFIXES.get(out.suffix.lower()) if out is not None else None
-    if fmt is None:
-        if out is None:
-            return "jsonl"
-        if named is None:
-            raise ConfigError(f"{out}: cannot tell the format from its name: give --format "
-                              "(a Hugging Face folder: --format hf), or name the file "
-                              + ", ".join(f"*{suffix}" for suffix in EXPORT_SUFFIXES))
-        return named
-    if named is not None and named != fmt:
-        raise ConfigError(f"{out} names a {named} file but --format is {fmt}: name the "
-                          "file for its format, or give the format it names")
-    return fmt
-
-
 def _export(args: argparse.Namespace, console: Console) -> int:
-    args.format = export_format(args.format, args.out)
+    args.format = arguments.export_format(args.format, args.out)
     if args.format in ("inspect", "hf"):
         from userturn.cli.integrations import export_run_as
 
