@@ -1,8 +1,10 @@
 """The transformers backend: left-padded batches through ``model.generate``.
 
-Sampling draws each row's token with that row's own ``torch.Generator``, seeded from the request.
+Sampling draws each row's token from a uniform number that is a hash of the row's seed and the
+step, computed for the whole batch at once on the model's device (see :mod:`userturn.backends.sampling`).
 A row's sample therefore does not depend on which other requests share its batch, so a resumed
-run (different batches) reproduces the samples of an uninterrupted one.
+run (different batches) reproduces the samples of an uninterrupted one, and sampling costs no
+per-row work: on a GPU, one small kernel chain per step instead of a launch per row.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from userturn.backends.models import ModelRef
+from userturn.backends.sampling import SeededSampler
 from userturn.backends.turns import as_list, finish_turn, specials_longest_first, split_stops
 from userturn.chat.render import ChatTemplate, prompt_token_ids
 from userturn.errors import ModelError
@@ -111,7 +114,8 @@ class TransformersBackend:
         kwargs: dict[str, Any] = {}
         if not params.greedy:
             kwargs["logits_processor"] = [
-                _SeededSampler(params, [r.seed for r in requests], self.device)]
+                SeededSampler(params, [r.seed for r in requests], self.device,
+                               prompt_width=batch["input_ids"].shape[1])]
         if stop_strings:
             kwargs["stopping_criteria"] = [_StopOnStrings(self.tokenizer, stop_strings, batch["input_ids"].shape[1])]
         config = self.model.generation_config.__class__.from_dict(
@@ -140,39 +144,6 @@ class TransformersBackend:
 
     def _decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=False)
-
-
-class _SeededSampler:
-    """Temperature/top-p sampling with one generator per row, as a logits processor.
-
-    It leaves only the sampled token finite, so ``generate`` (run greedy) picks exactly it.
-    """
-
-    def __init__(self, params: GenerationParams, seeds: Sequence[int], device: str) -> None:
-        import torch
-
-        self.temperature, self.top_p = params.temperature, params.top_p
-        self.generators = [torch.Generator(device).manual_seed(s) for s in seeds]
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        import torch
-
-        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
-        if self.top_p < 1.0:
-            probs = _nucleus(probs, self.top_p)
-        picks = torch.stack([torch.multinomial(p, 1, generator=g)
-                             for p, g in zip(probs, self.generators)])
-        only = torch.full_like(scores, float("-inf"))
-        return only.scatter_(1, picks, 0.0)
-
-
-def _nucleus(probs: Any, top_p: float) -> Any:
-    import torch
-
-    sorted_probs, order = torch.sort(probs, descending=True, dim=-1)
-    keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < top_p  # always keeps the top token
-    filtered = torch.zeros_like(probs).scatter_(1, order, sorted_probs * keep)
-    return filtered / filtered.sum(dim=-1, keepdim=True)
 
 
 class _StopOnStrings:
