@@ -52,6 +52,11 @@ SMOKES = {
     "labelling_cost.py": Smoke(("--model", "tiny", "--items", "1", "--samples", "1",
                                 "--max-tokens", "4"),
                                rf"^labelling / generation time: {NUMBER}$"),
+    "labelling_speed.py": Smoke(("--model", "tiny", "--turns", "3", "--batch-size", "2",
+                                 "--repeats", "1"),
+                                rf"^one at a time +{NUMBER} turns/s +batched +{NUMBER} turns/s +"
+                                rf"speed-up {NUMBER}x +largest feature difference "
+                                rf"\d\.\de[+-]\d+$"),
     "coverage.py": Smoke(("--runs", "20", "--resamples", "20"),
                          rf"^clustered Wilson: coverage min {NUMBER}, mean {NUMBER}, max "
                          rf"{NUMBER} over \d+ designs, 20 runs each$"),
