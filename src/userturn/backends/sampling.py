@@ -37,10 +37,11 @@ class SeededSampler:
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
-        probs = torch.softmax(scores.double() / self.temperature, dim=-1)
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
         if self.top_p < 1.0:
             probs = nucleus(probs, self.top_p)
-        cumulative = torch.cumsum(probs, dim=-1)
+        # Summed in float64: 49,152 float32 terms would drift by more than a rare token's mass.
+        cumulative = torch.cumsum(probs.double(), dim=-1)
         total = cumulative[:, -1:]
         uniform = seeded_uniform(self.seeds, input_ids.shape[1] - self.prompt_width)[:, None]
         # Kept below the sum's last value, so the search never runs past the last kept token.

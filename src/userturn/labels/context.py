@@ -219,9 +219,9 @@ class ContextScorer:
         return self.read_many([case])[0]
 
     def read_many(self, cases: Sequence[Case]) -> list[ContextReading]:
-        """The cases' readings, ``batch_size`` turns at a time. Turns that share a query and
-        answer (a run's samples after one answer) go in one batch where they fit, so each
-        shared beginning is read once. A turn read before in this process is not read again
+        """The cases' readings, ``batch_size`` turns at a time, in batches of similar length.
+        Turns that share a query and answer (a run's samples after one answer) go in one batch
+        where they fit, so each shared beginning is read once. A turn read before in this process is not read again
         (repeated greedy samples, re-labelling, the same turn under several labellers)."""
         keys = [case_key(case) for case in cases]
         found = {key: self._memo[key] for key in keys if key in self._memo}
@@ -229,7 +229,10 @@ class ContextScorer:
         for key, case in zip(keys, cases):
             if key not in found:
                 pending.setdefault(key, case)
-        ordered = sorted(pending.items(), key=lambda item: (item[1].query, item[1].answer))
+        # By length, so a batch pads little; a query and answer's turns stay side by side.
+        ordered = sorted(pending.items(), key=lambda item: (
+            min(len(item[1].query), 4 * MAX_QUERY_TOKENS)
+            + min(len(item[1].answer), 4 * MAX_ANSWER_TOKENS), item[1].query, item[1].answer))
         for start in range(0, len(ordered), self.batch_size):
             chunk = ordered[start:start + self.batch_size]
             for (key, _), reading in zip(chunk, self._read_batch([case for _, case in chunk])):
