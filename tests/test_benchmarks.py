@@ -52,6 +52,15 @@ SMOKES = {
     "labelling_cost.py": Smoke(("--model", "tiny", "--items", "1", "--samples", "1",
                                 "--max-tokens", "4"),
                                rf"^labelling / generation time: {NUMBER}$"),
+    "labelling_speed.py": Smoke(("--model", "tiny", "--turns", "3", "--batch-size", "2",
+                                 "--repeats", "1"),
+                                rf"^one at a time +{NUMBER} turns/s +batched +{NUMBER} turns/s +"
+                                rf"speed-up {NUMBER}x +largest feature difference "
+                                rf"\d\.\de[+-]\d+$"),
+    # Runs on any machine: without CUDA its CUDA parts print SKIP and the rest runs on the CPU.
+    "gpu_check.py": Smoke(("--model", "tiny", "--items", "2", "--max-tokens", "4", "--batches",
+                           "2", "--turns", "2", "--train-size", "tiny", "--train-steps", "2",
+                           "--repeats", "1"), r"^gpu check done in \d+ s$"),
     "coverage.py": Smoke(("--runs", "20", "--resamples", "20"),
                          rf"^clustered Wilson: coverage min {NUMBER}, mean {NUMBER}, max "
                          rf"{NUMBER} over \d+ designs, 20 runs each$"),

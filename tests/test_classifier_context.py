@@ -144,6 +144,9 @@ def test_the_context_labeller_on_turns_of_each_generator_and_of_people():
     rows = {row["id"]: row for row in map(json.loads, fixture.read_text().splitlines())}
     assert set(rows) == set(PINNED)
     scorer = ContextScorer()
+    # All eight read in one batch (eight answers: padded and masked), as a run's turns are read.
+    scorer.read_many([Case(row["query"], row["answer"], row["user_turn"], row["user_turn"])
+                      for row in rows.values()])
     live = Cascade(LearnedClassifier(path=MODEL_FILE, reader=scorer.read))
     default = Cascade(LearnedClassifier(path=MODEL_FILE))
     for key, (generator, expected) in PINNED.items():

@@ -188,6 +188,20 @@ def test_bad_flag_values_are_one_line(capsys, tmp_path):
     with pytest.raises(SystemExit):
         run_flags("--top-p", "high")
     assert "expected a number, got 'high'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run_flags("--batch-size", "big")
+    assert "expected a whole number or auto, got 'big'" in capsys.readouterr().err
+
+
+def test_the_batch_size_is_auto_unless_given(tmp_path):
+    assert run_flags().batch_size == "auto"
+    assert run_flags("--batch-size", "AUTO").batch_size == "auto"
+    config = tmp_path / "exp.yaml"
+    config.write_text("batch_size: 32\n")
+    assert run_flags(config=config).batch_size == 32
+    config.write_text("batch_size: 0\n")
+    with pytest.raises(ConfigError, match="batch_size"):
+        run_flags(config=config)
 
 
 def test_train_settings_load_like_an_experiment(tmp_path):

@@ -76,25 +76,33 @@ def test_a_long_context_is_clipped_to_the_answer_tail(tiny_scorer):
                        atol=1e-4)
 
 
-def test_turns_after_one_answer_are_read_together_with_the_numbers_of_each_alone():
-    """A run's samples after one answer are read in one batch (padded turns of unequal length):
-    each reading is the one the turn gets read alone, and the shared beginnings are read once."""
+def test_a_batch_is_read_in_five_passes_with_the_numbers_of_each_turn_alone():
+    """Turns after several answers are read in one batch (padded queries, answers and turns of
+    unequal length): each reading is the one the turn gets read alone, and a batch costs five
+    forward passes however many turns and answers it holds."""
     turns = ["Why 84?", "Can you show the step where you multiplied by seven again, please?",
              "Thanks!", "Why 84?"]
     cases = [Case(CASE.query, CASE.answer, t, t) for t in turns]
     cases.append(Case("Another question?", "Another answer.", "Why?", "Why?"))
+    cases.append(Case("A much longer question about how twelve sevens come to eighty-four?",
+                      "Short.", "Thanks!", "Thanks!"))
     alone = [ContextScorer("tiny").read(case) for case in cases]
     together = ContextScorer("tiny")
     forwards: list[int] = []
-    forward = together.model.forward
-    together.model.forward = lambda *a, **k: forwards.append(1) or forward(*a, **k)
+    forward = together.decoder.forward
+    together.decoder.forward = lambda *a, **k: forwards.append(1) or forward(*a, **k)
     batched = together.read_many(cases)
     for one, many in zip(alone, batched):
         assert np.allclose(one.features, many.features, atol=1e-4)
         assert np.allclose(one.embedding, many.embedding, atol=1e-4)
-    # Per answer: the query, the answer, then the four ways (the repeated turn is read once).
-    assert len(forwards) == 2 * (2 + 4)
+    # The queries, the answers, the turns after their query, after their answer (as the user's
+    # and as the assistant's, together) and alone; the repeated turn is read once.
+    assert len(forwards) == 5
     assert together.read_many(cases[:1])[0] is batched[0]  # read once per process
+    # A smaller batch size: more batches, the same numbers.
+    small = ContextScorer("tiny", batch_size=2)
+    for one, many in zip(batched, small.read_many(cases)):
+        assert np.allclose(one.features, many.features, atol=1e-4)
 
 
 def test_readings_are_cached_as_they_come_and_a_torn_line_is_read_again(tmp_path, monkeypatch):

@@ -132,8 +132,9 @@ class Experiment(BaseModel):
     user_max_tokens: int = Field(default=96, ge=1, le=MAX_TOKENS,
                                  description="generated user turn budget")
     seed: int = Field(default=0, ge=0, description="run seed; every sample's seed derives from it")
-    batch_size: int = Field(default=8, ge=1, le=4096,
-                            description="prompts per backend batch")
+    batch_size: Annotated[int, Field(ge=1, le=4096)] | Literal["auto"] = Field(
+        default="auto", description="prompts per backend batch; auto: on a GPU the largest "
+        "batch that fits (halved on running out of memory, once per run), on the CPU 8")
     system_prompt: str | None = Field(default=None, description="a system message put before "
                                       "every item's conversation")
     answerers: list[str] = Field(

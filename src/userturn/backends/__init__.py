@@ -10,12 +10,22 @@ import importlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
 
 from userturn.backends.models import resolve_model, split_spec
 from userturn.chat.render import ChatTemplate
 from userturn.errors import ModelError
 from userturn.records import Generation, Request
+
+# Prompts per batch: a number, or "auto" (the transformers backend on a GPU: the largest batch
+# that fits, found by halving on running out of memory; elsewhere CPU_BATCH).
+BatchSize = int | Literal["auto"]
+CPU_BATCH = 8
+
+
+def fixed_batch_size(size: BatchSize) -> int:
+    """The batch an engine without a search of its own uses for ``size``."""
+    return CPU_BATCH if size == "auto" else int(size)
 
 
 class Backend(Protocol):
@@ -37,7 +47,7 @@ class BackendSpec:
     instead of :func:`load_backend`; the module must be importable where the backend is built."""
 
     spec: str
-    batch_size: int = 8
+    batch_size: BatchSize = 8
     base_url: str | tuple[str, ...] | None = None
     tokenizer: str | None = None
     prompt_as: str = "tokens"
@@ -55,7 +65,7 @@ class BackendSpec:
                             endpoint_concurrency=self.endpoint_concurrency)
 
 
-def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
+def load_backend(spec: str, *, batch_size: BatchSize = 8, device: str | None = None,
                  base_url: str | Sequence[str] | None = None, tokenizer: str | None = None,
                  prompt_as: str = "tokens",
                  backend_args: Mapping[str, Any] | None = None,
@@ -80,7 +90,7 @@ def load_backend(spec: str, *, batch_size: int = 8, device: str | None = None,
 class BackendOptions:
     """What ``load_backend`` was given besides the spec; each engine reads what concerns it."""
 
-    batch_size: int = 8
+    batch_size: BatchSize = 8
     device: str | None = None
     base_url: str | Sequence[str] | None = None
     tokenizer: str | None = None
@@ -121,14 +131,15 @@ def _openai_backend(spec: str, options: BackendOptions) -> Backend:
 def _fake_backend(spec: str, options: BackendOptions) -> Backend:
     from userturn.backends.fake import ScriptedBackend, probe_script
 
-    return ScriptedBackend(probe_script, spec=spec, chunk_size=options.batch_size)
+    return ScriptedBackend(probe_script, spec=spec,
+                           chunk_size=fixed_batch_size(options.batch_size))
 
 
 def _vllm_backend(spec: str, options: BackendOptions) -> Backend:
     from userturn.backends.vllm import VLLMBackend
 
     return VLLMBackend(resolve_model(spec), options=_engine_args("vllm", options.backend_args),
-                       chunk_size=max(options.batch_size, 64))
+                       chunk_size=max(fixed_batch_size(options.batch_size), 64))
 
 
 def _llamacpp_backend(spec: str, options: BackendOptions) -> Backend:
@@ -136,7 +147,7 @@ def _llamacpp_backend(spec: str, options: BackendOptions) -> Backend:
 
     return LlamaCppBackend(resolve_model(spec),
                            options=_engine_args("llamacpp", options.backend_args),
-                           chunk_size=options.batch_size)
+                           chunk_size=fixed_batch_size(options.batch_size))
 
 
 def _transformers_backend(spec: str, options: BackendOptions) -> Backend:

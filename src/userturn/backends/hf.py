@@ -1,32 +1,52 @@
 """The transformers backend: left-padded batches through ``model.generate``.
 
-Sampling draws each row's token with that row's own ``torch.Generator``, seeded from the request.
+Sampling draws each row's token from a uniform number that is a hash of the row's seed and the
+step, computed for the whole batch at once on the model's device (see :mod:`userturn.backends.sampling`).
 A row's sample therefore does not depend on which other requests share its batch, so a resumed
-run (different batches) reproduces the samples of an uninterrupted one.
+run (different batches) reproduces the samples of an uninterrupted one, and sampling costs no
+per-row work: on a GPU, one small kernel chain per step instead of a launch per row.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+from userturn.backends import CPU_BATCH, BatchSize
 from userturn.backends.models import ModelRef
+from userturn.backends.sampling import SeededSampler
 from userturn.backends.turns import as_list, finish_turn, specials_longest_first, split_stops
 from userturn.chat.render import ChatTemplate, prompt_token_ids
 from userturn.errors import ModelError
 from userturn.records import Generation, GenerationParams, Request
 
+AUTO_START = 256  # the first batch --batch-size auto tries on a GPU
+
 
 class TransformersBackend:
-    def __init__(self, ref: ModelRef, *, batch_size: int = 8, device: str | None = None,
-                 trust_remote_code: bool = False) -> None:
+    """``batch_size="auto"``: on a GPU, batches start at ``auto_start`` prompts and halve each
+    time one runs out of memory, for the rest of the run (the size found is said once); on the
+    CPU, where memory is rarely what limits a batch, it is CPU_BATCH. ``auto_start`` given
+    searches on any device."""
+
+    def __init__(self, ref: ModelRef, *, batch_size: BatchSize = CPU_BATCH,
+                 device: str | None = None, trust_remote_code: bool = False,
+                 auto_start: int | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # our own bars report progress; theirs interleave
-        self.spec, self.revision, self.batch_size = ref.spec, ref.revision, batch_size
-        self.chunk_size = batch_size
+        self.spec, self.revision = ref.spec, ref.revision
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        on_gpu = self.device.startswith("cuda")
+        # While searching, a batch that runs out of memory is halved rather than failed.
+        self.searching = batch_size == "auto" and (on_gpu or auto_start is not None)
+        if self.searching:
+            self.batch_size = auto_start or AUTO_START
+        else:
+            self.batch_size = CPU_BATCH if batch_size == "auto" else int(batch_size)
+        self._batch_said = not self.searching
+        self.chunk_size = self.batch_size
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(ref.path, trust_remote_code=trust_remote_code)
             self.model = AutoModelForCausalLM.from_pretrained(
@@ -53,12 +73,42 @@ class TransformersBackend:
         for index, request in enumerate(requests):
             groups.setdefault((request.params, request.stop), []).append(index)
         for (params, stop), indices in groups.items():
-            for start in range(0, len(indices), self.batch_size):
+            start = 0
+            while start < len(indices):
                 batch = indices[start:start + self.batch_size]
-                outputs = self._generate_batch([requests[i] for i in batch], params, stop)
+                try:
+                    outputs = self._generate_batch([requests[i] for i in batch], params, stop)
+                except _OutOfMemory as exc:  # only while searching, and only batches above 1
+                    self._halve(len(batch), exc.__cause__)
+                    continue
+                self._say_batch_size(len(batch))
                 for index, output in zip(batch, outputs):
                     results[index] = output
+                start += len(batch)
         return [r for r in results if r is not None]
+
+    def _halve(self, tried: int, error: BaseException | None) -> None:
+        """A batch of ``tried`` prompts ran out of memory: every batch from now on is at most
+        half of it."""
+        import warnings
+
+        import torch
+
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()  # what the failed batch held
+        self.batch_size = max(1, min(self.batch_size, tried) // 2)
+        warnings.warn(f"{self.spec}: --batch-size auto: a batch of {tried} prompts ran out of "
+                      f"memory ({type(error).__name__}); trying {self.batch_size}",
+                      stacklevel=3)
+
+    def _say_batch_size(self, fitted: int) -> None:
+        """Said once, when the search has its answer: a full batch fitted."""
+        if not self._batch_said and fitted == self.batch_size:
+            import warnings
+
+            self._batch_said = True
+            warnings.warn(f"{self.spec}: --batch-size auto: batches of {self.batch_size} prompts "
+                          f"fit on {self.device}", stacklevel=3)
 
     def _generate_batch(self, requests: Sequence[Request], params: GenerationParams,
                         stop: tuple[str, ...]) -> list[Generation]:
@@ -80,6 +130,8 @@ class TransformersBackend:
                 outputs = self._run([requests[i] for i in fitting], [encoded[i] for i in fitting],
                                     params, stop)
             except (RuntimeError, ValueError, MemoryError) as exc:
+                if self.searching and len(fitting) > 1 and _out_of_memory(exc):
+                    raise _OutOfMemory() from exc
                 if len(fitting) == 1:
                     (index,) = fitting
                     results[index] = Generation("", "", "error", len(encoded[index]), 0,
@@ -111,7 +163,8 @@ class TransformersBackend:
         kwargs: dict[str, Any] = {}
         if not params.greedy:
             kwargs["logits_processor"] = [
-                _SeededSampler(params, [r.seed for r in requests], self.device)]
+                SeededSampler(params, [r.seed for r in requests], self.device,
+                               prompt_width=batch["input_ids"].shape[1])]
         if stop_strings:
             kwargs["stopping_criteria"] = [_StopOnStrings(self.tokenizer, stop_strings, batch["input_ids"].shape[1])]
         config = self.model.generation_config.__class__.from_dict(
@@ -157,37 +210,14 @@ class TransformersBackend:
         return self._options.score_options(prompt, options, whole=whole)
 
 
-class _SeededSampler:
-    """Temperature/top-p sampling with one generator per row, as a logits processor.
-
-    It leaves only the sampled token finite, so ``generate`` (run greedy) picks exactly it.
-    """
-
-    def __init__(self, params: GenerationParams, seeds: Sequence[int], device: str) -> None:
-        import torch
-
-        self.temperature, self.top_p = params.temperature, params.top_p
-        self.generators = [torch.Generator(device).manual_seed(s) for s in seeds]
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        import torch
-
-        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
-        if self.top_p < 1.0:
-            probs = _nucleus(probs, self.top_p)
-        picks = torch.stack([torch.multinomial(p, 1, generator=g)
-                             for p, g in zip(probs, self.generators)])
-        only = torch.full_like(scores, float("-inf"))
-        return only.scatter_(1, picks, 0.0)
+class _OutOfMemory(Exception):
+    """A batch ran out of memory while --batch-size auto searches: halve it and go again."""
 
 
-def _nucleus(probs: Any, top_p: float) -> Any:
+def _out_of_memory(error: BaseException) -> bool:
     import torch
 
-    sorted_probs, order = torch.sort(probs, descending=True, dim=-1)
-    keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < top_p  # always keeps the top token
-    filtered = torch.zeros_like(probs).scatter_(1, order, sorted_probs * keep)
-    return filtered / filtered.sum(dim=-1, keepdim=True)
+    return isinstance(error, (torch.OutOfMemoryError, MemoryError))
 
 
 class _StopOnStrings:

@@ -7,7 +7,15 @@ import argparse
 from pathlib import Path
 from typing import Any, Callable
 
-from userturn.cli.flags import Flag, add_flags, count_or_all, flag_values, key_values, names
+from userturn.cli.flags import (
+    Flag,
+    add_flags,
+    count_or_all,
+    count_or_auto,
+    flag_values,
+    key_values,
+    names,
+)
 from userturn.config import Experiment, JudgeSpec, check_folder_name, load_settings
 from userturn.data.files import parse_field_mappings
 from userturn.errors import ConfigError
@@ -26,6 +34,7 @@ RUN_FLAGS: dict[str, Flag] = {
     "models": Flag(("--model",), repeat=True, metavar="MODEL"),
     "datasets": Flag(("--dataset",), repeat=True, metavar="DATASET"),
     "limit": Flag(parse=count_or_all, metavar="N|all"),
+    "batch_size": Flag(parse=count_or_auto, metavar="N|auto"),
     "fields": Flag(("--field",), repeat=True, collect=parse_field_mappings,
                    metavar="FIELD=COLUMN"),
     "answerers": Flag(("--answerer",), repeat=True, metavar="ANSWERER"),

@@ -171,6 +171,17 @@ def count_or_all(text: str) -> int | str:
             from None
 
 
+def count_or_auto(text: str) -> int | str:
+    """A count, or ``auto`` for what the device holds (as ``batch_size: auto`` in a file)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") \
+            from None
+
+
 def key_values(pairs: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` flags to a mapping; each value read as YAML reads it (``4`` a number,
     ``true`` a boolean, ``[0, 1]`` a list), as the same key in a config file would be."""

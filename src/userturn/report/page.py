@@ -76,6 +76,8 @@ def _header(report: Report) -> str:
             counts[label.source] += 1
     items.append(("Label sources stored", esc(", ".join(f"{s} ({n})" for s, n in
                                                        sorted(counts.items()))) or "none"))
+    if meta.stages:
+        items.append(("Time by stage", "<br>".join(esc(s.line()) for s in meta.stages)))
     versions = meta.versions
     items.append(("Versions", esc(" · ".join(f"{k} {v}" for k, v in versions.items())) or "–"))
     models = meta.models

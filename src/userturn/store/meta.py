@@ -54,6 +54,35 @@ class AnnotationSample(BaseModel):
         return self.inclusion is not None
 
 
+class StageTime(BaseModel):
+    """Where a run's time went in one stage: wall seconds, what it did (``count`` of ``unit``)
+    and the tokens it generated (None where a stage generates none, e.g. labelling)."""
+
+    stage: str  # model load, answers, user turns, labelling, judge
+    seconds: float
+    count: int = 0
+    unit: str = ""
+    tokens: int | None = None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        return self.tokens / self.seconds if self.tokens is not None and self.seconds > 0 \
+            else None
+
+    @property
+    def per_second(self) -> float | None:
+        return self.count / self.seconds if self.seconds > 0 else None
+
+    def line(self) -> str:
+        """One line, as a researcher planning a sweep reads it and multiplies."""
+        done = f", {self.count} {self.unit}" if self.unit else ""
+        rated = self.unit not in ("", "models") and self.per_second  # loading has no rate
+        rate = f" ({self.per_second:.2f} {self.unit}/s)" if rated else ""
+        tokens = (f", {self.tokens} tokens ({self.tokens_per_second:.1f} tokens/s)"
+                  if self.tokens is not None and self.tokens_per_second is not None else "")
+        return f"{self.stage}: {self.seconds:.2f} s{done}{rate}{tokens}"
+
+
 class RunMeta(BaseModel):
     """Everything a run records about itself besides its generations and labels."""
 
@@ -77,6 +106,9 @@ class RunMeta(BaseModel):
     annotation_samples: dict[str, AnnotationSample] = Field(default_factory=dict)
     """Annotator name -> the sample they label."""
     schema_version: int | None = None
+    stages: list[StageTime] = Field(default_factory=list)
+    """Where the run's latest invocation spent its time, stage by stage (a resumed run counts
+    what it did, not what it read back)."""
 
     @property
     def finished_now(self) -> bool:

@@ -252,9 +252,11 @@ class Tally:
         self.sent: dict[str, int] = {}
         self.failed: dict[str, int] = {}
         self.first_error: dict[str, str] = {}
+        self.tokens: dict[str, int] = {}  # tokens generated, per kind
 
-    def count(self, kind: str, error: str | None) -> None:
+    def count(self, kind: str, error: str | None, tokens: int = 0) -> None:
         self.sent[kind] = self.sent.get(kind, 0) + 1
+        self.tokens[kind] = self.tokens.get(kind, 0) + tokens
         if error is not None:
             self.failed[kind] = self.failed.get(kind, 0) + 1
             self.first_error.setdefault(kind, scrub(error))

@@ -1,0 +1,87 @@
+"""Where a run's time went: every run stores, stage by stage, wall seconds, what it did and the
+tokens it generated; `userturn run` and `userturn report` print them and the HTML report shows
+them."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from userturn.cli.main import main
+from userturn.probe.timing import StageClock
+from userturn.store.database import RunStore
+from userturn.store.meta import StageTime
+
+
+def run_args(out: Path) -> list[str]:
+    return ["run", "--model", "fake/probe", "--dataset", "gsm_symbolic", "--limit", "3",
+            "--temperatures", "0,1", "--samples", "2", "--labeller", "rules", "-o", str(out)]
+
+
+def stored_tokens(folder: Path, role: str) -> tuple[int, int]:
+    """(generations, completion tokens) the run folder holds for ``role``, read raw."""
+    with sqlite3.connect(folder / "userturn.db") as db:
+        count, tokens = db.execute("SELECT COUNT(*), SUM(completion_tokens) FROM generations "
+                                   "WHERE role = ?", (role,)).fetchone()
+    return count, tokens
+
+
+def test_a_run_stores_and_prints_each_stage(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                            ) -> None:
+    out = tmp_path / "run"
+    assert main(run_args(out)) == 0
+    printed = capsys.readouterr().out
+    store = RunStore.read(out)
+    stages = {s.stage: s for s in store.meta().stages}
+    store.close()
+    assert list(stages) == ["model load", "answers", "user turns", "labelling"]
+    answers, user_turns = stored_tokens(out, "assistant"), stored_tokens(out, "user")
+    assert (stages["answers"].count, stages["answers"].tokens) == answers
+    assert (stages["user turns"].count, stages["user turns"].tokens) == user_turns
+    assert user_turns[0] == 3 * (1 + 2) and user_turns[1] > 0
+    assert stages["labelling"].unit == "labels" and stages["labelling"].count == user_turns[0]
+    assert stages["labelling"].tokens is None  # labelling generates nothing
+    assert all(s.seconds > 0 for s in stages.values())
+    assert "time by stage: model load:" in " ".join(printed.split())
+    assert stages["user turns"].line() in " ".join(printed.split())
+
+    # `userturn report` prints them again, and the HTML report shows them.
+    assert main(["report", str(out), "--html"]) == 0
+    assert stages["answers"].line() in " ".join(capsys.readouterr().out.split())
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "Time by stage" in html and stages["user turns"].line() in html
+
+
+def test_a_resumed_run_counts_what_it_did_not_what_it_read_back(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert main(run_args(out)) == 0
+    assert main(run_args(out)) == 0  # everything is stored: nothing is generated again
+    store = RunStore.read(out)
+    stages = {s.stage: s for s in store.meta().stages}
+    store.close()
+    assert (stages["answers"].count, stages["answers"].tokens) == (0, 0)
+    assert (stages["user turns"].count, stages["user turns"].tokens) == (0, 0)
+    assert stages["labelling"].count == 0  # labelled already, at this version
+
+
+def test_a_stage_that_runs_once_per_dataset_adds_up(tmp_path: Path) -> None:
+    store = RunStore.create(tmp_path / "run")
+    ticks = iter([0.0, 2.0, 10.0, 13.0, 20.0, 21.5])
+    clock = StageClock(store, clock=lambda: next(ticks))
+    for tokens in (100, 50):
+        with clock.generating("answers"):
+            store.tally.count("generation", None, tokens)
+            store.tally.count("generation", "a failure", 0)
+    clock.timed("labelling", "labels", lambda: 4)
+    stored = store.meta().stages
+    store.close()
+    assert stored == [StageTime(stage="answers", seconds=5.0, count=4, unit="generations",
+                                tokens=150),
+                      StageTime(stage="labelling", seconds=1.5, count=4, unit="labels")]
+    assert stored[0].line() == ("answers: 5.00 s, 4 generations (0.80 generations/s), 150 "
+                                "tokens (30.0 tokens/s)")
+    assert stored[1].line() == "labelling: 1.50 s, 4 labels (2.67 labels/s)"
+    assert StageTime(stage="model load", seconds=3.0, count=1, unit="models").line() == \
+        "model load: 3.00 s, 1 models"
