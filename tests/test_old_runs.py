@@ -30,7 +30,12 @@ def test_report_of_an_old_run_prints_what_it_printed_then(old_run, capsys):
     assert main(["report", str(old_run)]) == 0
     out = capsys.readouterr().out
     expected = (FIXTURES / "before-redesign.report.txt").read_text(encoding="utf-8")
-    assert out == expected
+    # Since then a rate from offline labels alone carries the labeller's measured error (the
+    # old run has no human labels): that note is new, every table and line before is as then.
+    lines = out.splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.startswith("offline labels only"))
+    end = next(i for i in range(start, len(lines)) if "--scope uncertain" in lines[i])
+    assert "".join(lines[:start] + lines[end + 1:]) == expected
 
 
 def test_load_run_opens_an_old_run(old_run):
