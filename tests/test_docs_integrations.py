@@ -62,6 +62,7 @@ class Reader:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.missing: dict[str, str] = {}
+        self.stand_in = False  # a scripted run stands in for the SmolLM2 run the docs make
         bin_dir = folder / ".bin"
         bin_dir.mkdir()
         userturn = bin_dir / "userturn"  # the worktree's userturn, as the installed command
@@ -77,6 +78,7 @@ class Reader:
                     "HF_DATASETS_CACHE": str(folder / ".hf-cache")}
 
     def scripted_run(self, where: str) -> None:
+        self.stand_in = True
         (self.folder / ".scripted").mkdir()
         (self.folder / where).parent.mkdir(parents=True, exist_ok=True)
         fake_probe_run(self.folder / ".scripted").folder.rename(self.folder / where)
@@ -91,6 +93,9 @@ class Reader:
             return "builds the optional .venv-lmeval (needs the network)"
         if command.startswith("lm-eval") and not LM_EVAL_BIN.exists():
             return "needs lm-eval from the optional .venv-lmeval (`make lmeval`)"
+        if command.startswith("lm-eval run") and self.stand_in:
+            return ("runs SmolLM2's exported task, which the scripted stand-in run has not: "
+                    "USERTURN_SLOW=1 makes the real run")
         if "smollm2" in command and not SLOW and (
                 kind == "python" or command.startswith("userturn run")):
             return "generates with SmolLM2 (minutes on 2 cores): USERTURN_SLOW=1 runs it"
