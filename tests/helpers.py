@@ -158,6 +158,16 @@ def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, s
     return code, captured.out, captured.err
 
 
+def one_error(capsys: pytest.CaptureFixture[str], *argv: str, code: int = 2) -> str:
+    """Run the CLI; assert it exits ``code`` with exactly one stderr line and no traceback;
+    return that line."""
+    assert main(list(argv)) == code
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert "Traceback" not in err
+    return err
+
+
 def assert_one_line_error(code: int, err: str, needle: str) -> None:
     """Misuse: exit 2 and one ``userturn: error:`` line naming ``needle``, no traceback."""
     assert code == 2

@@ -9,19 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import one_error
 
 from userturn.cli.main import main
 
 RUN = ["--model", "fake/probe", "--dataset", "gsm_symbolic", "--limit", "2", "--samples", "1"]
 
 
-def one_error(capsys, *argv: str, code: int = 2) -> str:
-    """Run the CLI; assert it exits ``code`` with exactly one stderr line; return that line."""
-    assert main(list(argv)) == code
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0, err
-    assert "Traceback" not in err
-    return err
 
 
 @pytest.fixture

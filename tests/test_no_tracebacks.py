@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import one_error
 from openai_fake import Answer, FakeOpenAI
 
 from userturn.cli.main import main
@@ -22,12 +23,6 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def one_error(capsys, *argv: str) -> str:
-    assert main(list(argv)) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0, err
-    assert "Traceback" not in err
-    return err
 
 
 def test_classify_of_a_line_nested_too_deep_or_with_a_lone_surrogate_is_one_line(tmp_path,

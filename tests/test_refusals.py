@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import one_error
 
 from userturn.cli.main import main
 
@@ -36,12 +37,6 @@ def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
     return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folder.iterdir())}
 
 
-def one_error(capsys, *argv: str, code: int = 2) -> str:
-    assert main(list(argv)) == code
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0, err
-    assert "Traceback" not in err
-    return err
 
 
 @pytest.fixture
