@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).parent))
-from leave_one_model_out import Turn, kappa_interval, read_corpus  # noqa: E402
+from leave_one_model_out import (  # noqa: E402
+    Turn,
+    kappa_interval,
+    read_corpus,
+    verdict_rows,
+)
 
 from userturn.labels.context import turn_key  # noqa: E402
 from userturn.labels.corpus import CORPUS_FILE  # noqa: E402
@@ -56,25 +61,12 @@ def judging_order(turns: Sequence[Turn], seed: int = 0) -> list[Turn]:
     return ordered
 
 
-def read_verdicts(path: Path, judge: str | None) -> dict[str, dict]:
-    """The verdicts stored for ``judge`` (None: the only judge in the file), by turn key."""
-    if not path.exists():
-        return {}
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    names = sorted({row["judge"] for row in rows})
-    if judge is None:
-        if len(names) > 1:
-            raise SystemExit(f"{path} holds several judges ({', '.join(names)}): name one")
-        judge = names[0] if names else None
-    return {row["key"]: row for row in rows if row["judge"] == judge}
-
-
 def judge_corpus(spec: str, turns: Sequence[Turn], path: Path, limit: int | None) -> str:
     """Judge the turns not yet in ``path`` (at most ``limit`` in all); returns the judge's name."""
     from userturn.labels.judges import judge_from_spec
 
     judge = judge_from_spec(spec)
-    done = read_verdicts(path, judge.name)
+    done = verdict_rows(path, judge.name)
     todo = [t for t in turns if key_of(t) not in done]
     if limit is not None:
         todo = todo[:max(0, limit - len(done))]
@@ -139,10 +131,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     turns = judging_order(read_corpus(args.corpus))
     if args.table is not None:
-        verdicts = read_verdicts(args.table, None)
+        verdicts = verdict_rows(args.table, None)
     elif args.judge:
         name = judge_corpus(args.judge, turns, args.verdicts, args.limit)
-        verdicts = read_verdicts(args.verdicts, name)
+        verdicts = verdict_rows(args.verdicts, name)
     else:
         parser.error("give --judge SPEC (to judge and print) or --table FILE")
     groups = {g: sum(t.generator == g for t in turns) for g in GROUPS}

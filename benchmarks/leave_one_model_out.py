@@ -234,14 +234,22 @@ def print_rate_gaps(gaps: Sequence[str]) -> None:
 THRESHOLDS = (0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.01)  # 0: never asked; 1.01: always
 
 
-def judge_verdicts(path: Path, judge: str | None) -> dict[str, str | None]:
-    """A judge's label by turn key (None where its verdict was an error)."""
+def verdict_rows(path: Path, judge: str | None) -> dict[str, dict]:
+    """The rows ``benchmarks/judge_quality.py`` stored for ``judge`` (None: the only judge in
+    the file), by turn key."""
+    if not path.exists():
+        return {}
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
     names = sorted({row["judge"] for row in rows})
     if judge is None and len(names) > 1:
-        raise SystemExit(f"{path} holds several judges ({', '.join(names)}): pass --judge")
+        raise SystemExit(f"{path} holds several judges ({', '.join(names)}): name one")
     judge = judge or (names[0] if names else None)
-    return {row["key"]: row["label"] for row in rows if row["judge"] == judge}
+    return {row["key"]: row for row in rows if row["judge"] == judge}
+
+
+def judge_verdicts(path: Path, judge: str | None) -> dict[str, str | None]:
+    """A judge's label by turn key (None where its verdict was an error)."""
+    return {key: row["label"] for key, row in verdict_rows(path, judge).items()}
 
 
 def judge_curve(held: str, test: Sequence[Turn], predicted: Sequence[str],

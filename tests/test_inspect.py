@@ -160,20 +160,11 @@ def test_the_scorer_labels_simulated_user_turns_in_a_real_eval(tmp_path):
         ModelUsage,
         get_model,
     )
-    from inspect_ai.solver import solver
 
     from userturn.inspect import user_turn_label
     from userturn.labels.rules import RulesClassifier
     from userturn.records import Case
 
-    @solver
-    def simulate_user():
-        """The model writes the next user turn: its output is appended as a user message."""
-        async def solve(state, generate):
-            output = await get_model().generate(state.messages)
-            state.messages.append(ChatMessageUser(content=output.completion))
-            return state
-        return solve
 
     query = "Tom has 3 boxes of 12 pencils and gives away 10. How many are left?"
     answer = "3 x 12 = 36 pencils, and 36 - 10 = 26. The answer is 26."
@@ -263,18 +254,10 @@ def test_the_scorer_labels_a_simulated_user_of_ours_in_a_real_concurrent_eval(tm
     pytest.importorskip("inspect_ai")
     from inspect_ai import Task, eval
     from inspect_ai.dataset import Sample
-    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser, get_model
-    from inspect_ai.solver import solver
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageUser
 
     from userturn.inspect import user_turn_label
 
-    @solver
-    def simulate_user():
-        async def solve(state, generate):
-            output = await get_model().generate(state.messages)
-            state.messages.append(ChatMessageUser(content=output.completion))
-            return state
-        return solve
 
     pairs = [("What is 2 + 2?", "2 + 2 = 4."), ("Name a prime number.", "7 is prime."),
              ("How many days are in a week?", "Seven."), ("Spell cat.", "C-A-T.")]
@@ -304,3 +287,18 @@ def test_the_scorer_labels_a_simulated_user_of_ours_in_a_real_concurrent_eval(tm
     # warning per sample): the metric reads the scores as they are
     assert [s.value for r in (log.reductions or []) for s in r.samples
             if not isinstance(s.value, str)] == []
+
+
+def simulate_user():
+    """An Inspect solver: the model writes the next user turn, appended as a user message."""
+    from inspect_ai.model import ChatMessageUser, get_model
+    from inspect_ai.solver import solver
+
+    @solver
+    def simulate_user():
+        async def solve(state, generate):
+            output = await get_model().generate(state.messages)
+            state.messages.append(ChatMessageUser(content=output.completion))
+            return state
+        return solve
+    return simulate_user()

@@ -202,12 +202,15 @@ class TransformersBackend:
 
             self._options = TransformersOptions(
                 self.model, self.tokenizer, lambda text: prompt_token_ids(self.tokenizer, text),
-                self.device)
-        ids_needed = len(prompt_token_ids(self.tokenizer, prompt)) + 8
-        if self.context_length is not None and ids_needed > self.context_length:
-            raise ValueError(f"the prompt has {ids_needed - 8} tokens: more than the model's "
-                             f"context of {self.context_length} leaves room for")
+                self.device, self._check_fits)
         return self._options.score_options(prompt, options, whole=whole)
+
+    def _check_fits(self, ids: Sequence[int]) -> None:
+        from userturn.backends.options import OPTION_ROOM
+
+        if self.context_length is not None and len(ids) + OPTION_ROOM > self.context_length:
+            raise ValueError(f"the prompt has {len(ids)} tokens: more than the model's "
+                             f"context of {self.context_length} leaves room for")
 
 
 class _OutOfMemory(Exception):

@@ -103,16 +103,18 @@ class LlamaCppBackend:
     def score_options(self, prompt: str, options: Sequence[str], *,
                       whole: bool = False) -> list[float]:
         """log P(option | prompt) of each option (a local judge's verdict: backends/options.py)."""
-        from userturn.backends.options import LlamaCppOptions
+        from userturn.backends.options import OPTION_ROOM, LlamaCppOptions
 
-        if len(self.prompt_ids(prompt)) + 8 > self.n_ctx:
-            raise ValueError(f"the prompt fills the context ({self.n_ctx}); raise n_ctx in the "
-                             "llama.cpp options")
+        def check_fits(ids: Sequence[int]) -> None:
+            if len(ids) + OPTION_ROOM > self.n_ctx:
+                raise ValueError(f"the prompt fills the context ({self.n_ctx}); raise n_ctx in "
+                                 "the llama.cpp options")
+
         if self._lib is None:
             raise ValueError("scoring options needs the llama_cpp bindings")
         try:
-            return LlamaCppOptions(self.llama, self.prompt_ids, self._encode,
-                                   self._lib).score_options(prompt, options, whole=whole)
+            return LlamaCppOptions(self.llama, self.prompt_ids, self._encode, self._lib,
+                                   check_fits).score_options(prompt, options, whole=whole)
         except (ValueError, RuntimeError):
             self.llama.reset()  # a half-evaluated context must not be continued
             raise

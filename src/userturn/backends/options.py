@@ -36,6 +36,9 @@ def needs_rest(encoded: Sequence[Sequence[int]], whole: bool) -> list[int]:
             if len(tokens) > 1 and (whole or firsts.count(tokens[0]) > 1)]
 
 
+OPTION_ROOM = 8  # tokens an option may take after the prompt
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = 0
     for x, y in zip(a, b):
@@ -50,9 +53,11 @@ class TransformersOptions:
     previous prompt's cache over their common beginning), then every option in one batched pass
     over a copy of that cache."""
 
-    def __init__(self, model: Any, tokenizer: Any, encode_prompt: Any, device: str) -> None:
+    def __init__(self, model: Any, tokenizer: Any, encode_prompt: Any, device: str,
+                 check_fits: Any) -> None:
         self.model, self.tokenizer, self.device = model, tokenizer, device
         self.encode_prompt = encode_prompt  # the backend's rule: BOS exactly once
+        self.check_fits = check_fits  # the prompt's ids -> raises where the context is too short
         # transformers 5 names the key-value cache ``cache``; earlier versions ``past_key_values``.
         self._cache_arg = ("cache" if "cache" in inspect.signature(model.forward).parameters
                            else "past_key_values")
@@ -67,6 +72,7 @@ class TransformersOptions:
         ids = list(self.encode_prompt(prompt))
         if not ids or not options:
             raise ValueError("score_options needs a prompt and at least one option")
+        self.check_fits(ids)
         keep = common_prefix(self._ids, ids)
         if keep == len(ids) == len(self._ids) and self._last is not None:
             cache, last = self._cache, self._last
@@ -111,8 +117,10 @@ class LlamaCppOptions:
     with what the context already holds, then each option's tokens one at a time (llama.cpp
     keeps the last position's logits only), rewound after each option."""
 
-    def __init__(self, llama: Any, encode_prompt: Any, encode: Any, lib: Any) -> None:
+    def __init__(self, llama: Any, encode_prompt: Any, encode: Any, lib: Any,
+                 check_fits: Any) -> None:
         self.llama, self.encode_prompt, self.encode, self.lib = llama, encode_prompt, encode, lib
+        self.check_fits = check_fits  # the prompt's ids -> raises where the context is too short
 
     def _logits(self) -> Any:
         import numpy as np
@@ -132,6 +140,7 @@ class LlamaCppOptions:
         ids = list(self.encode_prompt(prompt))
         if not ids or not options:
             raise ValueError("score_options needs a prompt and at least one option")
+        self.check_fits(ids)
         held = list(self.llama.input_ids[:self.llama.n_tokens])
         keep = min(common_prefix(held, ids), len(ids) - 1)
         first = self._eval_from(ids, keep)
