@@ -8,7 +8,7 @@ A judge is not fit to the corpus, so every adjudicated turn counts (all splits).
 in a fixed order that keeps any prefix a stratified sample: people's turns first (the fewest),
 then the generators' and the authored cases' turns interleaved, each group in a seeded shuffle.
 Every verdict is appended to ``--verdicts`` as it arrives (the judge's name, the turn's key, label,
-probability, error, seconds), so a long CPU job can be stopped and resumed and several judges share
+probability, error, seconds, and a label-probability judge's seven log-probabilities), so a long CPU job can be stopped and resumed and several judges share
 one file. Printed per group (each generator, people, authored): turns judged, errors, Cohen's
 kappa 7-way and follow-up vs rest with 95% intervals over queries (whole queries resampled),
 follow-up precision and recall, and the judge's turns/s on this machine.
@@ -75,12 +75,18 @@ def judge_corpus(spec: str, turns: Sequence[Turn], path: Path, limit: int | None
     with path.open("a", encoding="utf-8") as out:
         for index, turn in enumerate(todo, 1):
             start = time.perf_counter()
-            label = judge.classify(turn.example.case)
+            # A label-probability judge also gives the seven log-probabilities, kept for a
+            # study that recalibrates them (fit on the train split, judged on people).
+            scored = getattr(judge, "classify_with_scores", None)
+            label, logprobs = scored(turn.example.case) if scored else (
+                judge.classify(turn.example.case), None)
             seconds = time.perf_counter() - start
-            out.write(json.dumps({"judge": judge.name, "key": key_of(turn),
-                                  "group": turn.generator, "label": label.label,
-                                  "probability": label.probability, "error": label.error,
-                                  "seconds": round(seconds, 3)}) + "\n")
+            row = {"judge": judge.name, "key": key_of(turn), "group": turn.generator,
+                   "label": label.label, "probability": label.probability,
+                   "error": label.error, "seconds": round(seconds, 3)}
+            if logprobs is not None:
+                row["logprobs"] = [round(v, 5) for v in logprobs]
+            out.write(json.dumps(row) + "\n")
             out.flush()
             if index % 25 == 0 or index == len(todo):
                 print(f"  {index}/{len(todo)} ({seconds:.1f} s the last)", flush=True)

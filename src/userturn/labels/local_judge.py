@@ -117,12 +117,18 @@ class LabelProbabilityJudge(Judge):
         self._lock = threading.Lock()
 
     def classify(self, case: Case) -> Label:
+        return self.classify_with_scores(case)[0]
+
+    def classify_with_scores(self, case: Case) -> tuple[Label, list[float] | None]:
+        """The verdict and the seven labels' log-probabilities it was read from (in the order
+        of ``LABELS``; None where none were read), for a study that recalibrates or combines
+        them."""
         if case.thinking.strip() and not case.user_turn.strip():
-            return thinking_only(self.name)
+            return thinking_only(self.name), None
         try:
             prompt = label_prompt(self.backend.template, case)  # type: ignore[attr-defined]
             with self._lock:
-                logprobs = self.backend.score_options(prompt, OPTIONS)
+                logprobs = list(self.backend.score_options(prompt, OPTIONS))
         except Exception as exc:  # a labeller must never break the batch: stored, counted
-            return self._error(f"request failed: {type(exc).__name__}: {exc}")
-        return verdict_from_logprobs(logprobs, self.name, self.min_mass)
+            return self._error(f"request failed: {type(exc).__name__}: {exc}"), None
+        return verdict_from_logprobs(logprobs, self.name, self.min_mass), logprobs
