@@ -203,4 +203,4 @@ def test_without_the_scorer_a_run_is_refused_before_it_generates(gsm_file, tmp_p
     assert not (tmp_path / "run" / DB_NAME).exists()  # no run store was written
     # The form-only classifier and the rules need no model: the same run goes through.
     store = run_scripted(experiment(gsm_file, tmp_path, classifier="form"), backend)
-    assert store.meta().offline_labeller == "cascade" and backend.calls > 0
+    assert store.meta().labeller == "cascade" and backend.calls > 0

@@ -145,13 +145,14 @@ def test_unreachable_hub_model_is_one_line_and_writes_nothing(capsys, tmp_path):
 def test_the_example_experiment_file_is_valid():
     exp = load_experiment(Path(__file__).parent.parent / "examples" / "experiment.yaml", {})
     assert exp.models == ["smollm2", "tiny"] and exp.temperatures == [0.0, 0.7, 1.0]
-    assert exp.perturbations == ["truncate:0.5", "append_question:specific", "wrong_answer"]
+    assert [p.spec for p in exp.perturbations] == ["truncate:0.5", "append_question:specific",
+                                                   "wrong_answer"]
 
 
 def test_perturbation_and_answerer_flags(tmp_path):
     exp = load_experiment(None, {"perturbations": ["empty", "truncate:0.3"],
                                  "answerers": ["self", "reference"]})
-    assert exp.perturbations == ["empty", "truncate:0.3"]
+    assert [p.spec for p in exp.perturbations] == ["empty", "truncate:0.3"]
     assert exp.answerers == ["self", "reference"]
     with pytest.raises(ConfigError, match="unknown perturbation"):
         load_experiment(None, {"perturbations": ["shuffle"]})

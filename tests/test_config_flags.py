@@ -15,9 +15,10 @@ from userturn.cli import arguments
 from userturn.cli.flags import Flag, add_flags
 from userturn.cli.main import main
 from userturn.cli.train import add_train_parser, settings_from
-from userturn.config import Experiment, JudgeSpec
+from userturn.config import Experiment
 from userturn.errors import ConfigError
 from userturn.labels.classifier import MODEL_FILE
+from userturn.labels.plan import JudgeSpec
 
 # For each setting: flags that set it, and the value they give (never the default).
 EXAMPLES: dict[str, tuple[list[str], Any]] = {
@@ -111,7 +112,10 @@ def test_every_experiment_field_is_a_run_flag():
 def test_each_flag_sets_its_field(field):
     argv, expected = EXAMPLES[field]
     assert expected != Experiment.model_fields[field].get_default(call_default_factory=True)
-    assert getattr(run_flags(*argv), field) == expected
+    value = getattr(run_flags(*argv), field)
+    if field in ("perturbations", "user_turn_variants"):  # parsed once: compared by their specs
+        value = [parsed.spec for parsed in value]
+    assert value == expected
 
 
 def test_the_flags_of_before_still_parse():

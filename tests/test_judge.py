@@ -10,6 +10,7 @@ from typing import Iterator
 import pytest
 from openai_fake import Answer, Drop, Fail, FakeOpenAI, Garbage, Hang, Recorded
 
+from userturn.backends.openai_http import retry_after
 from userturn.errors import ConfigError
 from userturn.labels.judge import (
     CORRECTION,
@@ -17,7 +18,6 @@ from userturn.labels.judge import (
     Judge,
     OpenAIChatClient,
     VerdictError,
-    _retry_after,
     case_message,
     parse_verdict,
 )
@@ -178,10 +178,10 @@ def test_400_fails_at_once(fake: FakeOpenAI) -> None:
 
 
 def test_retry_after_accepts_seconds_and_http_dates() -> None:
-    assert _retry_after("7") == 7.0
-    assert _retry_after(None) is None and _retry_after("soon") is None
+    assert retry_after("7") == 7.0
+    assert retry_after(None) is None and retry_after("soon") is None
     later = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
-    assert 25.0 <= (_retry_after(later) or 0.0) <= 31.0
+    assert 25.0 <= (retry_after(later) or 0.0) <= 31.0
 
 
 # --- batches --------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from helpers import experiment, load_family, thinking_experiment, undecided_scri
 from openai_fake import FakeOpenAI
 
 from userturn.backends.fake import ScriptedBackend
-from userturn.labels.sources import source_order
+from userturn.labels.sources import LABELLERS
 from userturn.labels.stages import label_with
 from userturn.probe.pipeline import run_experiment
 from userturn.records import Case, Label, Request
@@ -35,7 +35,7 @@ A, B = "judge:openai/a@rubric1", "judge:openai/b@rubric1"
     ("cascade", ["judges:majority"], "undecided", ["rules", "judges:majority", "classifier"]),
 ])
 def test_source_order(labeller, judges, scope, expected):
-    assert source_order(labeller, judges, scope) == expected
+    assert LABELLERS[labeller].sources(judges, scope) == expected
 
 
 def judged_run(gsm_file, tmp_path, judges: list[str], labeller: str) -> RunStore:

@@ -1,4 +1,5 @@
-"""The house's shape, checked: packages by stage, no import cycle, no oversized module.
+"""The house's shape, checked: packages by stage on floors that import only downward, no import
+cycle, no private name imported across packages or into tests, no oversized module.
 
 CONTRIBUTING.md states these rules; this file is what keeps them true.
 """
@@ -43,8 +44,10 @@ def imports_of(path: Path, known: set[str], name: str | None = None) -> set[str]
                 parent = package.split(".")
                 parent = parent[: len(parent) - node.level + 1]
                 base = ".".join([*parent, base] if base else parent)
-            # `from pkg import module` imports the module; `from module import name` the module.
-            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            # `from pkg import module` imports the module (the package's __init__ only runs
+            # first); `from module import name` imports the module.
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                       for alias in node.names]
         else:
             continue
         for target in targets:
@@ -56,12 +59,52 @@ def imports_of(path: Path, known: set[str], name: str | None = None) -> set[str]
 
 
 def import_graph() -> dict[str, set[str]]:
+    """Module -> the userturn modules it imports, at the top or in a function. An import of a
+    name from a parent package (``from userturn import __version__``) is an edge to that
+    package's ``__init__``, like any other."""
     mods = modules()
     known = set(mods)
-    graph = {name: imports_of(path, known) for name, path in mods.items()}
-    # Importing a package's module runs the package's __init__ first: that is no cycle of ours.
-    return {name: {t for t in targets if not name.startswith(t + ".")}
-            for name, targets in graph.items()}
+    return {name: imports_of(path, known) for name, path in mods.items()}
+
+
+# The floors, top to bottom (CONTRIBUTING.md): a module imports only from its own package or
+# from a package on a lower floor; nothing on one floor imports another package of that floor.
+FLOORS: list[set[str]] = [
+    {"userturn", "cli", "inspect"},         # what users call: the package, the CLI, Inspect
+    {"api", "integrations", "train"},       # the notebook API, other tools, post-training
+    {"config"},                             # the experiment: the stages' specs composed
+    {"report"},                             # a run rendered
+    {"probe"},                              # plan and generate
+    {"labels"},                             # a case in, a label out
+    {"backends", "store"},                  # engines; the run folder
+    {"data", "chat"},                       # items; prompts
+    {"stats", "records", "credentials", "settings", "version"},  # values and shared checks
+    {"errors"},
+]
+
+
+def package_of(module: str) -> str:
+    """``userturn.labels.stages`` -> ``labels``; the top-level package itself -> ``userturn``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def floor_of(package: str) -> int:
+    found = [index for index, floor in enumerate(FLOORS) if package in floor]
+    assert found, f"{package} is on no floor: add it to FLOORS and CONTRIBUTING.md"
+    return found[0]
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that does not run down the floors (or stay in its own package)."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            here, there = package_of(name), package_of(target)
+            if here != there and floor_of(there) <= floor_of(here):
+                found.append(f"{name} -> {target} ({here} on floor {floor_of(here)}, {there} "
+                             f"on floor {floor_of(there)})")
+    return found
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -111,6 +154,44 @@ def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path:
     source.write_text("def f():\n    from userturn.store import lock\n")
     known = {"userturn.store", "userturn.store.lock"}
     assert "userturn.store.lock" in imports_of(source, known, name="userturn.m")
+
+
+def test_imports_run_down_the_floors_counting_imports_inside_functions() -> None:
+    assert upward_arrows(import_graph()) == []
+
+
+def test_the_floor_check_finds_an_arrow_up_and_one_across_a_floor() -> None:
+    graph = {"userturn.labels.judges": {"userturn.config", "userturn.labels.judge",
+                                        "userturn.errors"},
+             "userturn.store.meta": {"userturn.backends"},
+             "userturn.probe.pipeline": {"userturn"}}
+    assert upward_arrows(graph) == [
+        "userturn.labels.judges -> userturn.config (labels on floor 5, config on floor 2)",
+        "userturn.probe.pipeline -> userturn (probe on floor 4, userturn on floor 0)",
+        "userturn.store.meta -> userturn.backends (store on floor 6, backends on floor 6)"]
+
+
+def private_imports(path: Path, package: str | None) -> list[str]:
+    """``from userturn.x import _name`` in ``path`` where the module it comes from is not in
+    ``package`` (None: in tests, every userturn module is another's)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and not node.level and \
+                (node.module or "").startswith("userturn"):
+            source = package_of(node.module or "")
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__") and \
+                        source != package:
+                    found.append(f"{path.name}: from {node.module} import {alias.name}")
+    return found
+
+
+def test_no_private_name_is_imported_across_packages_or_into_tests() -> None:
+    found = [hit for name, path in modules().items()
+             for hit in private_imports(path, package_of(name))]
+    tests = Path(__file__).parent
+    found += [hit for path in sorted(tests.rglob("*.py")) for hit in private_imports(path, None)]
+    assert found == []
 
 
 def test_the_top_level_holds_at_most_ten_modules() -> None:

@@ -21,7 +21,7 @@ from userturn.labels.local_judge import (
     LabelProbabilityJudge,
     label_prompt,
 )
-from userturn.labels.stages import judge_turns
+from userturn.labels.stages import judge_with_all
 from userturn.probe.pipeline import run_experiment
 from userturn.records import LABELS, Case
 from userturn.store.turns import read_turns
@@ -169,7 +169,7 @@ def test_a_run_judged_by_label_probabilities_stores_them_where_the_rules_abstain
     exp = experiment(gsm_file, tmp_path, labeller="rules")
     store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
     scores = ScriptedScores(lambda p: logprobs(new_query=0.7, meta=0.1))
-    sent = judge_turns(store, LabelProbabilityJudge(scores), "undecided")
+    sent = judge_with_all(store, [LabelProbabilityJudge(scores)], "undecided")
     assert sent == GSM_ITEMS * GSM_SAMPLES == len(scores.prompts)
     judged = [t for t in read_turns(store) if t.label_source.startswith("judge:")]
     assert len(judged) == GSM_ITEMS * GSM_SAMPLES
@@ -177,4 +177,4 @@ def test_a_run_judged_by_label_probabilities_stores_them_where_the_rules_abstain
         (stored,) = [lab for lab in turn.labels if lab.source == turn.label_source]
         assert turn.label == "new_query" and stored.probability == pytest.approx(0.875)
     # Judged again: nothing is sent twice.
-    assert judge_turns(store, LabelProbabilityJudge(scores), "undecided") == 0
+    assert judge_with_all(store, [LabelProbabilityJudge(scores)], "undecided") == 0

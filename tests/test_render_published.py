@@ -268,8 +268,8 @@ def test_the_tokenizer_s_own_tokens_decide_the_boundaries():
 
 
 def test_a_stop_cut_inside_a_token_is_refused_naming_the_model():
-    from userturn.chat.render import _check_whole_tokens
+    from userturn.chat.render import check_whole_tokens
     from userturn.chat.template_tokens import TokenLexer
 
     with pytest.raises(TemplateError, match="chat template of m: .*'<think>'"):
-        _check_whole_tokens("m", TokenLexer(["<think>"]), ("<|assistant|><",))
+        check_whole_tokens("m", TokenLexer(["<think>"]), ("<|assistant|><",))

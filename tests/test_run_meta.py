@@ -9,6 +9,7 @@ import sqlite3
 import pytest
 from pydantic import ValidationError
 
+from userturn.labels.sources import run_labeller
 from userturn.store.database import RunStore
 from userturn.store.meta import AnnotationSample
 
@@ -68,4 +69,4 @@ def test_a_run_that_did_not_record_its_labeller_is_read_from_its_sources(
         tmp_path, sources, labeller):
     store = RunStore.create(tmp_path / "run")
     store.update_meta(label_sources=sources)
-    assert store.meta().offline_labeller == labeller
+    assert run_labeller(store.meta()).name == labeller

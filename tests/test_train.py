@@ -347,13 +347,13 @@ def test_the_saved_checkpoint_keeps_the_base_end_of_sequence(tiny_backend) -> No
     from transformers import AutoModelForCausalLM
 
     from userturn.backends.models import resolve_model
-    from userturn.train.trainers import _restore_stop, _stop_on
+    from userturn.train.trainers import restore_stop, stop_on_turn_end
 
     model = AutoModelForCausalLM.from_pretrained(resolve_model("tiny").path)
     model.generation_config.eos_token_id = 3  # an EOS other than the user turn's stop
-    original = _stop_on(model, tiny_backend.tokenizer, ("<|im_end|>",), lambda _: None)
+    original = stop_on_turn_end(model, tiny_backend.tokenizer, ("<|im_end|>",), lambda _: None)
     end_of_turn = tiny_backend.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert original == 3 and model.generation_config.eos_token_id == sorted({3, end_of_turn})
     wrapped = get_peft_model(model, LoraConfig(r=2, target_modules="all-linear"))
-    _restore_stop(wrapped, original)
+    restore_stop(wrapped, original)
     assert wrapped.merge_and_unload().generation_config.eos_token_id == 3

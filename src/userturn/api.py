@@ -165,10 +165,9 @@ def classify(cases: Iterable[CaseLike], labeller: str = "rules",
     takes the rules' label where they decide and the classifier's elsewhere (each label's
     ``source`` says which). ``classifier``: parameters from ``userturn train-classifier``
     (default: the shipped ones)."""
-    from userturn.labels.classifier import label_cases
-    from userturn.labels.sources import checked_labeller
+    from userturn.labels.stages import label_cases
 
-    return label_cases(checked_labeller(labeller), [_case(case) for case in cases],
+    return label_cases(labeller, [_case(case) for case in cases],
                        Path(classifier) if classifier else None)
 
 

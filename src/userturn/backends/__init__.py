@@ -10,22 +10,13 @@ import importlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
+from userturn.backends.batching import BatchSize, fixed_batch_size
 from userturn.backends.models import resolve_model, split_spec
 from userturn.chat.render import ChatTemplate
 from userturn.errors import ModelError
 from userturn.records import Generation, Request
-
-# Prompts per batch: a number, or "auto" (the transformers backend on a GPU: the largest batch
-# that fits, found by halving on running out of memory; elsewhere CPU_BATCH).
-BatchSize = int | Literal["auto"]
-CPU_BATCH = 8
-
-
-def fixed_batch_size(size: BatchSize) -> int:
-    """The batch an engine without a search of its own uses for ``size``."""
-    return CPU_BATCH if size == "auto" else int(size)
 
 
 class Backend(Protocol):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from userturn.backends import CPU_BATCH, BatchSize
+from userturn.backends.batching import CPU_BATCH, BatchSize
 from userturn.backends.models import ModelRef
 from userturn.backends.sampling import SeededSampler
 from userturn.backends.turns import as_list, finish_turn, specials_longest_first, split_stops

@@ -228,11 +228,11 @@ def derive_markers(template: ChatTemplate) -> TurnMarkers:
         raise TemplateError(f"chat template of {template.model} marks no roles: neither an "
                             "end of the user turn nor an assistant header shows in what it "
                             "writes, so userturn cannot tell where a generated user turn ends")
-    _check_whole_tokens(template.model, lexer, (*markers.user_stop, *markers.assistant_stop))
+    check_whole_tokens(template.model, lexer, (*markers.user_stop, *markers.assistant_stop))
     return markers
 
 
-def _check_whole_tokens(model: str, lexer: TokenLexer, stops: Sequence[str]) -> None:
+def check_whole_tokens(model: str, lexer: TokenLexer, stops: Sequence[str]) -> None:
     """A stop that ends inside a token never matches where the model ends its turn: refuse it
     loudly rather than let every turn run on."""
     for stop in stops:

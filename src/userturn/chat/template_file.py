@@ -31,12 +31,13 @@ def load_template_file(path: str | Path, *, bos: str | None = None, eos: str | N
         if not text.strip():
             raise TemplateError(f"the template file {path} is empty")
         return ChatTemplate(text, model, bos, eos)
-    config = _json(path, text)
-    source = _chat_template(config, path)
-    added = config.get("added_tokens_decoder") or {}
+    tokenizer = _json(path, text)  # a tokenizer_config.json
+    source = _chat_template(tokenizer, path)
+    added = tokenizer.get("added_tokens_decoder") or {}
     specials = tuple(sorted({token for t in added.values() if (token := _token_text(t))}))
-    return ChatTemplate(source, model, bos if bos is not None else _token_text(config.get("bos_token")),
-                        eos if eos is not None else _token_text(config.get("eos_token")),
+    return ChatTemplate(source, model,
+                        bos if bos is not None else _token_text(tokenizer.get("bos_token")),
+                        eos if eos is not None else _token_text(tokenizer.get("eos_token")),
                         special_tokens=specials)
 
 
@@ -50,9 +51,9 @@ def _json(path: Path, text: str) -> dict[str, Any]:
     return config
 
 
-def _chat_template(config: dict[str, Any], path: Path) -> str:
+def _chat_template(tokenizer: dict[str, Any], path: Path) -> str:
     """The default template: a string, or the one named ``default`` in a list of named ones."""
-    source = config.get("chat_template")
+    source = tokenizer.get("chat_template")
     if isinstance(source, list):
         named = {entry.get("name"): entry.get("template") for entry in source
                  if isinstance(entry, dict)}

@@ -16,9 +16,11 @@ from userturn.cli.flags import (
     key_values,
     names,
 )
-from userturn.config import Experiment, JudgeSpec, check_folder_name, load_settings
+from userturn.config import Experiment, load_settings
 from userturn.data.files import parse_field_mappings
 from userturn.errors import ConfigError
+from userturn.labels.plan import JudgeSpec
+from userturn.settings import check_folder_name
 
 Subparsers = Any  # argparse's subparsers action (its class is private to argparse)
 Handler = Callable[..., int]

@@ -77,7 +77,7 @@ def _labeller_options(parser: argparse.ArgumentParser) -> None:
 
 def classify_command(args: argparse.Namespace, console: Console) -> int:
     from userturn.cli.console import progress_bars
-    from userturn.labels.classifier import label_cases
+    from userturn.labels.stages import label_cases
     from userturn.labels.training import case_of, read_rows
 
     if args.out is not None:
@@ -109,13 +109,12 @@ def classify_command(args: argparse.Namespace, console: Console) -> int:
 
 def label_command(args: argparse.Namespace, console: Console) -> int:
     from userturn.cli.console import progress_bars
+    from userturn.labels.sources import labeller_named
     from userturn.labels.stages import label_turns
     from userturn.store.database import RunStore
 
-    if args.labeller != "rules" and args.classifier is not None:
-        from userturn.labels.classifier import LearnedClassifier
-
-        LearnedClassifier(path=args.classifier)  # a bad file is refused before the run is touched
+    # A bad parameters file is refused before the run is touched.
+    labeller_named(args.labeller).learned_classifier(args.classifier)
     # no run, judge or other label writes meanwhile
     with RunStore.writing(args.run, "label") as store:
         with progress_bars() as progress:

@@ -158,7 +158,7 @@ def _train(args: argparse.Namespace, console: Console) -> int:
 
 def _render(args: argparse.Namespace, console: Console) -> int:
     from userturn.errors import ConfigError
-    from userturn.probe.user_variants import UserVariantBackend, parse_user_variant
+    from userturn.probe.user_variants import parse_user_variant, variant_prompt
 
     if args.model is None:
         from userturn.chat.template_file import load_template_file
@@ -178,8 +178,7 @@ def _render(args: argparse.Namespace, console: Console) -> int:
     system = [{"role": "system", "content": args.system}] if args.system else []
     messages = [*system, {"role": "user", "content": args.query},
                 {"role": "assistant", "content": args.answer}]
-    prober = _TemplateOnly(template)
-    prompt = UserVariantBackend(prober, variant).user_prompt(messages)
+    prompt = variant_prompt(template, variant, messages)
     out = console.file
     out.write(f"{name}\ntemplate hash: {prompt.template_hash}\n")
     if variant.kind != "native":
@@ -192,13 +191,6 @@ def _render(args: argparse.Namespace, console: Console) -> int:
     out.write(f"stop markers (end of the user turn): {list(prompt.stop)}\n")
     out.write(f"assistant header: {prompt.assistant_header!r}\n")
     return 0
-
-
-class _TemplateOnly:
-    """A prober with a template and nothing to generate with: what `render` needs."""
-
-    def __init__(self, template) -> None:
-        self.template, self.spec, self.revision, self.chunk_size = template, template.model, "", 1
 
 
 def _report(args: argparse.Namespace, console: Console) -> int:
@@ -233,7 +225,6 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
 def _judge(args: argparse.Namespace, console: Console) -> int:
     from userturn.labels.agreement import pairwise_agreement, print_agreement
-    from userturn.labels.judges import judge_from_spec
     from userturn.labels.stages import judge_with_all
     from userturn.report.terminal import print_run
     from userturn.report.view import read_run
@@ -242,9 +233,7 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
 
     RunStore.check(args.run)  # before the judge: a wrong folder is the likelier mistake
     spec = arguments.judge_spec_from(args)
-    judges = [judge_from_spec(name, base_url=spec.judge_base_url) for name in spec.judges]
-    for judge in judges:
-        judge.concurrency = spec.judge_concurrency
+    judges = spec.build_judges()
     # Everything checked: only now the lock and the first write.
     with RunStore.writing(args.run, "judge") as store:
         with progress_bars() as progress:

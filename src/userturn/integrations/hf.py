@@ -22,6 +22,7 @@ import yaml
 from userturn.integrations.folders import write_folder
 from userturn.integrations.optional import require
 from userturn.labels.corpus import CORPUS_FILE
+from userturn.probe.plan import ProbePlan
 from userturn.report.summary import SummaryRow
 from userturn.report.view import read_run
 from userturn.store.database import RunStore
@@ -156,7 +157,8 @@ def export_run(store: RunStore, out: Path, *, force: bool = False) -> int:
     with its card; returns the number of rows."""
     datasets = require("datasets", "the Hugging Face dataset export")
     view = read_run(store)
-    rows = [turn_row(turn, view.meta.config.get("system_prompt")) for turn in view.turns]
+    rows = [turn_row(turn, ProbePlan.stored(view.meta.config).system_prompt)
+            for turn in view.turns]
     card = run_card(view.meta, view.turns, view.summary(), Path(store.folder).name)
 
     def build(folder: Path) -> None:
@@ -186,7 +188,7 @@ def run_card(meta: RunMeta, turns: Sequence[Turn], summary: Sequence[SummaryRow]
     datasets = sorted({t.dataset for t in turns})
     sources = sorted({lab.source for t in turns for lab in t.labels})
     revisions = {spec: info.revision or None for spec, info in meta.models.items()}
-    config = meta.config
+    plan = ProbePlan.stored(meta.config)
     header = {
         "pretty_name": f"userturn run {name}",
         "license": _licence([*models, *datasets]),
@@ -207,9 +209,8 @@ def run_card(meta: RunMeta, turns: Sequence[Turn], summary: Sequence[SummaryRow]
             "datasets": [{"name": d, "license": _licence([d])} for d in datasets],
             "label_sources": sources,
             "label_order": meta.label_sources,
-            "decoding": {"temperatures": config.get("temperatures"),
-                         "top_p": config.get("top_p"),
-                         "user_max_tokens": config.get("user_max_tokens")},
+            "decoding": {"temperatures": plan.temperatures, "top_p": plan.top_p,
+                         "user_max_tokens": plan.user_max_tokens},
             "rates": [_rate(row) for row in summary],
         },
     }

@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 
 from userturn.errors import UserturnError
 from userturn.integrations.optional import require
+from userturn.probe.plan import ProbePlan
 from userturn.report.summary import SummaryRow
 from userturn.report.view import read_run
 from userturn.stats.rates import clustered_rate
@@ -44,7 +45,7 @@ def export_inspect(store: RunStore, out: Path, *, force: bool = False) -> int:
     meta = view.meta
     tokens = {key: (row["prompt_tokens"] or 0, row["completion_tokens"] or 0)
               for key, row in store.generations([turn.key for turn in view.turns]).items()}
-    samples = [_sample(turn, meta.config.get("system_prompt"), tokens.get(turn.key))
+    samples = [_sample(turn, ProbePlan.stored(meta.config).system_prompt, tokens.get(turn.key))
                for turn in view.turns]
     log = log_module.EvalLog(
         status="success", eval=_spec(meta, view.turns, Path(store.folder)),
@@ -72,7 +73,7 @@ def _spec(meta: RunMeta, turns: Sequence[Turn], folder: Path) -> Any:
     from inspect_ai.log import EvalConfig, EvalDataset, EvalSpec
     from inspect_ai.model import GenerateConfig
 
-    config = meta.config
+    config, plan = meta.config, ProbePlan.stored(meta.config)
     models = sorted({t.model for t in turns}) or sorted(meta.models)
     datasets = sorted({t.dataset for t in turns})
     temperatures = sorted({t.temperature for t in turns})
@@ -88,8 +89,7 @@ def _spec(meta: RunMeta, turns: Sequence[Turn], folder: Path) -> Any:
         model=models[0] if len(models) == 1 else f"userturn/{len(models)} models",
         model_generate_config=GenerateConfig(
             temperature=temperatures[0] if len(temperatures) == 1 else None,
-            top_p=config.get("top_p"), max_tokens=config.get("user_max_tokens"),
-            seed=config.get("seed")),
+            top_p=plan.top_p, max_tokens=plan.user_max_tokens, seed=plan.seed),
         config=EvalConfig(),
         metadata={"userturn_version": __version__, "run": str(folder), "models": models,
                   "datasets": datasets, "temperatures": temperatures,

@@ -93,27 +93,20 @@ def last_user_turn(messages: Sequence[tuple[str, str]]) -> Case | str:
 def _labeller(labeller: Labeller, judge: str | None, base_url: str | None,
               classifier: str | Path | None) -> Any:
     """case -> Label: the rules first where they take part; then the judge, or the classifier."""
-    from userturn.labels.sources import checked_labeller
-
-    labeller = checked_labeller(labeller)
-    from userturn.labels.classifier import LearnedClassifier, parameters_file
+    from userturn.labels.classifier import parameters_file
     from userturn.labels.rules import RulesClassifier
+    from userturn.labels.sources import labeller_named
+
+    offline = labeller_named(labeller)
+    if not judge:  # the run's offline labeller, as a run would label the case
+        return offline.case_labeller(parameters_file(classifier) if classifier else None).classify
+    from userturn.labels.judges import judge_from_spec
 
     rules = RulesClassifier()
-    deciding: Any = None
-    if judge:
-        from userturn.labels.judges import judge_from_spec
+    deciding = judge_from_spec(judge, base_url=base_url)
 
-        deciding = judge_from_spec(judge, base_url=base_url)
-    elif labeller != "rules":
-        deciding = LearnedClassifier(path=parameters_file(classifier) if classifier else None)
-
-    def label(case: Case) -> Label:
-        if labeller == "classifier" and not judge:
-            return deciding.classify(case)
+    def label(case: Case) -> Label:  # the judge is asked what the rules leave undecided
         decided = rules.classify(case)
-        if decided.label is not None or deciding is None:
-            return decided
-        return deciding.classify(case)
+        return decided if decided.label is not None else deciding.classify(case)
 
     return label

@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from userturn.errors import StoreError, UserturnError
 from userturn.integrations.lmeval import FORMAT
-from userturn.labels.sources import checked_labeller
+from userturn.labels.plan import LabellingPlan
+from userturn.labels.sources import labeller_named
 from userturn.labels.stages import label_turns
 from userturn.records import Generation, GenerationParams, Labeller, Request, Score
 from userturn.store.database import RunStore
@@ -86,8 +87,7 @@ def import_samples(paths: Sequence[Path], out: Path, *, labeller: Labeller | Non
     run = samples[0].run
     meta = _run_meta(samples[0].where, run, out, files, list(ran.values()),
                      allow_model_mismatch)
-    chosen = labeller or meta.config.get("labeller") or "cascade"
-    chosen = checked_labeller(chosen)
+    chosen = labeller_named(labeller or LabellingPlan.stored(meta.config).labeller).name
     with RunLock(out, "import"):
         store = RunStore.create(out)
         try:
@@ -147,11 +147,11 @@ def ran_model(samples: Path) -> RanModel:
         return RanModel(None)
     try:
         results = json.loads(found[0].read_text(encoding="utf-8"))
-        config = results.get("config") or {}
-        args = config.get("model_args")
+        harness_run = results.get("config") or {}
+        args = harness_run.get("model_args")
         if isinstance(args, dict):
             args = ",".join(f"{key}={value}" for key, value in args.items())
-        return RanModel(str(found[0]), config.get("model"), args or "",
+        return RanModel(str(found[0]), harness_run.get("model"), args or "",
                         results.get("lm_eval_version"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
         raise UserturnError(f"{found[0]}: not an lm-eval results file ({exc})") from None

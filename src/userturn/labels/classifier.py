@@ -40,7 +40,6 @@ from userturn.records import LABELS, Case, Label
 
 if TYPE_CHECKING:
     from userturn.labels.context import ContextScorer
-    from userturn.records import Labeller, Progress
 
 # The default reads each turn in context (the best of the leave-one-model-out comparison,
 # docs/classifier.md): `--classifier context`. The form-only parameters (numpy alone, no model
@@ -407,26 +406,6 @@ def shared_reader(expected: str) -> SharedReader:
     with _READERS_LOCK:
         found = _READERS[name] = _READERS.get(name) or SharedReader(name)
         return found
-
-
-def label_cases(labeller: Labeller, cases: Sequence[Case], classifier: Path | None = None,
-                progress: Progress | None = None) -> list[Label]:
-    """Label ``cases`` the way a run's offline labeller would: the rules, the classifier
-    (``classifier``: its parameters; default the shipped ones) or the cascade. The turns after
-    one answer are read in context together (:func:`in_chunks`)."""
-    from userturn.records import silent_progress
-
-    source: Labelling = RulesClassifier()
-    if labeller != "rules":
-        learned = LearnedClassifier(path=classifier) if classifier else LearnedClassifier()
-        source = learned if labeller == "classifier" else Cascade(learned)
-    order = sorted(range(len(cases)), key=lambda i: (cases[i].query, cases[i].answer))
-    labels: dict[int, Label] = {}
-    advance = (progress or silent_progress)(f"label · {labeller}", len(cases))
-    for chunk, chunk_labels in in_chunks(source, [cases[i] for i in order]):
-        labels.update(zip(order[chunk], chunk_labels))
-        advance(len(chunk_labels))
-    return [labels[i] for i in range(len(cases))]
 
 
 class Labelling(Protocol):

@@ -15,7 +15,7 @@ import urllib.parse
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable, Generator, Protocol, Sequence
 
-from userturn.backends.openai_http import APIError, OpenAIHTTP, retry_after
+from userturn.backends.openai_http import APIError, OpenAIHTTP
 from userturn.labels.rules import thinking_only
 from userturn.records import LABELS, Case, Label
 
@@ -219,7 +219,6 @@ def _excerpt(text: str, limit: int = 80) -> str:
 # A failed chat request; ``retryable``: the same request may succeed later. The transport (shared
 # with the completions backend) lives in ``openai_http``.
 ChatError = APIError
-_retry_after = retry_after  # kept under its old name
 
 
 class ChatClient(Protocol):

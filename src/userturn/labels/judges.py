@@ -19,21 +19,23 @@ from userturn.labels.judge import (
     Judge,
     OpenAIChatClient,
 )
+from userturn.settings import check_url
 
 
 def judge_from_spec(spec: str, *, base_url: str | None = None, api_key: str | None = None,
-                    sleep: Callable[[float], None] = time.sleep) -> Judge:
+                    sleep: Callable[[float], None] = time.sleep,
+                    concurrency: int = 8) -> Judge:
     """A judge from a spec: ``openai/MODEL`` is an OpenAI-compatible chat API (the paper used
     gpt-5.4-mini); any other model spec (``smollm2``, a local folder) is a local model.
-    ``sleep`` is how the API client waits between retries (a test passes one that records)."""
+    ``sleep`` is how the API client waits between retries (a test passes one that records);
+    ``concurrency``: an API judge's requests in flight at most (a local model takes one case at
+    a time, whatever is asked)."""
     provider, _, model = spec.strip().partition("/")
     if provider != "openai":
         return local_judge(spec)
     if not model.strip() or any(c.isspace() for c in model):
         raise ConfigError(f"unknown judge {spec!r}: expected openai/MODEL, "
                           "for example openai/gpt-5.4-mini")
-    from userturn.config import check_url
-
     # The address is checked here, before any request: a typo in --base-url or in
     # OPENAI_BASE_URL is one line, not a request retried until it gives up.
     base_url = check_url(base_url) if base_url else check_url(
@@ -42,7 +44,7 @@ def judge_from_spec(spec: str, *, base_url: str | None = None, api_key: str | No
     if urllib.parse.urlparse(client.base_url).hostname == OPENAI_HOST and not client.has_key:
         raise ConfigError(f"judge {spec} calls the OpenAI API: set OPENAI_API_KEY "
                           "(or give --judge-base-url for a local OpenAI-compatible server)")
-    return Judge(client)
+    return Judge(client, concurrency=concurrency)
 
 
 def local_judge(spec: str) -> Judge:

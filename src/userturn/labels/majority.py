@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from userturn.labels.sources import MAJORITY, JudgeScope, source_order
+from userturn.labels.sources import MAJORITY
 from userturn.records import Label
 from userturn.store.database import RunStore
 from userturn.store.turns import read_turns
@@ -28,10 +28,10 @@ def majority_label(verdicts: dict[str, str | None], judges: Sequence[str]) -> La
     return Label(None, source=MAJORITY, error=f"no majority ({split})")
 
 
-def store_majority(store: RunStore, judges: Sequence[str], scope: JudgeScope) -> int:
-    """Store the majority of ``judges`` for every turn at least one of them labelled, and make
-    it the run's deciding judge source (:func:`.sources.source_order`: after the rules where the
-    run's labeller has them, before the classifier; alone with scope ``all``)."""
+def store_majority(store: RunStore, judges: Sequence[str]) -> int:
+    """Store the majority of ``judges`` for every turn at least one of them labelled, as a
+    source of its own (``judges:majority``), which the run's sources then put where a single
+    judge would stand (:class:`.sources.OfflineLabeller`)."""
     version = "+".join(judges)
     rows = []
     for turn in read_turns(store, list(judges)):
@@ -39,6 +39,4 @@ def store_majority(store: RunStore, judges: Sequence[str], scope: JudgeScope) ->
         if verdicts:
             rows.append((turn.key, version, majority_label(verdicts, judges)))
     store.put_labels(rows)
-    labeller = store.meta().offline_labeller
-    store.update_meta(label_sources=source_order(labeller, judges, scope))
     return len(rows)

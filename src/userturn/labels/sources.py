@@ -1,17 +1,27 @@
-"""In which order a run's label sources decide a turn: the one place that says so.
+"""The offline labellers, and in which order a run's label sources decide: the one table.
 
-A turn's label is the first label among the run's sources, in order (``read_turns``). The
-labelling stages (:mod:`.stages`), the judges' majority (:mod:`.majority`) and the evaluation after
-training (:mod:`userturn.train.evaluate`) all take the order from :func:`source_order`.
+``LABELLERS`` says, for each labeller a run or a command can name, which offline sources it
+brings (the rules, the learned classifier on every turn or only on the rules' undecided ones),
+how it labels a single case, and where each source stands in the order. A turn's label is the
+first label among the run's sources, in order (``read_turns``). The labelling stages
+(:mod:`.stages`), the judges' majority (:mod:`.majority`), ``userturn classify``, the notebook API,
+the Inspect scorer, the lm-eval import and the evaluation after training all take their labeller
+from here (:func:`labeller_named`: the one "unknown labeller" error).
 """
 
 from __future__ import annotations
 
-from typing import Sequence, cast
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol, Sequence
 
 from userturn.errors import ConfigError
-from userturn.records import LABELLERS, Labeller
+from userturn.records import Case, Label, Labeller
 from userturn.records import JudgeScopeName as JudgeScope
+
+if TYPE_CHECKING:
+    from userturn.labels.classifier import LearnedClassifier
+    from userturn.store.meta import RunMeta
 
 RULES = "rules"
 CLASSIFIER = "classifier"
@@ -19,32 +29,82 @@ MAJORITY = "judges:majority"
 OFFLINE = (RULES, CLASSIFIER)
 
 
-def checked_labeller(name: object) -> Labeller:
-    """``name`` as an offline labeller, or the one error every caller gives for another name."""
-    if name not in LABELLERS:
+class CaseLabeller(Protocol):
+    """What labels one case: the rules, the classifier, the cascade, a judge."""
+
+    def classify(self, case: Case) -> Label: ...
+
+
+@dataclass(frozen=True)
+class OfflineLabeller:
+    """One offline labeller: what it brings and where each of its sources decides."""
+
+    name: Labeller
+    rules: bool
+    """The rules' clear cases stand (they come first in the order)."""
+    learned: Literal["undecided", "all"] | None
+    """The learned classifier labels the turns the rules leave undecided, every turn, or none."""
+
+    def sources(self, judges: Sequence[str] = (), scope: JudgeScope = "undecided") -> list[str]:
+        """The label sources of a run, in the order they decide a turn.
+
+        - The rules come first, and only when the labeller uses them (``cascade``, ``rules``):
+          their clear cases stand. A ``classifier`` run never brings them back.
+        - Then the judges: one judge under its own name; two or more through their majority
+          (``judges:majority``), so that no judge decides by being listed first. A source that is
+          already the majority stays as it is.
+        - The learned classifier comes last (``cascade``, ``classifier``): the judge is asked
+          where the classifier is unsure, so its verdict goes before the classifier's guess.
+        - With scope ``all`` the judges decide alone: they labelled every turn.
+        """
+        deciding = ([] if not judges else [judges[0]] if len(judges) == 1 else [MAJORITY])
+        if deciding and scope == "all":
+            return deciding
+        return [*([RULES] if self.rules else []), *deciding,
+                *([CLASSIFIER] if self.learned else [])]
+
+    def learned_classifier(self, path: Path | None = None) -> LearnedClassifier | None:
+        """The classifier this labeller uses (its parameters from ``path``, default the
+        shipped ones), loaded now, so a bad file fails before any labelling; None for rules."""
+        if self.learned is None:
+            return None
+        from userturn.labels.classifier import LearnedClassifier
+
+        return LearnedClassifier(path=path) if path else LearnedClassifier()
+
+    def case_labeller(self, path: Path | None = None) -> CaseLabeller:
+        """How this labeller labels one case outside a run (``userturn classify``, the API)."""
+        from userturn.labels.classifier import Cascade
+        from userturn.labels.rules import RulesClassifier
+
+        learned = self.learned_classifier(path)
+        if learned is None:
+            return RulesClassifier()
+        return Cascade(learned) if self.rules else learned
+
+
+LABELLERS: dict[str, OfflineLabeller] = {labeller.name: labeller for labeller in (
+    OfflineLabeller("cascade", rules=True, learned="undecided"),
+    OfflineLabeller("classifier", rules=False, learned="all"),
+    OfflineLabeller("rules", rules=True, learned=None),
+)}
+
+
+def labeller_named(name: object) -> OfflineLabeller:
+    """The offline labeller called ``name``, or the one error every caller gives for another."""
+    if not isinstance(name, str) or name not in LABELLERS:
         raise ConfigError(f"unknown labeller {name!r}: the labellers are {', '.join(LABELLERS)}")
-    return cast(Labeller, name)
+    return LABELLERS[name]
 
 
-def source_order(labeller: Labeller, judges: Sequence[str] = (),
-                 scope: JudgeScope = "undecided") -> list[str]:
-    """The label sources of a run, in the order they decide a turn.
-
-    - The rules come first, and only when the labeller uses them (``cascade``, ``rules``):
-      their clear cases stand. A ``classifier`` run never brings them back.
-    - Then the judges: one judge under its own name; two or more through their majority
-      (``judges:majority``), so that no judge decides by being listed first. A source that is
-      already the majority stays as it is.
-    - The learned classifier comes last (``cascade``, ``classifier``): the judge is asked where
-      the classifier is unsure, so its verdict goes before the classifier's guess.
-    - With scope ``all`` the judges decide alone: they labelled every turn.
-    """
-    deciding = ([] if not judges else [judges[0]] if len(judges) == 1 else [MAJORITY])
-    if deciding and scope == "all":
-        return deciding
-    rules = [RULES] if labeller in ("cascade", "rules") else []
-    learned = [CLASSIFIER] if labeller in ("cascade", "classifier") else []
-    return [*rules, *deciding, *learned]
+def run_labeller(meta: RunMeta) -> OfflineLabeller:
+    """A run's offline labeller: the one it recorded, else (a run labelled before it was
+    recorded) the one whose offline sources its label sources show."""
+    if meta.labeller is not None:
+        return labeller_named(meta.labeller)
+    offline = [source for source in meta.label_sources if source in OFFLINE]
+    return next((labeller for labeller in LABELLERS.values()
+                 if labeller.sources() == offline), LABELLERS["rules"])
 
 
 def judge_sources(sources: Sequence[str]) -> list[str]:

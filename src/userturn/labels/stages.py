@@ -1,8 +1,9 @@
 """The labelling stages of a run: the offline labellers, then the judges where they are asked.
 
-Each stage reads the run's turns from the store and writes labels back; none generates, so any of
-them can be run again on a finished run (``userturn label``, ``userturn judge``). The order in which
-the sources then decide a turn comes from :func:`.sources.source_order`.
+The run's turns are read once per command and passed from stage to stage; each stage writes its
+labels back as it goes, and none generates, so any of them can be run again on a finished run
+(``userturn label``, ``userturn judge``). The order in which the sources then decide a turn comes
+from the labeller table (:mod:`.sources`) and is recorded once, by :func:`record_sources`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from userturn.errors import TemplateError, UserturnError
-from userturn.labels.classifier import LearnedClassifier, in_chunks
+from userturn.labels.classifier import in_chunks
 from userturn.labels.judge import Judge
 from userturn.labels.majority import store_majority
 from userturn.labels.rules import RulesClassifier
@@ -19,9 +20,10 @@ from userturn.labels.sources import (
     CLASSIFIER,
     RULES,
     JudgeScope,
-    checked_labeller,
+    OfflineLabeller,
     judge_sources,
-    source_order,
+    labeller_named,
+    run_labeller,
 )
 from userturn.records import Case, Label, Labeller, Progress, silent_progress
 from userturn.store.database import RunStore
@@ -41,40 +43,73 @@ class Classifier(Protocol):
     def classify(self, case: Case) -> Label: ...
 
 
-def label_turns(store: RunStore, labeller: Labeller = "cascade",
+def label_turns(store: RunStore, labeller: Labeller | str = "cascade",
                 backends: Mapping[str, Backend] | None = None, *,
                 classifier_path: Path | None = None, progress: Progress | None = None) -> int:
+    """Label a run offline and record its label sources (`userturn label`, an lm-eval import):
+    :func:`label_offline`, then the run's sources with the judges that already decide it kept.
+    Returns the labels added."""
+    offline = labeller_named(labeller)
+    count = label_offline(store, offline, backends, classifier_path=classifier_path,
+                          progress=progress)
+    # A judged run keeps the judge (or the judges' majority) that decides it.
+    judges = judge_sources(store.label_sources())
+    record_sources(store, offline, judges[:1], "undecided")
+    return count
+
+
+def label_offline(store: RunStore, offline: OfflineLabeller,
+                  backends: Mapping[str, Backend] | None = None, *,
+                  classifier_path: Path | None = None, progress: Progress | None = None) -> int:
     """The offline labels: the rules on every user turn, and the learned classifier on the turns
     the rules abstain on (cascade) or on every turn (classifier), each for the turns it has not
-    labelled at its version. The cascade resolves a turn to the rules' label where they decide
-    and to the classifier's elsewhere. Never generates: re-labelling an old run changes its
-    labels only. Returns the labels added."""
-    labeller = checked_labeller(labeller)
+    labelled at its version. The run's turns are read once and passed from stage to stage.
+    Never generates: re-labelling an old run changes its labels only. Returns the labels added."""
     headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
     # The classifier's parameters are loaded first: a bad file is one error before any labelling.
-    learned = None if labeller == "rules" else (
-        LearnedClassifier(path=classifier_path) if classifier_path else LearnedClassifier())
-    count = label_with(store, [RulesClassifier()], headers, progress)
+    learned = offline.learned_classifier(classifier_path)
+    turns = [t for t in read_turns(store, RULES) if t.error is None]
+    rules = RulesClassifier()
+    rules_labels = {lab_key: label for lab_key, label in _stored_labels(turns, rules)}
+    added = label_with(store, [rules], headers, progress, turns=turns, stored=rules_labels)
     if learned is not None:
         # In the cascade the classifier decides only where the rules abstain, so it labels those
         # turns alone: each costs a reading in context. `--labeller classifier` labels the rest.
-        count += label_with(store, [learned], headers, progress,
-                            only=None if labeller == "classifier" else _rules_undecided)
-    # A judged run keeps the judge (or the judges' majority) that decides it.
-    judges = judge_sources(store.label_sources())
-    store.update_meta(label_sources=source_order(labeller, judges[:1]), labeller=labeller)
-    return count
+        wanted = turns if offline.learned == "all" else [
+            t for t in turns if rules_labels.get(t.key) is None]
+        added += label_with(store, [learned], headers, progress, turns=wanted)
+    return added
+
+
+def record_sources(store: RunStore, offline: OfflineLabeller, judges: Sequence[str],
+                   scope: JudgeScope) -> list[str]:
+    """Write the run's label sources, in the order :class:`.sources.OfflineLabeller` gives: the
+    one place a run's sources are recorded, once per command, after its labelling stages."""
+    sources = offline.sources(judges, scope)
+    store.update_meta(label_sources=sources, labeller=offline.name)
+    return sources
+
+
+def _stored_labels(turns: Sequence[Turn], rules: Classifier) -> list[tuple[str, str | None]]:
+    """The rules' stored verdict of each turn that has one at the rules' version."""
+    return [(t.key, lab.label) for t in turns for lab in t.labels
+            if lab.source == rules.name and lab.version == rules.version]
 
 
 def label_with(store: RunStore, labellers: Sequence[Classifier],
                headers: Mapping[str, str] | None = None, progress: Progress | None = None,
-               only: Callable[[Turn], bool] | None = None) -> int:
-    """Label every generated user turn that each of ``labellers`` has not labelled at its
-    version, each under its own source; a turn is shown as :meth:`Turn.case` makes it, with its
-    model's assistant header from ``headers`` (model spec -> header). ``only``: the turns (read
-    with the rules' labels) that need these labellers. Returns the labels added."""
-    turns = [t for t in read_turns(store, RULES)
-             if t.error is None and (only is None or only(t))]
+               only: Callable[[Turn], bool] | None = None, *,
+               turns: Sequence[Turn] | None = None,
+               stored: dict[str, str | None] | None = None) -> int:
+    """Label every generated user turn (or ``turns``, as read by the caller) that each of
+    ``labellers`` has not labelled at its version, each under its own source; a turn is shown as
+    :meth:`Turn.case` makes it, with its model's assistant header from ``headers`` (model spec
+    -> header). ``only``: the turns (read with the rules' labels) that need these labellers.
+    ``stored``: key -> label, filled with each new label (the next stage reads it instead of
+    the store). Returns the labels added."""
+    if turns is None:
+        turns = [t for t in read_turns(store, RULES) if t.error is None]
+    turns = [t for t in turns if only is None or only(t)]
     count = 0
     for source in labellers:
         done = store.labelled_keys(source.name, source.version)
@@ -86,52 +121,76 @@ def label_with(store: RunStore, labellers: Sequence[Classifier],
         for chunk, labels in in_chunks(source, cases):  # each chunk stored as it is labelled
             store.put_labels([(t.key, source.version, label)
                               for t, label in zip(todo[chunk], labels)])
+            if stored is not None:
+                stored.update((t.key, label.label) for t, label in zip(todo[chunk], labels))
             advance(len(labels))
         count += len(todo)
     return count
 
 
+def label_cases(labeller: Labeller | str, cases: Sequence[Case], classifier: Path | None = None,
+                progress: Progress | None = None) -> list[Label]:
+    """Label ``cases`` the way a run's offline labeller would: the rules, the classifier
+    (``classifier``: its parameters; default the shipped ones) or the cascade. The turns after
+    one answer are read in context together (:func:`in_chunks`)."""
+    source = labeller_named(labeller).case_labeller(classifier)
+    order = sorted(range(len(cases)), key=lambda i: (cases[i].query, cases[i].answer))
+    labels: dict[int, Label] = {}
+    advance = (progress or silent_progress)(f"label · {labeller}", len(cases))
+    for chunk, chunk_labels in in_chunks(source, [cases[i] for i in order]):
+        labels.update(zip(order[chunk], chunk_labels))
+        advance(len(chunk_labels))
+    return [labels[i] for i in range(len(cases))]
+
+
 def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: JudgeScope,
-                   progress: Progress | None = None, threshold: float = 0.7) -> int:
+                   progress: Progress | None = None, threshold: float = 0.7, *,
+                   record: bool = True) -> int:
     """Label with each judge (each under its own source); with two or more, their majority
-    becomes a source of its own that decides in the judges' place (:mod:`.majority`).
-    Returns the turns sent, over all judges."""
-    sent = sum(judge_turns(store, judge, scope, progress, threshold=threshold)
+    becomes a source of its own that decides in the judges' place (:mod:`.majority`). The run's
+    turns are read once for all judges; the run's sources are recorded once, after them (unless
+    ``record`` is False: the caller records them). Returns the turns sent, over all judges."""
+    turns = read_turns(store)
+    sent = sum(judge_turns(store, judge, scope, progress, threshold=threshold, turns=turns)
                for judge in judges)
+    names = [judge.name for judge in judges]
     if len(judges) > 1:
-        store_majority(store, [judge.name for judge in judges], scope)
+        store_majority(store, names)
+    if record and judges:
+        record_sources(store, run_labeller(store.meta()), names, scope)
     return sent
 
 
 def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
                 progress: Progress | None = None, chunk: int = 1,
-                threshold: float = 0.7) -> int:
-    """Label the run's user turns with an LLM judge: those the rules left undecided, those the
-    cascade labelled with a classifier probability below ``threshold`` (``uncertain``), or all.
+                threshold: float = 0.7, turns: Sequence[Turn] | None = None) -> int:
+    """Label the run's user turns (``turns``, as read by the caller, or all) with an LLM judge:
+    those the rules left undecided, those the cascade labelled with a classifier probability
+    below ``threshold`` (``uncertain``), or all.
 
     Cached by judge name (which carries the rubric version) and generation key: turns this judge
     already labelled successfully are not sent again; a failed verdict (an error label) is
     retried by the next call. Verdicts are paid for: each is committed as it arrives (``chunk``
     at a time; a commit costs far less than a request), and whatever was received when
     interrupted (Ctrl-C, SIGTERM) is committed before the interrupt goes on. Returns the number
-    of turns sent; the outcome (sent, failed, first error) is counted in ``store.tally``. The
-    judge then decides the run's turns in the place :func:`.sources.source_order` gives it.
+    of turns sent; the outcome (sent, failed, first error) is counted in ``store.tally``. Where
+    the judge then decides is the run's sources' business (:func:`record_sources`).
     """
     done = store.labelled_keys(judge.name, judge.version)
-    candidates = [t for t in read_turns(store, judge.name) if t.error is None
-                  and t.key not in done]
-    turns = [t for t in candidates if _judge_wanted(t, scope, threshold)]
+    candidates = [t for t in (read_turns(store) if turns is None else turns)
+                  if t.error is None and t.key not in done]
+    wanted = [t for t in candidates if _judge_wanted(t, scope, threshold)]
     undecided = [t for t in candidates if _rules_undecided(t)]
     if scope == "uncertain" and undecided and not any(
             _stored(t, CLASSIFIER) for t in undecided):
         raise UserturnError("judge scope 'uncertain' needs the classifier's labels: run "
                             "`userturn label RUN` first (or use --scope undecided)")
-    advance = (progress or silent_progress)(f"judge {judge.name}", len(turns))
+    advance = (progress or silent_progress)(f"judge {judge.name}", len(wanted))
     received: list[tuple[str, str, Label]] = []
-    verdicts = judge.classify_as_done([turn.case() for turn in turns])
+    verdicts = judge.classify_as_done([turn.case() for turn in wanted])
     try:
         for index, label in verdicts:
-            received.append((turns[index].key, judge.version, label))
+            received.append((wanted[index].key, judge.version, label))
             store.tally.count("judge", label.error)
             if len(received) >= chunk:
                 # An interrupt inside this commit rolls it back: ``received`` still holds the
@@ -142,9 +201,7 @@ def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
     finally:
         verdicts.close()  # cancels what was not sent (Ctrl-C, SIGTERM)
         store.put_labels(received)  # every verdict received is kept
-    labeller = store.meta().offline_labeller
-    store.update_meta(label_sources=source_order(labeller, [judge.name], scope))
-    return len(turns)
+    return len(wanted)
 
 
 def _stored(turn: Turn, source: str) -> StoredLabel | None:

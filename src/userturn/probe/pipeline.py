@@ -15,7 +15,7 @@ import json
 import platform
 import time
 import warnings
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from userturn.backends import Backend, BackendSpec
 from userturn.chat.render import (
@@ -24,16 +24,16 @@ from userturn.chat.render import (
     render_user_turn,
     with_placeholder_answer,
 )
-from userturn.config import Experiment
 from userturn.data import Dataset, load_dataset
-from userturn.errors import TemplateError
-from userturn.labels.classifier import LearnedClassifier
+from userturn.errors import ConfigError, TemplateError
 from userturn.labels.judge import Judge
-from userturn.labels.judges import judge_from_spec
-from userturn.labels.stages import judge_with_all, label_turns
+from userturn.labels.plan import LabellingPlan
+from userturn.labels.stages import judge_with_all, label_offline, record_sources
+from userturn.probe.engine import EngineSpec
 from userturn.probe.executor import Executor, LocalExecutor
 from userturn.probe.generation import Job, generate_jobs
-from userturn.probe.perturb import Perturbation, parse_perturbations
+from userturn.probe.perturb import Perturbation
+from userturn.probe.plan import ProbePlan
 from userturn.probe.thinking_variants import thinking_variants
 from userturn.probe.timing import StageClock
 from userturn.probe.user_variants import (
@@ -60,76 +60,89 @@ from userturn.store.sqlite import DB_NAME, generation_key
 from userturn.version import __version__
 
 
-def run_experiment(exp: Experiment, *, backends: Mapping[str, Backend] | None = None,
+class RunSpec(Protocol):
+    """What a run is given (``userturn.config.Experiment``): each stage's own spec, and the whole
+    experiment as the run stores it."""
+
+    @property
+    def plan(self) -> ProbePlan: ...
+
+    @property
+    def engine(self) -> EngineSpec: ...
+
+    @property
+    def labelling(self) -> LabellingPlan: ...
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
+def run_experiment(exp: RunSpec, *, backends: Mapping[str, Backend] | None = None,
                    progress: Progress | None = None,
                    datasets: Sequence[Dataset] | None = None,
                    executor: Executor | None = None,
                    judge_sleep: Callable[[float], None] = time.sleep) -> RunStore:
-    """Run (or resume) an experiment into ``exp.output`` and return its open store.
+    """Run (or resume) an experiment into its plan's ``output`` and return its open store.
 
-    ``datasets`` replaces loading ``exp.datasets`` (training draws its items from a split).
-    ``executor`` with ``backends`` (its handles) replaces the executor ``exp`` names.
+    ``datasets`` replaces loading the plan's datasets (training draws its items from a split).
+    ``executor`` with ``backends`` (its handles) replaces the executor the engine names.
     ``judge_sleep`` is how the judge's API client waits between retries."""
     progress = progress or silent_progress
-    if (exp.output / DB_NAME).exists():  # not a whole store: refused before the lock is made
-        RunStore.check(exp.output)
+    plan, engine = exp.plan, exp.engine
+    if (plan.output / DB_NAME).exists():  # not a whole store: refused before the lock is made
+        RunStore.check(plan.output)
     # The folder first: a second run into a busy folder is refused before any dataset or model
     # loads (which takes seconds to minutes), not after.
-    with RunLock(exp.output, "run"):
+    with RunLock(plan.output, "run"):
         if datasets is None:
-            datasets = [load_dataset(spec, limit=exp.limit, seed=exp.seed, fields=exp.fields,
-                                     skip_invalid=exp.skip_invalid,
-                                     context_turns=exp.context_turns)
-                        for spec in exp.datasets]
+            datasets = [load_dataset(spec, limit=plan.limit, seed=plan.seed, fields=plan.fields,
+                                     skip_invalid=plan.skip_invalid,
+                                     context_turns=plan.context_turns)
+                        for spec in plan.datasets]
         if executor is not None:
             return _run(exp, dict(backends or {}), executor, progress, datasets, judge_sleep)
-        if backends is None and exp.executor == "ray":
+        if backends is None and engine.executor == "ray":
             from userturn.probe.ray_executor import RayExecutor
 
-            with RayExecutor.start(backend_specs(exp), exp) as ray_executor:
+            with RayExecutor.start(backend_specs(plan, engine), engine) as ray_executor:
                 return _run(exp, ray_executor.backends, ray_executor, progress, datasets,
                             judge_sleep)
         loading = 0.0
         if backends is None:
             start = time.perf_counter()
-            backends = {spec.spec: spec.build() for spec in backend_specs(exp)}
+            backends = {spec.spec: spec.build() for spec in backend_specs(plan, engine)}
             loading = time.perf_counter() - start
         return _run(exp, backends, LocalExecutor(backends), progress, datasets, judge_sleep,
                     loading)
 
 
-def backend_specs(exp: Experiment) -> list[BackendSpec]:
-    """What every model of the experiment is built from (each once: a prober and an answerer
-    share one)."""
-    urls = exp.base_url if isinstance(exp.base_url, (str, type(None))) else tuple(exp.base_url)
-    return [BackendSpec(spec, batch_size=exp.batch_size, base_url=urls, tokenizer=exp.tokenizer,
-                        prompt_as=exp.prompt_as, backend_args=dict(exp.backend_args),
-                        endpoint_concurrency=exp.endpoint_concurrency)
-            for spec in dict.fromkeys([*exp.models, *_answer_models(exp, exp.models)])]
+def backend_specs(plan: ProbePlan, engine: EngineSpec) -> list[BackendSpec]:
+    """What every model of the plan is built from (each once: a prober and an answerer share
+    one)."""
+    return engine.backend_specs([*plan.models, *_answer_models(plan, plan.models)])
 
 
-def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
+def _run(exp: RunSpec, backends: Mapping[str, Backend], executor: Executor,
          progress: Progress, datasets: Sequence[Dataset],
          judge_sleep: Callable[[float], None], loading: float = 0.0) -> RunStore:
     """``loading``: the seconds it took to load the models here (0: loaded elsewhere)."""
-    perturbations = parse_perturbations(exp.perturbations)
+    plan, labelling = exp.plan, exp.labelling
     for backend in backends.values():  # misuse fails here, before the store is written
-        _check_renders(backend, datasets[0].items[0], exp)
-    first = _conversation(datasets[0].items[0], exp)
-    backends, probers = thinking_variants(backends, first, exp)
+        _check_renders(backend, datasets[0].items[0], plan)
+    first = _conversation(datasets[0].items[0], plan)
+    backends, probers = thinking_variants(backends, first, plan)
     backends, probers = expand_user_variants(
-        backends, probers, exp.user_turn_variants, with_placeholder_answer(first))
-    answer_models = _answer_models(exp, [answers_as(backends[spec]) for spec in probers])
-    judges = _judges(exp, judge_sleep)
-    if exp.labeller != "rules":  # a classifier this machine cannot run fails before generating
-        LearnedClassifier(path=exp.classifier)
+        backends, probers, plan.user_turn_variants, with_placeholder_answer(first))
+    answer_models = _answer_models(plan, [answers_as(backends[spec]) for spec in probers])
+    judges = labelling.build_judges(judge_sleep)
+    # A classifier this machine cannot run fails before generating.
+    labelling.offline.learned_classifier(labelling.classifier)
     for dataset in datasets:
         for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
             warnings.warn(note, stacklevel=2)
-    store = RunStore.create(exp.output)  # the caller holds the folder's RunLock
-    replaced = _replaced_settings(store.meta().config, exp.model_dump(mode="json"))
+    store = RunStore.create(plan.output)  # the caller holds the folder's RunLock
+    replaced = _replaced_settings(store.meta().config, exp)
     if replaced:
-        warnings.warn(f"{exp.output} held another experiment ({replaced}): its plan is replaced "
+        warnings.warn(f"{plan.output} held another experiment ({replaced}): its plan is replaced "
                       "by this one, so reports show this one; everything it generated stays "
                       "stored, and running it again here shows it again with no model calls "
                       "(give another --output to keep both)", stacklevel=2)
@@ -143,40 +156,46 @@ def _run(exp: Experiment, backends: Mapping[str, Backend], executor: Executor,
     if loading:
         clock.add(StageTime(stage="model load", seconds=loading, count=len(backends),
                             unit="models"))
-    _run_stages(store, exp, datasets, backends, probers, answer_models, perturbations,
-                judges, executor, progress, clock)
+    _run_stages(store, plan, labelling, datasets, backends, probers, answer_models, judges,
+                executor, progress, clock)
     store.check_present()
     store.update_meta(finished=time.time())
     return store
 
 
-# The settings that make up what a run plans (and so what its report shows); the others say how
-# it runs (batch sizes, executors, servers) or how it is labelled.
-PLAN_SETTINGS = ("models", "datasets", "limit", "temperatures", "samples", "top_p", "max_tokens",
-                 "user_max_tokens", "seed", "system_prompt", "answerers", "perturbations",
-                 "user_turn_variants", "fields", "skip_invalid", "context_turns", "tokenizer",
-                 "prompt_as", "thinking", "enable_thinking")
+# What a run plans (and so what its report shows) besides the output folder: the plan's
+# settings and the two engine settings that change the prompts. The others say how it runs
+# (batch sizes, executors, servers) or how it is labelled.
+PROMPT_SETTINGS = ("tokenizer", "prompt_as")
 
 
-def _replaced_settings(stored: Mapping[str, Any] | None, new: Mapping[str, Any]) -> str:
+def _replaced_settings(stored: Mapping[str, Any] | None, exp: RunSpec) -> str:
     """What differs between the folder's experiment and this one ("" when it is the same one,
     or the folder is new), as "limit 6 -> 3; temperatures [0.0, 1.0] -> [0.0]"."""
     if not stored:
         return ""
-    return "; ".join(f"{name} {_shown(stored[name])} -> {_shown(new.get(name))}"
-                     for name in PLAN_SETTINGS
-                     if name in stored and stored[name] != new.get(name))
+    try:
+        before = [(ProbePlan.stored(stored), exp.plan), (EngineSpec.stored(stored), exp.engine)]
+    except ConfigError:
+        return "an experiment this version does not read"
+    changes = []
+    for (old, new), names in zip(before, ([n for n in ProbePlan.model_fields if n != "output"],
+                                          PROMPT_SETTINGS)):
+        shown_old, shown_new = old.model_dump(mode="json"), new.model_dump(mode="json")
+        changes += [f"{name} {_shown(shown_old[name])} -> {_shown(shown_new[name])}"
+                    for name in names
+                    if name in old.model_fields_set and shown_old[name] != shown_new[name]]
+    return "; ".join(changes)
 
 
 def _shown(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)[:80]
 
 
-def _run_stages(store: RunStore, exp: Experiment, datasets: Sequence[Dataset],
-                backends: Mapping[str, Backend], probers: Sequence[str],
-                answer_models: Sequence[str], perturbations: Sequence[Perturbation],
-                judges: Sequence[Judge], executor: Executor, progress: Progress,
-                clock: StageClock) -> None:
+def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
+                datasets: Sequence[Dataset], backends: Mapping[str, Backend],
+                probers: Sequence[str], answer_models: Sequence[str], judges: Sequence[Judge],
+                executor: Executor, progress: Progress, clock: StageClock) -> None:
     store.keep_plan([*backends, HUMAN], [dataset.name for dataset in datasets])
     for dataset in datasets:
         store.put_items(dataset.name, [_item_record(item) for item in dataset.items])
@@ -184,7 +203,7 @@ def _run_stages(store: RunStore, exp: Experiment, datasets: Sequence[Dataset],
         # Each answer is generated once per answering model and shared by every prober,
         # temperature and perturbation that uses it.
         with clock.generating("answers"):
-            answers = {spec: _assistant_stage(store, backends[spec], dataset, exp, executor,
+            answers = {spec: _assistant_stage(store, backends[spec], dataset, plan, executor,
                                               progress)
                        for spec in answer_models}
         references = _reference_answers(dataset)
@@ -192,16 +211,20 @@ def _run_stages(store: RunStore, exp: Experiment, datasets: Sequence[Dataset],
             sets = {answerer: answers[answers_as(backends[spec])] if answerer == "self" else
                     references if answerer == "reference" else
                     _data_answers(dataset) if answerer == "data" else answers[answerer]
-                    for answerer in exp.answerers}
+                    for answerer in plan.answerers}
             with clock.generating("user turns"):
-                _user_stage(store, backends[spec], dataset, sets, perturbations, exp, executor,
-                            progress)
+                _user_stage(store, backends[spec], dataset, sets, plan, executor, progress)
         _human_stage(store, dataset, answers.get(answers_as(backends[probers[0]]), {}))
-    clock.timed("labelling", "labels", lambda: label_turns(
-        store, exp.labeller, backends, classifier_path=exp.classifier, progress=progress))
+    clock.timed("labelling", "labels", lambda: label_offline(
+        store, labelling.offline, backends, classifier_path=labelling.classifier,
+        progress=progress))
     if judges:
         clock.timed("judge", "requests", lambda: judge_with_all(
-            store, judges, exp.judge_scope, progress, threshold=exp.judge_threshold))
+            store, judges, labelling.judge_scope, progress,
+            threshold=labelling.judge_threshold, record=False))
+    # The run's label sources, worked out once from its plan and the judges' names.
+    record_sources(store, labelling.offline, [judge.name for judge in judges],
+                   labelling.judge_scope)
 
 
 def _human_stage(store: RunStore, dataset: Dataset,
@@ -230,11 +253,11 @@ def _human_stage(store: RunStore, dataset: Dataset,
     _replan(store, "user", HUMAN, dataset.name, jobs)
 
 
-def _answer_models(exp: Experiment, probers: Sequence[str]) -> list[str]:
+def _answer_models(plan: ProbePlan, probers: Sequence[str]) -> list[str]:
     """Models whose greedy answers the probe needs: the probers' own (answerer ``self``) and
     every other model named as an answerer."""
-    own = probers if "self" in exp.answerers else []
-    others = [a for a in exp.answerers if a not in ("self", "reference", "data")]
+    own = probers if "self" in plan.answerers else []
+    others = [a for a in plan.answerers if a not in ("self", "reference", "data")]
     return list(dict.fromkeys([*own, *others]))
 
 
@@ -249,32 +272,24 @@ def _reference_answers(dataset: Dataset) -> dict[str, tuple[str | None, str]]:
             for item in dataset.items}
 
 
-def _judges(exp: Experiment, sleep: Callable[[float], None]) -> list[Judge]:
-    judges = [judge_from_spec(spec, base_url=exp.judge_base_url, sleep=sleep)
-              for spec in exp.judges]
-    for judge in judges:
-        judge.concurrency = exp.judge_concurrency
-    return judges
-
-
-def _conversation(item: Item, exp: Experiment) -> list[Message]:
-    system = [{"role": "system", "content": exp.system_prompt}] if exp.system_prompt else []
+def _conversation(item: Item, plan: ProbePlan) -> list[Message]:
+    system = [{"role": "system", "content": plan.system_prompt}] if plan.system_prompt else []
     return [*system, *item.messages]
 
 
-def _check_renders(backend: Backend, item: Item, exp: Experiment) -> None:
-    messages = _conversation(item, exp)
+def _check_renders(backend: Backend, item: Item, plan: ProbePlan) -> None:
+    messages = _conversation(item, plan)
     render_assistant_turn(backend.template, messages)
     render_user_turn(backend.template, with_placeholder_answer(messages))
 
 
-def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, exp: Experiment,
+def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, plan: ProbePlan,
                      executor: Executor, progress: Progress) -> dict[str, tuple[str, str]]:
     """Greedy assistant answers; returns item id -> (generation key, answer text)."""
-    params = GenerationParams(temperature=0.0, max_tokens=exp.max_tokens)
+    params = GenerationParams(temperature=0.0, max_tokens=plan.max_tokens)
     jobs = []
     for item in dataset.items:
-        prompt = render_assistant_turn(backend.template, _conversation(item, exp))
+        prompt = render_assistant_turn(backend.template, _conversation(item, plan))
         request = Request(prompt.text, params, prompt.stop, seed=0)
         key = _key("assistant", backend, prompt, request, 0)
         jobs.append(Job(key, request, 0, dataset.name, item.id, context=""))
@@ -298,13 +313,12 @@ def _score(store: RunStore, dataset: Dataset, rows: Mapping[str, Any]) -> None:
 
 def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
                 answer_sets: Mapping[str, Mapping[str, tuple[str | None, str]]],
-                perturbations: Sequence[Perturbation], exp: Experiment, executor: Executor,
-                progress: Progress) -> None:
+                plan: ProbePlan, executor: Executor, progress: Progress) -> None:
     """Plan and generate the user turns of one prober on one dataset: for every answerer, the
     original context and each perturbed one, at every temperature and sample."""
     jobs: list[Job] = []
     contexts: list[ContextRow] = []
-    thoughts = _answer_thinking(store, answer_sets) if exp.thinking == "keep" else {}
+    thoughts = _answer_thinking(store, answer_sets) if plan.thinking == "keep" else {}
     for answerer, answers in answer_sets.items():
         texts = {item_id: text for item_id, (_, text) in answers.items()}
         for item in dataset.items:
@@ -314,15 +328,15 @@ def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
             # keep: the original answer's thinking stays in every context of that answer, so a
             # perturbation changes the visible answer only.
             thought = thoughts.get(assistant_key) if assistant_key else None
-            for spec, shown in _variants(answer, item.id, texts, perturbations):
+            for spec, shown in _variants(answer, item.id, texts, plan.perturbations):
                 policy = "|keep" if thought else ""
                 context = hashlib.sha256(
                     f"{assistant_key}|{answerer}|{spec}|{shown}{policy}".encode()).hexdigest()[:16]
                 contexts.append(ContextRow(context, spec, shown))
-                messages = [*_conversation(item, exp), {"role": "assistant", "content": shown}]
+                messages = [*_conversation(item, plan), {"role": "assistant", "content": shown}]
                 prompt = user_prompt_of(backend, messages, thought)
                 jobs.extend(_user_jobs(backend, dataset, item, prompt, context, assistant_key,
-                                       answerer, spec, exp))
+                                       answerer, spec, plan))
     store.put_contexts(contexts)
     _replan(store, "user", backend.spec, dataset.name, jobs)
     generate_jobs(store, backend, "user", jobs, executor, progress,
@@ -350,15 +364,15 @@ def _variants(answer: str, item_id: str, texts: Mapping[str, str],
 
 def _user_jobs(backend: Backend, dataset: Dataset, item: Item, prompt: Prompt, context: str,
                assistant_key: str | None, answerer: str, perturbation: str,
-               exp: Experiment) -> list[Job]:
+               plan: ProbePlan) -> list[Job]:
     jobs = []
-    for temperature in exp.temperatures:
-        params = GenerationParams(temperature, exp.top_p, exp.user_max_tokens)
-        for sample in range(exp.samples_at(temperature)):
-            seed = _sample_seed(exp.seed, backend.spec, dataset.name, item.id, context,
+    for temperature in plan.temperatures:
+        params = GenerationParams(temperature, plan.top_p, plan.user_max_tokens)
+        for sample in range(plan.samples_at(temperature)):
+            seed = _sample_seed(plan.seed, backend.spec, dataset.name, item.id, context,
                                 temperature, sample) if temperature > 0 else 0
             request = Request(prompt.text, params, prompt.stop, seed)
-            key = _key("user", backend, prompt, request, sample, exp.thinking)
+            key = _key("user", backend, prompt, request, sample, plan.thinking)
             jobs.append(Job(key, request, sample, dataset.name, item.id, context, temperature,
                             assistant_key, answerer, perturbation))
     return jobs

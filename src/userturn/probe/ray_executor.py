@@ -30,8 +30,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from userturn.backends import BackendSpec
 from userturn.chat.render import ChatTemplate
-from userturn.config import Experiment
 from userturn.errors import ConfigError, ModelError
+from userturn.probe.engine import EngineSpec
 from userturn.probe.executor import UnitResult, WorkUnit
 from userturn.records import Generation, Request
 
@@ -115,19 +115,19 @@ class RayExecutor:
             raise
 
     @classmethod
-    def start(cls, specs: Sequence[BackendSpec], exp: Experiment) -> RayExecutor:
+    def start(cls, specs: Sequence[BackendSpec], engine: EngineSpec) -> RayExecutor:
         try:
             import ray
         except ImportError:
             raise ConfigError("executor ray needs Ray: pip install 'userturn[ray]'") from None
         owns = not ray.is_initialized()
         if owns:
-            ray.init(address=exp.ray_address, include_dashboard=False,
+            ray.init(address=engine.ray_address, include_dashboard=False,
                      log_to_driver=False)
         try:
-            return cls(specs, replicas=exp.replicas, gpus_per_replica=exp.gpus_per_replica,
-                       unit_size=exp.unit_size, unit_timeout=exp.unit_timeout,
-                       unit_retries=exp.unit_retries, max_restarts=exp.max_restarts,
+            return cls(specs, replicas=engine.replicas, gpus_per_replica=engine.gpus_per_replica,
+                       unit_size=engine.unit_size, unit_timeout=engine.unit_timeout,
+                       unit_retries=engine.unit_retries, max_restarts=engine.max_restarts,
                        owns_cluster=owns)
         except BaseException:
             if owns:

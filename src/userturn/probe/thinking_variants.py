@@ -17,8 +17,8 @@ from userturn.chat.render import (
     render_user_turn,
     with_placeholder_answer,
 )
-from userturn.config import Experiment
 from userturn.errors import ConfigError
+from userturn.probe.plan import ProbePlan
 from userturn.records import Generation, Message, Request
 
 
@@ -42,34 +42,34 @@ def variant_spec(spec: str, enable: bool) -> str:
 
 
 def thinking_variants(backends: Mapping[str, Backend], messages: Sequence[Message],
-                      exp: Experiment) -> tuple[dict[str, Backend], list[str]]:
+                      plan: ProbePlan) -> tuple[dict[str, Backend], list[str]]:
     """The backends with each prober split into its enable_thinking variants, and the probers.
 
     A template that ignores enable_thinking would give variants that differ in name only: that is
     refused up front rather than reported as two identical models."""
-    if exp.enable_thinking is None:
-        return dict(backends), list(exp.models)
-    out = {spec: b for spec, b in backends.items() if spec not in exp.models
-           or spec in exp.answerers}
+    if plan.enable_thinking is None:
+        return dict(backends), list(plan.models)
+    out = {spec: b for spec, b in backends.items() if spec not in plan.models
+           or spec in plan.answerers}
     probers = []
-    for spec in exp.models:
+    for spec in plan.models:
         on, off = ThinkingVariant(backends[spec], True), ThinkingVariant(backends[spec], False)
-        if _probe_prompts(on, messages, exp) == _probe_prompts(off, messages, exp):
+        if _probe_prompts(on, messages, plan) == _probe_prompts(off, messages, plan):
             raise ConfigError(
                 f"enable_thinking has no effect on the chat template of {spec}: thinking on and "
                 "off render the same prompts; leave enable_thinking out for this model")
-        for enable in exp.enable_thinking:
+        for enable in plan.enable_thinking:
             variant = on if enable else off
             out[variant.spec] = variant
             probers.append(variant.spec)
     return out, probers
 
 
-def _probe_prompts(backend: Backend, messages: Sequence[Message], exp: Experiment
+def _probe_prompts(backend: Backend, messages: Sequence[Message], plan: ProbePlan
                    ) -> tuple[str, ...]:
     """The prompts a prober is given for one conversation: its answer prompt (if it answers
     itself) and the user-turn prompt."""
     user = render_user_turn(backend.template, with_placeholder_answer(messages))
-    if "self" not in exp.answerers:
+    if "self" not in plan.answerers:
         return (user.text,)
     return (render_assistant_turn(backend.template, messages).text, user.text)

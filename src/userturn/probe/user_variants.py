@@ -156,12 +156,7 @@ class UserVariantBackend:
         self.answers_as = getattr(base, "answers_as", base.spec)
         self.revision, self.chunk_size = base.revision, base.chunk_size
         self.template: ChatTemplate = base.template
-        self.override: ChatTemplate | None = None
-        if variant.kind == "template":
-            from userturn.chat.template_file import load_template_file
-
-            self.override = load_template_file(variant.value, bos=base.template.bos_token,
-                                               eos=base.template.eos_token)
+        self.override = variant_template(base.template, variant)
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         return self.base.complete(requests)
@@ -170,14 +165,32 @@ class UserVariantBackend:
         return user_turn_prompt(self.template, messages, self.variant, thinking, self.override)
 
 
+def variant_template(template: ChatTemplate, variant: UserVariant) -> ChatTemplate | None:
+    """The template a ``template:FILE`` variant opens the user turn with (the model's own
+    special tokens kept); None for every other variant."""
+    if variant.kind != "template":
+        return None
+    from userturn.chat.template_file import load_template_file
+
+    return load_template_file(variant.value, bos=template.bos_token, eos=template.eos_token)
+
+
+def variant_prompt(template: ChatTemplate, variant: UserVariant,
+                   messages: Sequence[Message]) -> Prompt:
+    """The probe prompt a model with ``template`` is given under ``variant``: what `userturn
+    render` shows, with no model to generate with."""
+    return user_turn_prompt(template, messages, variant, None, variant_template(template, variant))
+
+
 def expand_user_variants(backends: Mapping[str, Any], probers: Sequence[str],
-                         values: Sequence[str], check: Sequence[Message]
+                         values: Sequence[UserVariant], check: Sequence[Message]
                          ) -> tuple[dict[str, Any], list[str]]:
-    """The backends with every prober split into its user-turn variants, and the new probers.
-    ``check``: a conversation each variant must render (misuse fails before the run starts)."""
+    """The backends with every prober split into its user-turn variants (parsed with the plan),
+    and the new probers. ``check``: a conversation each variant must render (misuse fails
+    before the run starts)."""
     if not values:
         return dict(backends), list(probers)
-    variants = parse_user_variants(values)
+    variants = list(values)
     if all(v.kind != "native" for v in variants):  # what every variant is paired with
         variants.insert(0, UserVariant("native"))
     out, split = dict(backends), []

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from userturn.errors import ConfigError
 from userturn.probe.perturb import EXPECTED
+from userturn.probe.plan import ProbePlan
 from userturn.records import LABELS
 from userturn.report.summary import SummaryRow, assistant_errors, summarize
 from userturn.stats.rates import (
@@ -100,13 +102,22 @@ def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Pa
     run's :class:`~userturn.store.runstate.RunState` for the header."""
     rows = summarize(turns, answers, inclusion)
     ordered = sorted(turns, key=_turn_order)
-    models = list(dict.fromkeys(meta.config.get("models", [])))
+    models = list(dict.fromkeys(_planned_models(meta)))
     models += sorted({r.model for r in rows} - set(models))
     from userturn.probe.user_variants import variant_comparisons
 
     return Report(Path(folder).resolve(), meta, list(sources), rows, _comparisons(ordered),
                   _panels(rows), _joints(ordered), ordered, models, assistant_errors(answers), state,
                   variant_comparisons(ordered))
+
+
+def _planned_models(meta: RunMeta) -> list[str]:
+    """The models the run planned, in its order (none where it stored no plan this version
+    reads: the turns then give the models)."""
+    try:
+        return ProbePlan.stored(meta.config).models if meta.config else []
+    except ConfigError:
+        return []
 
 
 def _turn_order(t: Turn) -> tuple[Any, ...]:

@@ -14,6 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from userturn.errors import ConfigError
+from userturn.probe.plan import ProbePlan
 from userturn.report import plots, sections
 from userturn.report.compute import CATEGORIES, Report
 from userturn.report.markup import esc, fill, json_for_script, now
@@ -97,22 +99,23 @@ def _design(config: Mapping[str, Any]) -> str:
     """One line: the experiment's design, e.g. 2 models × 1 dataset × T {0, 1} × 4 samples."""
     if not config:
         return "No experiment config stored in this run."
-    many = lambda key, word: _plural(len(config.get(key) or []), word)  # noqa: E731
-    temps = ", ".join(f"{t:g}" for t in config.get("temperatures", []))
-    parts = [many("models", "model"), many("datasets", "dataset"), f"T {{{temps}}}",
-             f"{config.get('samples')} samples per item at T > 0"]
-    if config.get("perturbations"):
-        parts.append(f"{many('perturbations', 'perturbation')} + original")
-    if [a for a in config.get("answerers", []) if a != "self"]:
-        parts.append(f"answerers: {', '.join(config['answerers'])}")
-    if config.get("enable_thinking") is not None:
-        parts.append("thinking " + "/".join("on" if v else "off"
-                                            for v in config["enable_thinking"]))
-    limit = config.get("limit")
+    try:
+        plan = ProbePlan.stored(config)
+    except ConfigError as exc:  # a run this version cannot read: said, and the rest still shown
+        return str(exc)
+    temps = ", ".join(f"{t:g}" for t in plan.temperatures)
+    parts = [_plural(len(plan.models), "model"), _plural(len(plan.datasets), "dataset"),
+             f"T {{{temps}}}", f"{plan.samples} samples per item at T > 0"]
+    if plan.perturbations:
+        parts.append(f"{_plural(len(plan.perturbations), 'perturbation')} + original")
+    if [a for a in plan.answerers if a != "self"]:
+        parts.append(f"answerers: {', '.join(plan.answerers)}")
+    if plan.enable_thinking is not None:
+        parts.append("thinking " + "/".join("on" if v else "off" for v in plan.enable_thinking))
     # The answer's thinking in the user-turn prompt: the policy changes what the prober saw.
-    policy = f", answer thinking {config['thinking']}" if config.get("thinking") else ""
-    return " × ".join(parts) + f"; {'all' if limit is None else limit} items per dataset, " \
-        f"seed {config.get('seed')}{policy}"
+    policy = f", answer thinking {plan.thinking}" if "thinking" in plan.model_fields_set else ""
+    return " × ".join(parts) + f"; {'all' if plan.limit is None else plan.limit} items per " \
+        f"dataset, seed {plan.seed}{policy}"
 
 
 def _plural(n: int, word: str) -> str:

@@ -116,18 +116,6 @@ class RunMeta(BaseModel):
         later one restarted does not count)."""
         return self.finished is not None and self.finished >= (self.started or 0)
 
-    @property
-    def offline_labeller(self) -> Labeller:
-        """The run's offline labeller; for a run that did not record it, what its label
-        sources show."""
-        if self.labeller is not None:
-            return self.labeller
-        has_rules, has_classifier = ("rules" in self.label_sources,
-                                     "classifier" in self.label_sources)
-        if has_classifier:
-            return "cascade" if has_rules else "classifier"
-        return "rules"
-
     @classmethod
     def from_rows(cls, rows: Mapping[str, Any]) -> RunMeta:
         """The metadata from the store's key -> decoded JSON rows."""

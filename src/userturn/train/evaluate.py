@@ -16,7 +16,7 @@ from typing import Any
 
 from userturn.config import Experiment
 from userturn.data import Dataset
-from userturn.labels.sources import judge_sources, source_order
+from userturn.labels.sources import LABELLERS, judge_sources
 from userturn.labels.stages import label_with
 from userturn.probe.pipeline import run_experiment
 from userturn.records import Progress
@@ -56,7 +56,7 @@ def before_after(settings: TrainSettings, held_out: Dataset, checkpoint: Path, *
     heldout = HeldOutRules()
     for store, model in ((base, settings.model), (tuned, str(checkpoint))):
         label_with(store, [heldout], {model: _assistant_header(model)})
-    labellers: dict[str, list[str]] = {"cascade": source_order("cascade"),
+    labellers: dict[str, list[str]] = {"cascade": LABELLERS["cascade"].sources(),
                                        f"{heldout.name} (played no part in training)":
                                        [heldout.name]}
     judged = judge_sources(tuned.label_sources())

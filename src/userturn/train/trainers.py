@@ -157,7 +157,7 @@ def run_rl(settings: RLSettings, progress: Progress | None = None,
         del backend  # the collab reward keeps the frozen base model to simulate the user
     for row in prompts:
         row["prompt"] = _trl_prompt(tokenizer, row["prompt"])
-    original_eos = _stop_on(model, tokenizer, stops, log)
+    original_eos = stop_on_turn_end(model, tokenizer, stops, log)
     completion = settings.max_completion_length or (
         settings.user_max_tokens if settings.reward == "probe" else settings.max_tokens)
     log(f"{settings.algorithm.upper()} with the {settings.reward} reward on {len(prompts)} "
@@ -183,7 +183,7 @@ def run_rl(settings: RLSettings, progress: Progress | None = None,
     started = time.time()
     trainer.train()
     training = _training_record(trainer, time.time() - started)
-    _restore_stop(trainer.model, original_eos)
+    restore_stop(trainer.model, original_eos)
     checkpoint = _save(trainer, tokenizer, out, settings)
     del trainer, model, reward
     _free_memory()
@@ -273,9 +273,9 @@ def _trl_prompt(tokenizer: Any, text: str) -> str:
     return text[len(bos):] if bos and adds_bos and text.startswith(bos) else text
 
 
-def _stop_on(model: Any, tokenizer: Any, stops: Any, log: Callable[[str], None]) -> Any:
+def stop_on_turn_end(model: Any, tokenizer: Any, stops: Any, log: Callable[[str], None]) -> Any:
     """Generation during RL stops where the probe stops: on the turn's end-of-turn tokens.
-    Returns the model's own setting, for :func:`_restore_stop`."""
+    Returns the model's own setting, for :func:`restore_stop`."""
     original = model.generation_config.eos_token_id
     ids = set(as_list(original))
     single = [tokenizer(m, add_special_tokens=False)["input_ids"] for m in stops]
@@ -288,7 +288,7 @@ def _stop_on(model: Any, tokenizer: Any, stops: Any, log: Callable[[str], None])
     return original
 
 
-def _restore_stop(model: Any, original: Any) -> None:
+def restore_stop(model: Any, original: Any) -> None:
     """The saved checkpoint keeps the base model's own end-of-sequence setting."""
     seen = set()
     while model is not None and id(model) not in seen:

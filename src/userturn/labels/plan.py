@@ -1,0 +1,92 @@
+"""How a run's user turns are labelled: the offline labeller, the classifier's parameters, and
+which judges are asked about which turns. ``JudgeSpec`` is what `userturn judge` is given;
+``LabellingPlan`` adds the offline labeller for a run (``userturn.config.Experiment`` composes it
+under the same YAML keys and flags). The plan builds its judges and works out the run's label
+sources, each in one place."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Callable
+
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
+
+from userturn.errors import ConfigError
+from userturn.labels.sources import LABELLERS, OfflineLabeller
+from userturn.records import JudgeScopeName, Labeller
+from userturn.settings import Spec, reading_stored, url_setting
+
+JudgeModels = Annotated[str | list[str] | None, Field(
+    description="e.g. openai/gpt-5.4-mini, llamacpp/FILE.gguf, a local model, or a list of "
+    "judges (each stored under its own source, their majority deciding); key from "
+    "OPENAI_API_KEY, never from a file")]
+
+
+def unique_judges(judge: str | list[str] | None) -> list[str]:
+    """The judge specs, one or several (``judge: [A, B]``), without repeats."""
+    if judge is None:
+        return []
+    return list(dict.fromkeys([judge] if isinstance(judge, str) else judge))
+
+
+class JudgeSpec(Spec):
+    """Who judges which turns, where: what `userturn judge` is given (a run's labelling plan
+    holds the same settings under the same names)."""
+
+    judge: JudgeModels = None
+    judge_scope: JudgeScopeName = Field(
+        default="undecided", description="judge what the rules leave undecided, only the turns "
+        "the classifier is unsure of (probability below the judge threshold), or all")
+    judge_threshold: float = Field(
+        default=0.7, gt=0.0, le=1.0, description="judge scope uncertain: the classifier "
+        "probability below which the judge is asked")
+    judge_base_url: Annotated[str | None, AfterValidator(url_setting)] = Field(
+        default=None, description="the judge's OpenAI-compatible server, e.g. "
+        "http://127.0.0.1:8000/v1; default: OPENAI_BASE_URL, else the OpenAI API")
+    judge_concurrency: int = Field(default=8, ge=1, le=256,
+                                   description="judge requests in flight at most")
+
+    @property
+    def judges(self) -> list[str]:
+        """The judge specs, one or several (``judge: [A, B]``), without repeats."""
+        return unique_judges(self.judge)
+
+    def build_judges(self, sleep: Callable[[float], None] = time.sleep) -> list:  # type: ignore[type-arg]
+        """Every judge, built and checked (a spec that names no judge, a missing key, a bad
+        address: one error before anything is sent). ``sleep``: how an API client waits
+        between retries."""
+        from userturn.labels.judges import judge_from_spec
+
+        return [judge_from_spec(spec, base_url=self.judge_base_url, sleep=sleep,
+                                concurrency=self.judge_concurrency) for spec in self.judges]
+
+
+class LabellingPlan(JudgeSpec):
+    """The offline labeller and the judges of a run."""
+
+    labeller: Labeller = Field(
+        default="cascade", description="who labels the user turns offline: cascade (the rules "
+        "decide the clear cases, the learned classifier labels every other turn), the "
+        "classifier alone, or the rules alone (undecided turns stay undecided)")
+    classifier: Path | None = Field(default=None, description="the classifier's parameters "
+                                    "(from userturn train-classifier); default: the shipped one")
+
+    @field_validator("classifier")
+    @classmethod
+    def _classifier_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        """The classifier file is read whole here, before any dataset or model loads: a wrong
+        file fails in one line, not after the run has generated everything. (A stored run's
+        file was read when it ran: reading its plan back does not need the file.)"""
+        if value is not None and not reading_stored(info):
+            from userturn.labels.classifier import LinearModel
+
+            try:
+                LinearModel.load(value)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @property
+    def offline(self) -> OfflineLabeller:
+        return LABELLERS[self.labeller]

@@ -1,0 +1,102 @@
+"""Each stage's own spec: the experiment composes the probe's plan, the engine and the labelling
+plan under the keys users know; values are parsed once; a stored run reads back through the same
+types; one labeller table says what each labeller brings."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from userturn.config import Experiment, load_experiment
+from userturn.errors import ConfigError
+from userturn.labels.classifier import Cascade, LearnedClassifier
+from userturn.labels.plan import JudgeSpec, LabellingPlan
+from userturn.labels.rules import RulesClassifier
+from userturn.labels.sources import LABELLERS, labeller_named, run_labeller
+from userturn.probe.engine import EngineSpec
+from userturn.probe.perturb import Perturbation
+from userturn.probe.plan import ProbePlan
+from userturn.probe.user_variants import UserVariant
+from userturn.records import Labeller
+from userturn.store.meta import RunMeta
+
+
+def test_the_experiment_is_its_three_specs_and_nothing_else():
+    parts = (ProbePlan, EngineSpec, LabellingPlan)
+    names = [set(part.model_fields) for part in parts]
+    assert set().union(*names) == set(Experiment.model_fields)
+    assert sum(map(len, names)) == len(Experiment.model_fields)  # each setting has one owner
+    exp = Experiment(models=["tiny"], executor="ray", labeller="rules", judge_threshold=0.4)
+    assert type(exp.plan) is ProbePlan and exp.plan.models == ["tiny"]
+    assert type(exp.engine) is EngineSpec and exp.engine.executor == "ray"
+    assert type(exp.labelling) is LabellingPlan and exp.labelling.judge_threshold == 0.4
+    assert list(Experiment.model_fields)[:2] == ["models", "datasets"]  # --help: what first
+
+
+def test_perturbations_and_variants_are_parsed_once_and_stored_as_their_specs():
+    exp = load_experiment(None, {"perturbations": ["truncate:0.5", "empty"],
+                                 "user_turn_variants": ["prefill:So"]})
+    assert exp.plan.perturbations == [Perturbation("truncate", "0.5"), Perturbation("empty")]
+    assert exp.plan.perturbations[0] is exp.perturbations[0]  # the plan does not parse again
+    assert exp.plan.user_turn_variants == [UserVariant("prefill", "So")]
+    stored = exp.model_dump(mode="json")
+    assert stored["perturbations"] == ["truncate:0.5", "empty"]
+    assert stored["user_turn_variants"] == ["prefill:So"]
+    assert ProbePlan.stored(stored) == exp.plan
+    assert EngineSpec.stored(stored) == exp.engine
+
+
+def test_a_stored_plan_reads_what_the_run_stored_and_says_what_it_cannot_read(tmp_path):
+    plan = ProbePlan.stored({"limit": 3, "batch_size": 4, "judge": "openai/a", "gone": 1})
+    assert plan.limit == 3 and plan.model_fields_set == {"limit"}
+    with pytest.raises(ConfigError, match=r"stored experiment does not read: unknown "
+                                          r"perturbation 'zzz'"):
+        ProbePlan.stored({"perturbations": ["zzz"]})
+    with pytest.raises(ConfigError, match=r"stored experiment does not read \(samples"):
+        ProbePlan.stored({"samples": 0})
+    # The classifier file was read when the run started, on the machine that ran it.
+    missing = tmp_path / "elsewhere.json"
+    assert LabellingPlan.stored({"classifier": str(missing)}).classifier == missing
+    with pytest.raises(ConfigError, match="elsewhere.json"):
+        load_experiment(None, {"classifier": str(missing)})
+
+
+def test_one_address_check_for_the_engine_and_one_list_rule():
+    assert EngineSpec(base_url=["http://127.0.0.1:8000/v1"]).base_url == \
+        "http://127.0.0.1:8000/v1"
+    for bad in (["http://127.0.0.1:1/v1", "ftp://x"], "http://a:0/", []):
+        with pytest.raises(ConfigError, match="base_url"):
+            load_experiment(None, {"base_url": bad})
+
+
+def test_the_labeller_table_names_every_labeller_and_how_it_labels_a_case():
+    assert set(LABELLERS) == set(typing.get_args(Labeller))
+    assert isinstance(LABELLERS["rules"].case_labeller(), RulesClassifier)
+    assert isinstance(LABELLERS["cascade"].case_labeller(), Cascade)
+    assert isinstance(LABELLERS["classifier"].case_labeller(), LearnedClassifier)
+    assert LABELLERS["rules"].learned_classifier() is None
+    for bad in ("judge", None, 3):
+        with pytest.raises(ConfigError, match=r"unknown labeller .*: the labellers are "
+                                              r"cascade, classifier, rules"):
+            labeller_named(bad)
+
+
+@pytest.mark.parametrize(("meta", "expected"), [
+    (RunMeta(labeller="classifier", label_sources=["rules"]), "classifier"),  # as recorded
+    (RunMeta(label_sources=["rules", "judge:x", "classifier"]), "cascade"),
+    (RunMeta(label_sources=["judge:x"]), "rules"),
+])
+def test_a_runs_labeller_is_the_recorded_one_else_what_its_sources_show(meta, expected):
+    assert run_labeller(meta).name == expected
+
+
+def test_judges_are_built_in_one_place_with_their_concurrency():
+    spec = JudgeSpec(judge=["openai/a", "openai/b", "openai/a"],
+                     judge_base_url="http://127.0.0.1:9/v1", judge_concurrency=3)
+    judges = spec.build_judges()
+    assert [judge.name for judge in judges] == ["judge:openai/a@rubric1",
+                                                "judge:openai/b@rubric1"]
+    assert {judge.concurrency for judge in judges} == {3}
+    with pytest.raises(ConfigError, match="unknown judge 'openai/'"):
+        JudgeSpec(judge="openai/").build_judges()
