@@ -22,11 +22,11 @@ import yaml
 from userturn.integrations.folders import write_folder
 from userturn.integrations.optional import require
 from userturn.labels.corpus import CORPUS_FILE
+from userturn.records import COLUMNS, Turn
 from userturn.report.summary import SummaryRow
 from userturn.report.view import read_run
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
-from userturn.store.turns import COLUMNS, Turn
 from userturn.version import __version__
 
 # The licences of the sources userturn names itself (docs/datasets.md, docs/corpus.md). A local

@@ -33,10 +33,9 @@ from rich.console import Console
 from rich.table import Table
 
 from userturn.labels.reliability import constant_baseline, gwet_ac1, pabak, per_label
-from userturn.records import LABELS
+from userturn.records import LABELS, Turn
 from userturn.report.numbers import decimal, label_header, percent
 from userturn.stats.rates import check_bootstrap, percentiles
-from userturn.store.turns import Turn
 
 _NAN = float("nan")
 _CHUNK = 256  # bootstrap resamples evaluated at once (bounds memory on large runs)

@@ -32,11 +32,11 @@ from urllib.parse import urlsplit
 
 from userturn.errors import Terminated, UserturnError
 from userturn.labels.calibration import calibration_sample
-from userturn.records import LABELS, Label
+from userturn.records import LABELS, Label, Turn
 from userturn.stats.correction import MIN_HUMAN_LABELS
 from userturn.store.database import RunStore
 from userturn.store.meta import AnnotationSample
-from userturn.store.turns import Turn, read_turns
+from userturn.store.turns import read_turns
 
 DEFAULT_SIZE = 100
 DEFAULT_SEED = 0

@@ -24,10 +24,10 @@ from typing import Sequence
 
 from userturn.data.rows import json_lines, suffixes_of
 from userturn.errors import UserturnError
-from userturn.records import LABELS, Label
+from userturn.records import LABELS, Label, Turn
 from userturn.store.database import RunStore
 from userturn.store.meta import AnnotationSample
-from userturn.store.turns import Turn, read_turns
+from userturn.store.turns import read_turns
 
 HUMAN_PREFIX = "human:"
 PREDICTED = ("follow_up", "other")  # the calibration strata

@@ -34,7 +34,7 @@ from userturn.errors import ConfigError, UserturnError
 from userturn.records import Generation, Message, Request
 
 if TYPE_CHECKING:
-    from userturn.store.turns import Turn
+    from userturn.records import Turn
 
 KINDS = ("native", "prefill", "system", "template", "warmup")
 # Synthetic earlier exchanges for warmup:K: short, unambiguous, closed (no open question).

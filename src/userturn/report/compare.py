@@ -19,7 +19,7 @@ from rich.table import Table
 
 from userturn.errors import StoreError
 from userturn.labels.calibration import human_label, inclusion_probabilities, is_human
-from userturn.records import HUMAN
+from userturn.records import HUMAN, Answer, Turn
 from userturn.report import markup
 from userturn.report.numbers import difference, percent, temperature, temperature_label
 from userturn.stats.correction import CorrectedDifference, Observation, corrected_difference
@@ -32,7 +32,7 @@ from userturn.stats.rates import (
     single_sample_mcnemar,
 )
 from userturn.store.database import RunStore
-from userturn.store.turns import Answer, Turn, read_answers, read_turns
+from userturn.store.turns import read_answers, read_turns
 
 Unit = tuple[str, str, str, str, float]  # model pairing, dataset, answerer, perturbation, T
 

@@ -4,7 +4,7 @@ the perturbation effects, accuracy vs follow-up panels and the right-vs-wrong ta
 ``build_report`` computes; :mod:`.tables` writes the numbers as CSV and Parquet, :mod:`.page` lays
 them out as one self-contained HTML file, :mod:`.figures` draws them for papers. The numbers are
 the ones ``summarize`` and ``stats`` give: a turn counts towards a follow-up rate as
-:attr:`~userturn.store.turns.Turn.counts_toward_rate` says.
+:attr:`~userturn.records.Turn.counts_toward_rate` says.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from userturn.probe.perturb import EXPECTED
-from userturn.records import LABELS
+from userturn.records import LABELS, STATUSES, Answer, Turn
 from userturn.report.summary import SummaryRow, assistant_errors, summarize
 from userturn.stats.rates import (
     Correlation,
@@ -29,7 +29,6 @@ from userturn.stats.rates import (
     single_sample_mcnemar,
 )
 from userturn.store.meta import RunMeta
-from userturn.store.turns import STATUSES, Answer, Turn
 
 # The stacked categories of the label plot and the browser's filter: labels, then statuses.
 CATEGORIES = [(label, label.replace("_", " ")) for label in LABELS] + [

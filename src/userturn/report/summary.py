@@ -14,7 +14,7 @@ from rich.text import Text
 from userturn.labels.calibration import human_label, is_human
 from userturn.labels.offline_error import offline_error
 from userturn.labels.sources import OFFLINE
-from userturn.records import HUMAN, LABELS
+from userturn.records import HUMAN, LABELS, Answer, Turn
 from userturn.report.numbers import (
     LABEL_HEADERS,
     f1,
@@ -25,7 +25,6 @@ from userturn.report.numbers import (
 )
 from userturn.stats.correction import Corrected, Observation, corrected_rate
 from userturn.stats.rates import Rate, clustered_rate
-from userturn.store.turns import Answer, Turn
 
 NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors", "accuracy",
            "vs real turn")

@@ -1,5 +1,5 @@
 """Every table of the run report as flat records, written as CSV (and Parquet when pyarrow is
-installed). The ``user_turns`` table has the columns of :data:`userturn.store.turns.COLUMNS`, as the
+installed). The ``user_turns`` table has the columns of :data:`userturn.records.COLUMNS`, as the
 export and the sample browser do."""
 
 from __future__ import annotations
