@@ -1,6 +1,8 @@
 """Paired comparison of two runs on the items they share (base vs post-trained, model A vs B).
 
-Units are matched by dataset, answerer, perturbation and temperature; within a unit, items are
+Units (a :class:`~userturn.records.Condition` whose model is the pairing, ``A → B``, or the one
+name both runs share) are matched by dataset, answerer, perturbation and temperature; within a
+unit, items are
 matched by id. A run with one model is compared with the other run's one model whatever their
 names (the usual base-vs-checkpoint case); with several models, models pair by name. Differences
 are B minus A, with paired score intervals over shared items (clustered by item), and an exact
@@ -11,7 +13,7 @@ difference corrected for the labeller's errors is given beside it (:mod:`usertur
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from rich.console import Console
@@ -19,7 +21,7 @@ from rich.table import Table
 
 from userturn.errors import StoreError
 from userturn.labels.calibration import human_label, inclusion_probabilities, is_human
-from userturn.records import HUMAN, Answer, Turn
+from userturn.records import HUMAN, Answer, Condition, Turn
 from userturn.report import markup
 from userturn.report.numbers import difference, percent, temperature, temperature_label
 from userturn.stats.correction import CorrectedDifference, Observation, corrected_difference
@@ -33,8 +35,6 @@ from userturn.stats.rates import (
 )
 from userturn.store.database import RunStore
 from userturn.store.turns import read_answers, read_turns
-
-Unit = tuple[str, str, str, str, float]  # model pairing, dataset, answerer, perturbation, T
 
 
 @dataclass(frozen=True)
@@ -106,25 +106,23 @@ def _model_pairs(models_a: Sequence[str], models_b: Sequence[str]) -> list[tuple
 
 
 def _by_unit(turns: Iterable[Turn], pairs: Sequence[tuple[str, str]],
-             side: int) -> dict[Unit, list[Turn]]:
+             side: int) -> dict[Condition, list[Turn]]:
     names = {pair[side]: f"{pair[0]} → {pair[1]}" if pair[0] != pair[1] else pair[0]
              for pair in pairs}
-    units: dict[Unit, list[Turn]] = defaultdict(list)
+    units: dict[Condition, list[Turn]] = defaultdict(list)
     for turn in turns:
         if turn.model in names and turn.counts_toward_rate:
-            unit = (names[turn.model], turn.dataset, turn.answerer, turn.perturbation,
-                    turn.temperature)
-            units[unit].append(turn)
+            units[replace(Condition.of(turn), model=names[turn.model])].append(turn)
     return units
 
 
-def _compare_unit(unit: Unit, a: list[Turn], b: list[Turn],
+def _compare_unit(unit: Condition, a: list[Turn], b: list[Turn],
                   inclusion: tuple[Mapping[str, float], Mapping[str, float]]) -> Comparison:
-    pairing, dataset, answerer, perturbation, temperature = unit
-    model_a, _, model_b = pairing.partition(" → ")
+    model_a, _, model_b = unit.model.partition(" → ")
     hits_a = [(t.item_id, t.follow_up) for t in a]
     hits_b = [(t.item_id, t.follow_up) for t in b]
-    return Comparison(model_a, model_b or model_a, dataset, answerer, perturbation, temperature,
+    return Comparison(model_a, model_b or model_a, unit.dataset, unit.answerer,
+                      unit.perturbation, unit.temperature,
                       paired_difference(hits_a, hits_b),
                       single_sample_mcnemar(hits_a, hits_b), _corrected(a, b, inclusion))
 

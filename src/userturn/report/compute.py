@@ -10,13 +10,14 @@ the ones ``summarize`` and ``stats`` give: a turn counts towards a follow-up rat
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from userturn.probe.perturb import EXPECTED
-from userturn.records import LABELS, STATUSES, Answer, Turn
+from userturn.records import LABELS, STATUSES, Answer, Condition, Turn
 from userturn.report.summary import SummaryRow, assistant_errors, summarize
+from userturn.stats.agreement import Agreement, pairwise_agreement
 from userturn.stats.rates import (
     Correlation,
     Difference,
@@ -28,6 +29,8 @@ from userturn.stats.rates import (
     rank_correlation,
     single_sample_mcnemar,
 )
+from userturn.stats.reliability import against_people
+from userturn.stats.variants import VariantComparison, variant_comparisons
 from userturn.store.meta import RunMeta
 
 # The stacked categories of the label plot and the browser's filter: labels, then statuses.
@@ -63,7 +66,7 @@ class Panel:
     correlation: Correlation
 
 
-Joint = tuple[tuple[str, str, str, float], dict[str, Any]]  # (model, answerer, dataset, T), table
+Joint = tuple[Condition, dict[str, Any]]  # an unperturbed condition, its right-vs-wrong table
 
 
 @dataclass
@@ -79,8 +82,12 @@ class Report:
     models: list[str] = field(default_factory=list)
     assistant_failures: int = 0
     state: Any = None  # runstate.RunState: finished, in progress or incomplete
-    # Each user-turn variant against the native opening (user_variants.variant_comparisons).
-    variants: list[Any] = field(default_factory=list)
+    # Each user-turn variant against the native opening (stats.variants).
+    variants: list[VariantComparison] = field(default_factory=list)
+    # Every pair of label sources that labelled at least two of the same turns.
+    agreement: list[Agreement] = field(default_factory=list)
+    # Each labeller against each person, beside the people's own range (stats.reliability).
+    against_people: list[dict[str, Any]] = field(default_factory=list)
 
     def varies(self, name: str) -> bool:
         return len({getattr(r, name) for r in self.rows}) > 1
@@ -101,11 +108,10 @@ def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Pa
     ordered = sorted(turns, key=_turn_order)
     models = list(dict.fromkeys(meta.config.get("models", [])))
     models += sorted({r.model for r in rows} - set(models))
-    from userturn.probe.user_variants import variant_comparisons
-
+    agreement = [r for r in pairwise_agreement(ordered) if r.n >= 2]
     return Report(Path(folder).resolve(), meta, list(sources), rows, _comparisons(ordered),
                   _panels(rows), _joints(ordered), ordered, models, assistant_errors(answers), state,
-                  variant_comparisons(ordered))
+                  variant_comparisons(ordered), agreement, against_people(agreement))
 
 
 def _turn_order(t: Turn) -> tuple[Any, ...]:
@@ -115,19 +121,18 @@ def _turn_order(t: Turn) -> tuple[Any, ...]:
 
 
 def _comparisons(turns: Sequence[Turn]) -> list[PerturbationEffect]:
-    groups: dict[tuple[str, str, str, float, str], list[tuple[str, bool]]] = defaultdict(list)
+    groups: dict[Condition, list[tuple[str, bool]]] = defaultdict(list)
     for t in turns:
         if t.counts_toward_rate:
-            groups[(t.model, t.answerer, t.dataset, t.temperature,
-                    t.perturbation)].append((t.item_id, t.follow_up))
+            groups[Condition.of(t)].append((t.item_id, t.follow_up))
     out = []
-    for (model, answerer, dataset, temperature, spec), after in groups.items():
-        before = groups.get((model, answerer, dataset, temperature, "none"))
-        if spec == "none" or before is None:
+    for c, after in groups.items():
+        before = groups.get(replace(c, perturbation="none"))
+        if c.perturbation == "none" or before is None:
             continue
-        out.append(PerturbationEffect(model, answerer, dataset, spec, temperature,
-                                      paired_difference(before, after),
-                                      EXPECTED.get(spec.split(":")[0], "up"),
+        out.append(PerturbationEffect(c.model, c.answerer, c.dataset, c.perturbation,
+                                      c.temperature, paired_difference(before, after),
+                                      EXPECTED.get(c.perturbation.split(":")[0], "up"),
                                       single_sample_mcnemar(before, after)))
     return sorted(out, key=lambda c: (c.model, c.answerer, c.dataset, c.perturbation,
                                       c.temperature))
@@ -146,9 +151,9 @@ def _panels(rows: list[SummaryRow]) -> list[Panel]:
 
 
 def _joints(turns: Sequence[Turn]) -> list[Joint]:
-    groups: dict[tuple[str, str, str, float], list[tuple[str, bool, bool]]] = defaultdict(list)
+    groups: dict[Condition, list[tuple[str, bool, bool]]] = defaultdict(list)
     for t in turns:
         if t.perturbation == "none" and t.answer_correct is not None and t.counts_toward_rate:
-            groups[(t.model, t.answerer, t.dataset, t.temperature)].append(
+            groups[Condition.of(t)].append(
                 (t.item_id, t.answer_correct, t.follow_up))
     return [(key, joint_table(triples)) for key, triples in sorted(groups.items())]

@@ -14,7 +14,7 @@ from rich.text import Text
 from userturn.labels.calibration import human_label, is_human
 from userturn.labels.offline_error import offline_error
 from userturn.labels.sources import OFFLINE
-from userturn.records import HUMAN, LABELS, Answer, Turn
+from userturn.records import HUMAN, LABELS, Answer, Condition, Turn
 from userturn.report.numbers import (
     LABEL_HEADERS,
     f1,
@@ -78,24 +78,24 @@ def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
     as drawn by simple random sampling from the run's turns."""
     accuracy = _accuracy(answers)
     probability = _inclusion(turns, inclusion or {})
-    groups: dict[tuple[str, str, str, str, float], list[Turn]] = defaultdict(list)
+    groups: dict[Condition, list[Turn]] = defaultdict(list)
     for turn in turns:
-        groups[(turn.model, turn.answerer, turn.dataset, turn.perturbation,
-                turn.temperature)].append(turn)
+        groups[Condition.of(turn)].append(turn)
     rows = []
-    for (model, answerer, dataset, perturbation, temp), group in sorted(
-            groups.items(), key=lambda kv: (*kv[0][:3], kv[0][3] != "none", *kv[0][3:])):
+    # In condition order, each condition's original context before its perturbations.
+    for c, group in sorted(groups.items(), key=lambda kv: (
+            kv[0].model, kv[0].answerer, kv[0].dataset, kv[0].perturbation != "none", kv[0])):
         status = Counter(t.status for t in group)
         rows.append(SummaryRow(
-            model=model, dataset=dataset, temperature=temp,
+            model=c.model, dataset=c.dataset, temperature=c.temperature,
             items=len({t.item_id for t in group}), turns=len(group),
             follow_up=clustered_rate((t.item_id, t.follow_up) for t in group
                                      if t.counts_toward_rate),
             labels=dict(Counter(t.label for t in group if t.error is None and t.label)),
             undecided=status["undecided"], invalid=status["invalid"], errors=status["failed"],
-            accuracy=accuracy.get((model if answerer == "self" else answerer, dataset)),
-            answerer=answerer, perturbation=perturbation,
-            similarity=_similarity(group) if model != HUMAN else None,
+            accuracy=accuracy.get((c.model if c.answerer == "self" else c.answerer, c.dataset)),
+            answerer=c.answerer, perturbation=c.perturbation,
+            similarity=_similarity(group) if c.model != HUMAN else None,
             offline_only=_offline_only(group),
             **_correction(group, probability),
         ))
