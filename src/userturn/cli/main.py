@@ -293,7 +293,8 @@ def _annotate(args: argparse.Namespace, console: Console) -> int:
         console.print(f"stored {stored} labels as human:{args.annotator}")
         return 0
     return serve(args.run, args.annotator, size=args.size, seed=args.seed, port=args.port,
-                 open_browser=not args.no_browser, calibration=args.calibration)
+                 open_browser=not args.no_browser, calibration=args.calibration,
+                 announce=lambda line: console.print(line, highlight=False, soft_wrap=True))
 
 
 def _agreement(args: argparse.Namespace, console: Console) -> int:

@@ -27,7 +27,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from userturn.errors import Terminated, UserturnError
@@ -386,11 +386,13 @@ def _template() -> str:
 
 def serve(folder: Path | str, annotator: str, *, size: int | None = None,
           seed: int | None = None, port: int = 0, open_browser: bool = True,
-          calibration: int | None = None) -> int:
-    """Run the page until Ctrl+C (the ``userturn annotate`` command)."""
+          calibration: int | None = None,
+          announce: Callable[[str], None] = lambda line: None) -> int:
+    """Run the page until Ctrl+C (the ``userturn annotate`` command). ``announce`` is given the
+    page's address and how to stop it once the server listens (the CLI prints it)."""
     server = AnnotationServer(folder, annotator, size, seed, port=port, calibration=calibration)
-    print(f"annotating {len(server.keys)} user turns as {annotator}: {server.url}\n"
-          "every label is saved as you make it; Ctrl+C stops the server")
+    announce(f"annotating {len(server.keys)} user turns as {annotator}: {server.url}\n"
+             "every label is saved as you make it; Ctrl+C stops the server")
     if open_browser:
         webbrowser.open(server.url)
     try:
