@@ -99,9 +99,6 @@ def per_label(pairs: Sequence[Pair], labels: Sequence[str] = LABELS) -> dict[str
     return out
 
 
-f1_per_label = per_label  # the name this module first gave it
-
-
 def constant_baseline(pairs: Sequence[Pair]) -> tuple[str | None, float]:
     """The reference's most common label and the agreement of always answering it."""
     if not pairs:
