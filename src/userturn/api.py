@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from userturn.chat.render import Prompt
     from userturn.config import Experiment
     from userturn.report.compute import Report
-    from userturn.report.summary import SummaryRow
     from userturn.report.view import RunView
+    from userturn.stats.summary import SummaryRow
 
 Labels = str | Sequence[str] | None
 

@@ -25,6 +25,7 @@ LABELLERS: tuple[Labeller, ...] = get_args(Labeller)
 # Which turns a judge is asked about (labels.stages).
 JudgeScopeName = Literal["undecided", "uncertain", "all"]
 HUMAN = "human"  # the pseudo-model whose user turns are the data's real next user turns
+HUMAN_PREFIX = "human:"  # a person's label source: human:NAME
 # How a long stage reports progress: (description, total) -> advance(n); the CLI draws bars.
 Progress = Callable[[str, int], Callable[[int], None]]
 
@@ -274,6 +275,20 @@ class Turn:
         if lab is None:
             return None, None
         return lab.label or ("invalid" if lab.error else "undecided"), lab.probability
+
+
+def is_human(source: str | None) -> bool:
+    """Whether a label source is a person (``human:NAME``)."""
+    return bool(source) and str(source).startswith(HUMAN_PREFIX)
+
+
+def human_label(turn: Turn) -> tuple[bool | None, str | None]:
+    """The turn's human verdict (follow-up or not) and its source: the first ``human:`` source
+    by name that gave a label; ``(None, None)`` when no person labelled it."""
+    for stored in sorted(turn.labels, key=lambda s: s.source):
+        if is_human(stored.source) and stored.label is not None:
+            return stored.label == "follow_up", stored.source
+    return None, None
 
 
 @dataclass(frozen=True, order=True)

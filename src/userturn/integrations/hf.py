@@ -23,8 +23,8 @@ from userturn.integrations.folders import write_folder
 from userturn.integrations.optional import require
 from userturn.labels.corpus import CORPUS_FILE
 from userturn.records import COLUMNS, Turn
-from userturn.report.summary import SummaryRow
 from userturn.report.view import read_run
+from userturn.stats.summary import SummaryRow
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
 from userturn.version import __version__

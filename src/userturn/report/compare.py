@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from userturn.errors import StoreError
-from userturn.labels.calibration import human_label, inclusion_probabilities, is_human
-from userturn.records import HUMAN, Answer, Condition, Turn
+from userturn.labels.calibration import inclusion_probabilities
+from userturn.records import HUMAN, Answer, Condition, Turn, human_label, is_human
 from userturn.report import markup
 from userturn.report.numbers import difference, percent, temperature, temperature_label
 from userturn.stats.correction import CorrectedDifference, Observation, corrected_difference

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from userturn.labels.sources import OFFLINE
 from userturn.probe.perturb import EXPECTED
 from userturn.records import LABELS, STATUSES, Answer, Condition, Turn
-from userturn.report.summary import SummaryRow, assistant_errors, summarize
 from userturn.stats.agreement import Agreement, pairwise_agreement
 from userturn.stats.rates import (
     Correlation,
@@ -30,6 +30,7 @@ from userturn.stats.rates import (
     single_sample_mcnemar,
 )
 from userturn.stats.reliability import against_people
+from userturn.stats.summary import SummaryRow, assistant_errors, summarize
 from userturn.stats.variants import VariantComparison, variant_comparisons
 from userturn.store.meta import RunMeta
 
@@ -104,7 +105,7 @@ def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Pa
     priority order); ``meta`` is the run's stored metadata; ``inclusion`` the human-labelled
     turns' inclusion probabilities (as :func:`.summary.summarize` takes them); ``state`` the
     run's :class:`~userturn.store.runstate.RunState` for the header."""
-    rows = summarize(turns, answers, inclusion)
+    rows = summarize(turns, answers, inclusion, offline=OFFLINE)
     ordered = sorted(turns, key=_turn_order)
     models = list(dict.fromkeys(meta.config.get("models", [])))
     models += sorted({r.model for r in rows} - set(models))

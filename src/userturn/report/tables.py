@@ -11,8 +11,8 @@ from typing import Any
 
 from userturn.records import LABELS, Condition
 from userturn.report.compute import CATEGORIES, PerturbationEffect, Report
-from userturn.report.summary import SummaryRow
 from userturn.stats.rates import Rate
+from userturn.stats.summary import SummaryRow
 from userturn.store.atomic import write_folder
 
 

@@ -9,8 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from userturn.report.summary import assistant_errors, print_instruction_accuracy, print_summary
+from userturn.report.summary import print_instruction_accuracy, print_summary
 from userturn.report.view import RunView
+from userturn.stats.summary import assistant_errors
 from userturn.stats.variants import VariantComparison, variant_comparisons
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from userturn.labels.calibration import inclusion_probabilities
+from userturn.labels.sources import OFFLINE
 from userturn.records import Answer, Turn
 from userturn.report.compute import Report, build_report
-from userturn.report.summary import SummaryRow, summarize
+from userturn.stats.summary import SummaryRow, summarize
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
 from userturn.store.runstate import RunState, run_state
@@ -38,7 +39,7 @@ class RunView:
 
     def summary(self) -> list[SummaryRow]:
         """The rows of the summary table: one per condition."""
-        return summarize(self.turns, self.answers, self.inclusion)
+        return summarize(self.turns, self.answers, self.inclusion, offline=OFFLINE)
 
     def report(self) -> Report:
         """Every number of the HTML report."""
