@@ -8,7 +8,7 @@ from typing import Sequence
 
 from userturn.records import LABELS
 from userturn.report import charts, plots
-from userturn.report.compute import CATEGORIES, PerturbationEffect, Report
+from userturn.report.compute import CATEGORIES, Report
 from userturn.report.markup import count, esc, group_starts, rate_html, section, table
 from userturn.report.numbers import (
     decimal,
@@ -21,6 +21,7 @@ from userturn.report.numbers import (
 )
 from userturn.report.summary import offline_notes
 from userturn.stats.correction import MIN_HUMAN_LABELS, Corrected
+from userturn.stats.effects import PerturbationEffect
 from userturn.stats.rates import Difference, McNemar, Rate
 
 NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from userturn.records import LABELS, Condition
-from userturn.report.compute import CATEGORIES, PerturbationEffect, Report
+from userturn.report.compute import CATEGORIES, Report
+from userturn.stats.effects import PerturbationEffect
 from userturn.stats.rates import Rate
 from userturn.stats.summary import SummaryRow
 from userturn.store.atomic import write_folder
