@@ -11,6 +11,7 @@ import pytest
 
 from userturn.backends.hf import TransformersBackend
 from userturn.backends.models import resolve_model
+from userturn.labels.classifier import MODEL_FILE as SHIPPED_MODEL_FILE
 
 # The tests are offline (as CI is): a hub id must fail at once, not after minutes of retries.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -46,6 +47,24 @@ def local_sockets_only(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
 
 
+def _reads_in_context(node) -> bool:
+    return bool(node.get_closest_marker("context_reader") or node.get_closest_marker("slow"))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def form_classifier_for_module_fixtures(request):
+    """The same rule (below) for a test file's module-scoped fixtures (a run built once per
+    file): they are set up before any per-test fixture runs, so they are covered here."""
+    if _reads_in_context(request.node):
+        yield
+        return
+    from userturn.labels import classifier
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(classifier, "MODEL_FILE", classifier.FORM_MODEL_FILE)
+        yield
+
+
 @pytest.fixture(autouse=True)
 def form_classifier_unless_reading_in_context(request, monkeypatch):
     """Every test labels with the form-only classifier (numpy alone) where a run or a caller
@@ -55,11 +74,10 @@ def form_classifier_unless_reading_in_context(request, monkeypatch):
     versions, stored probabilities, resume) holds for either parameter file, and the context
     reader's own behaviour is tested where it is marked. An explicit ``--classifier context`` or
     path still loads what it names."""
-    if request.node.get_closest_marker("context_reader") or request.node.get_closest_marker("slow"):
-        return
     from userturn.labels import classifier
 
-    monkeypatch.setattr(classifier, "MODEL_FILE", classifier.FORM_MODEL_FILE)
+    monkeypatch.setattr(classifier, "MODEL_FILE", SHIPPED_MODEL_FILE
+                        if _reads_in_context(request.node) else classifier.FORM_MODEL_FILE)
 
 
 QUESTIONS = [

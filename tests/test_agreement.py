@@ -11,8 +11,10 @@ from rich.console import Console
 
 from userturn.backends.fake import ScriptedBackend
 from userturn.config import Experiment
-from userturn.labels.agreement import (
-    NOTHING_TO_COMPARE,
+from userturn.probe.pipeline import run_experiment
+from userturn.records import Label, Request
+from userturn.report.agreement import NOTHING_TO_COMPARE, print_agreement
+from userturn.stats.agreement import (
     Agreement,
     cohen_kappa,
     confusion_matrix,
@@ -20,10 +22,7 @@ from userturn.labels.agreement import (
     order_sources,
     pairwise_agreement,
     per_label,
-    print_agreement,
 )
-from userturn.probe.pipeline import run_experiment
-from userturn.records import Label, Request
 from userturn.store.turns import read_turns
 
 F, G, N = "follow_up", "generic", "new_query"

@@ -12,9 +12,9 @@ import pytest
 import userturn
 from userturn.cli.main import main
 from userturn.errors import ConfigError, StoreError, UserturnError
-from userturn.records import Case, Label
+from userturn.records import COLUMNS, Case, Label
 from userturn.store.database import RunStore
-from userturn.store.turns import COLUMNS, read_turns
+from userturn.store.turns import read_turns
 
 ROOT = Path(__file__).resolve().parents[1]
 

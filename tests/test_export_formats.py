@@ -13,7 +13,7 @@ from helpers import assert_one_line_error, experiment, run_cli, run_scripted, un
 import userturn
 from userturn.backends.fake import ScriptedBackend
 from userturn.labels.classifier import FORM_MODEL_FILE
-from userturn.store.turns import COLUMNS
+from userturn.records import COLUMNS
 
 
 @pytest.fixture(scope="module")

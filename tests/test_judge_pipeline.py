@@ -95,7 +95,7 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
     assert main(["agreement", str(exp.output)]) == 0
     out = capsys.readouterr().out
     assert "judge:openai/judge-c@rubric1" in out and "rules" in out
-    from userturn.labels.agreement import pairwise_agreement
+    from userturn.stats.agreement import pairwise_agreement
     from userturn.store.database import RunStore
 
     (pair,) = pairwise_agreement(read_turns(RunStore.open(exp.output)),

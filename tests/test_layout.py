@@ -78,7 +78,8 @@ FLOORS: list[set[str]] = [
     {"labels"},                             # a case in, a label out
     {"backends", "store"},                  # engines; the run folder
     {"data", "chat"},                       # items; prompts
-    {"stats", "records", "credentials", "settings", "version"},  # values and shared checks
+    {"stats"},                              # statistics over turns
+    {"records", "credentials", "settings", "version"},  # values and shared checks
     {"errors"},
 ]
 
@@ -206,3 +207,34 @@ def test_no_module_is_oversized(name: str) -> None:
     if name not in ONE_IDEA:
         assert lines <= LINE_LIMIT, f"{name}: {lines} lines (split it, or list it in ONE_IDEA " \
                                     "with its reason in CONTRIBUTING.md)"
+
+
+def test_only_report_and_cli_print() -> None:
+    """Below report/ and cli/ nothing prints: no print(), no rich (Console, tables), no writes to
+    sys.stdout or sys.stderr. The statistics compute (stats/), report/ renders, cli/ prints;
+    a library stage that must say something takes a callback or logs."""
+    def printing(source: str) -> list[str]:
+        found = []
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id == "print":
+                found.append(f"line {node.lineno}: print(")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr == "write" and isinstance(node.func.value, ast.Attribute) \
+                    and isinstance(node.func.value.value, ast.Name) \
+                    and node.func.value.value.id == "sys":
+                found.append(f"line {node.lineno}: sys.{node.func.value.attr}.write(")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "rich":
+                found.append(f"line {node.lineno}: from {node.module} import")
+            elif isinstance(node, ast.Import) and any(a.name.split(".")[0] == "rich"
+                                                      for a in node.names):
+                found.append(f"line {node.lineno}: import rich")
+        return found
+
+    # The check itself finds each way of printing, inside functions too.
+    assert len(printing("import sys\ndef f():\n    print('x')\n    sys.stderr.write('x')\n"
+                        "    from rich.console import Console\nimport rich.table\n")) == 4
+    offenders = {name: found for name, path in modules().items()
+                 if name.split(".")[1:2] not in (["report"], ["cli"])
+                 and (found := printing(path.read_text(encoding="utf-8")))}
+    assert offenders == {}

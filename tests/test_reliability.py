@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from userturn.labels.agreement import Agreement, cohen_kappa
-from userturn.labels.reliability import (
+from userturn.records import LABELS
+from userturn.stats.agreement import Agreement, cohen_kappa
+from userturn.stats.reliability import (
     against_people,
     alpha,
     constant_baseline,
-    f1_per_label,
     gwet_ac1,
     pabak,
+    per_label,
 )
-from userturn.records import LABELS
 
 BINARY = ("follow_up", "generic")
 # 10 turns: both say follow-up once, they split twice, both say generic 7 times.
@@ -34,7 +34,7 @@ def test_hand_computed_values():
                "b": {str(i): y for i, (_, y) in enumerate(PAIRS)}}
     assert alpha(ratings, BINARY) == pytest.approx(1 - 19 * 4 / 128)
     assert constant_baseline(PAIRS) == ("generic", 0.8)
-    f1 = f1_per_label(PAIRS, BINARY)
+    f1 = per_label(PAIRS, BINARY)
     assert f1["follow_up"] == {"precision": 0.5, "recall": 0.5, "f1": 0.5, "support": 2}
 
 

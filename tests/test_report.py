@@ -194,7 +194,7 @@ def test_joint_table_splits_right_and_wrong_answers(run_folder):
     store = RunStore.open(run_folder)
     report = load_run(store).report()
     store.close()
-    by_model = {key[0]: j for key, j in report.joints if key[3] == 0.0}
+    by_model = {c.model: j for c, j in report.joints if c.temperature == 0.0}
     assert by_model["fake/alpha"]["items_correct"] == 3
     assert by_model["fake/beta"]["items_correct"] == 1
     assert by_model["fake/beta"]["items_wrong"] == 5

@@ -18,13 +18,8 @@ from userturn.cli.main import main
 from userturn.config import Experiment, load_experiment
 from userturn.errors import ConfigError
 from userturn.probe.pipeline import run_experiment
-from userturn.probe.user_variants import (
-    WARMUP,
-    parse_user_variant,
-    split_variant_spec,
-    user_turn_prompt,
-    variant_comparisons,
-)
+from userturn.probe.user_variants import WARMUP, parse_user_variant, user_turn_prompt
+from userturn.stats.variants import split_variant_spec, variant_comparisons
 from userturn.store.turns import read_answers, read_turns
 
 HERE = Path(__file__).parent

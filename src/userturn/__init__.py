@@ -11,7 +11,7 @@ The Python API (docs/api.md)::
 
 from userturn.api import Run, classify, load_run, render_user_turn, run  # noqa: E402
 from userturn.errors import UserturnError  # noqa: E402
-from userturn.store.turns import COLUMNS, Answer, Turn  # noqa: E402
+from userturn.records import COLUMNS, Answer, Turn  # noqa: E402
 from userturn.version import __version__  # noqa: E402
 
 __all__ = ["COLUMNS", "Answer", "Run", "Turn", "UserturnError", "__version__", "classify", "load_run",

@@ -11,25 +11,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from userturn.errors import ConfigError, UserturnError
-from userturn.records import Case, Label, Message
+from userturn.records import COLUMNS, Answer, Case, Label, Message, Turn
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
-from userturn.store.turns import (
-    COLUMNS,
-    Answer,
-    Turn,
-    flat_records,
-    label_sources,
-    read_answers,
-    read_turns,
-)
+from userturn.store.turns import flat_records, label_sources, read_answers, read_turns
 
 if TYPE_CHECKING:
     from userturn.chat.render import Prompt
     from userturn.config import Experiment
     from userturn.report.compute import Report
-    from userturn.report.summary import SummaryRow
     from userturn.report.view import RunView
+    from userturn.stats.summary import SummaryRow
 
 Labels = str | Sequence[str] | None
 

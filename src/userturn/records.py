@@ -1,4 +1,5 @@
-"""The values that flow through the probe: items, generations, labels, scores.
+"""The values that flow through the probe: items, generations, labels, scores, and the read model
+of a stored run (Turn, Answer, the Condition that groups turns).
 
 Plain frozen dataclasses: they are compared, hashed and stored, never mutated.
 Messages are plain ``{"role": ..., "content": ...}`` dicts, as every chat template expects.
@@ -24,6 +25,7 @@ LABELLERS: tuple[Labeller, ...] = get_args(Labeller)
 # Which turns a judge is asked about (labels.stages).
 JudgeScopeName = Literal["undecided", "uncertain", "all"]
 HUMAN = "human"  # the pseudo-model whose user turns are the data's real next user turns
+HUMAN_PREFIX = "human:"  # a person's label source: human:NAME
 # How a long stage reports progress: (description, total) -> advance(n); the CLI draws bars.
 Progress = Callable[[str, int], Callable[[int], None]]
 
@@ -136,3 +138,192 @@ class Score:
     reference: str | None
     # Further metrics of the same answer, e.g. IFEval's loose and instruction-level accuracy.
     details: Mapping[str, Any] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ the read model of a run
+# What readers of a stored run get (store.turns.read_turns builds them): plain values, so the
+# statistics in stats/ take them without importing the store.
+
+STATUSES = ("undecided", "invalid", "failed")  # what a turn without a label is instead
+# The one column list of a user turn: the export, the report's user_turns table, the browser.
+COLUMNS = ("model", "answerer", "dataset", "perturbation", "temperature", "sample_index",
+           "item_id", "context", "query", "answer", "answer_correct", "user_turn",
+           "raw_user_turn", "thinking", "finish_reason", "error", "label", "label_source",
+           "rationale", "label_error", "status", "prompt", "key")
+
+
+@dataclass(frozen=True)
+class StoredLabel:
+    """One source's label of a turn as stored (``label`` None: undecided, or invalid with
+    ``error``)."""
+
+    source: str
+    version: str
+    label: str | None
+    rationale: str | None
+    error: str | None
+    probability: float | None = None
+    """How sure the source is (the learned classifier's calibrated probability), else None."""
+
+    def record(self, key: str) -> dict[str, Any]:
+        return {"key": key, "source": self.source, "version": self.version, "label": self.label,
+                "rationale": self.rationale, "error": self.error,
+                "probability": self.probability}
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One generated user turn of a run, with its context and its labels."""
+
+    model: str
+    """The probed model that wrote the turn (``human``: the data's real next user turn)."""
+    answerer: str
+    """Who wrote the assistant answer: ``self``, ``reference``, ``data`` or a model spec."""
+    dataset: str
+    perturbation: str
+    """The perturbation applied to the answer, ``none`` for the original context."""
+    temperature: float
+    """Sampling temperature of the user turn; 0 is greedy."""
+    sample_index: int
+    item_id: str
+    context: str
+    """Id of the conversation the turn was generated in (item, answerer and perturbation)."""
+    key: str
+    """The generation's key in the run store."""
+    query: str
+    """The last user message of the item's conversation."""
+    answer: str
+    """The assistant answer the turn follows, as shown to the model (perturbed or not)."""
+    answer_correct: bool | None
+    """Task score of the assistant answer (None: not scored)."""
+    user_turn: str
+    """The visible text of the generated user turn."""
+    raw_user_turn: str
+    """The generated text with special tokens (and any thinking) kept."""
+    thinking: str | None
+    """A reasoning model's thinking, split off the turn (None: no thinking)."""
+    finish_reason: str
+    error: str | None
+    """Why the generation failed (None: it did not)."""
+    prompt: str
+    """The exact prompt the model continued."""
+    label: str | None
+    """The resolved label: the first label among the chosen sources (None: none decided)."""
+    label_source: str | None
+    """Which source gave :attr:`label`."""
+    rationale: str | None
+    label_error: str | None
+    """With no label: the first source's error (a judge's invalid verdict), else None."""
+    messages: tuple[Message, ...] = ()
+    """The item's conversation up to the answer."""
+    next_user_turn: str | None = None
+    """The data's real next user turn, where the dataset has one."""
+    labels: tuple[StoredLabel, ...] = field(default=())
+    """Every stored label of the turn, from every source, by source name."""
+
+    @property
+    def status(self) -> str:
+        """The label, or why there is none: ``undecided`` (no source decided), ``invalid`` (a
+        judge failed or answered out of the label set) or ``failed`` (the generation failed)."""
+        if self.error is not None:
+            return "failed"
+        return self.label or ("invalid" if self.label_error else "undecided")
+
+    @property
+    def counts_toward_rate(self) -> bool:
+        """Whether the turn is in the denominator of a follow-up rate: every generated turn a
+        labeller could look at. An undecided turn has not been judged a follow-up (a rate is a
+        lower bound until a judge labels it); invalid verdicts and failed generations are out."""
+        return self.status not in ("invalid", "failed")
+
+    @property
+    def probability(self) -> float | None:
+        """The probability the deciding source gave :attr:`label` (the classifier gives one)."""
+        return next((lab.probability for lab in self.labels if lab.source == self.label_source),
+                    None)
+
+    @property
+    def follow_up(self) -> bool:
+        return self.label == "follow_up"
+
+    def case(self, assistant_header: str = "") -> Case:
+        """What a classifier sees. Where thinking was split off, the raw text (which still holds
+        it) is replaced by the visible text: classifiers label the visible turn only."""
+        raw = self.raw_user_turn if self.thinking is None else self.user_turn
+        return Case(self.query, self.answer, self.user_turn, raw, assistant_header,
+                    self.thinking or "")
+
+    def record(self) -> dict[str, Any]:
+        """The turn as one flat row of :data:`COLUMNS`."""
+        return {name: getattr(self, name) for name in COLUMNS}
+
+    def conversation(self, system: str | None = None) -> list[dict[str, str]]:
+        """The whole conversation the turn was generated in, then the generated turn: the
+        run's system prompt (``system``, where the item has none of its own), the item's
+        messages up to the query, the assistant answer as shown, and the user turn. One
+        meaning in every export (the Inspect log's messages, the dataset's ``messages``)."""
+        opening = [{"role": "system", "content": system}] if system and not any(
+            m["role"] == "system" for m in self.messages) else []
+        return [*opening, *({"role": m["role"], "content": m["content"]} for m in self.messages),
+                {"role": "assistant", "content": self.answer},
+                {"role": "user", "content": self.user_turn}]
+
+    def source_values(self, source: str) -> tuple[str | None, float | None]:
+        """What ``source`` said of the turn: its label (``undecided`` where it abstained,
+        ``invalid`` where it failed) and probability; (None, None) where it did not label it."""
+        lab = next((lab for lab in self.labels if lab.source == source), None)
+        if lab is None:
+            return None, None
+        return lab.label or ("invalid" if lab.error else "undecided"), lab.probability
+
+
+def is_human(source: str | None) -> bool:
+    """Whether a label source is a person (``human:NAME``)."""
+    return bool(source) and str(source).startswith(HUMAN_PREFIX)
+
+
+def human_label(turn: Turn) -> tuple[bool | None, str | None]:
+    """The turn's human verdict (follow-up or not) and its source: the first ``human:`` source
+    by name that gave a label; ``(None, None)`` when no person labelled it."""
+    for stored in sorted(turn.labels, key=lambda s: s.source):
+        if is_human(stored.source) and stored.label is not None:
+            return stored.label == "follow_up", stored.source
+    return None, None
+
+
+@dataclass(frozen=True, order=True)
+class Condition:
+    """One cell of a run's design: the turns generated under the same model, answerer, dataset,
+    perturbation and temperature. The one key every statistic groups turns by (summary rows,
+    perturbation effects, variant and run comparisons), in one order: conditions sort field by
+    field as declared here."""
+
+    model: str
+    answerer: str
+    dataset: str
+    perturbation: str
+    temperature: float
+
+    @classmethod
+    def of(cls, turn: Turn) -> Condition:
+        return cls(turn.model, turn.answerer, turn.dataset, turn.perturbation, turn.temperature)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One assistant answer of a run (the turn the probe's user turns follow) with its score."""
+
+    model: str
+    dataset: str
+    item_id: str
+    key: str
+    text: str
+    thinking: str | None
+    error: str | None
+    finish_reason: str
+    correct: bool | None
+    extracted: str | None
+    reference: str | None
+    scorer: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """Further metrics of the score, e.g. IFEval's loose and instruction-level accuracy."""

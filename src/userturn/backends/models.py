@@ -15,10 +15,10 @@ import fcntl
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import shutil
 import socket
-import sys
 import tempfile
 import urllib.parse
 from dataclasses import dataclass
@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Iterator
 
 from userturn.errors import ModelError
+
+log = logging.getLogger(__name__)
 
 # The prefixes whose model part names a model to find here; each has its engine in
 # ``userturn.backends.ENGINES`` (beside openai/, whose model is a server's).
@@ -185,8 +187,10 @@ def _build_into(name: str, folder: Path) -> None:
     # Build in a temporary folder and rename: a killed conversion never leaves a half folder.
     folder.parent.mkdir(parents=True, exist_ok=True)
     if name != "tiny":
-        print(f"userturn: preparing the embedded model {name} once (about 30 s): "
-              f"{folder}", file=sys.stderr)
+        # A warning, so that it shows without any logging set up (Python's last-resort handler
+        # writes the bare message to stderr): a first run should say why it waits half a minute.
+        log.warning("userturn: preparing the embedded model %s once (about 30 s): %s",
+                    name, folder)
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=folder.parent))
     try:
         if name == "tiny":

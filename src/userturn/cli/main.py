@@ -224,10 +224,11 @@ def _report(args: argparse.Namespace, console: Console) -> int:
 
 
 def _judge(args: argparse.Namespace, console: Console) -> int:
-    from userturn.labels.agreement import pairwise_agreement, print_agreement
     from userturn.labels.stages import judge_with_all
+    from userturn.report.agreement import print_agreement
     from userturn.report.terminal import print_run
     from userturn.report.view import read_run
+    from userturn.stats.agreement import pairwise_agreement
     from userturn.store.database import RunStore
     from userturn.store.turns import read_turns
 
@@ -281,12 +282,14 @@ def _annotate(args: argparse.Namespace, console: Console) -> int:
         console.print(f"stored {stored} labels as human:{args.annotator}")
         return 0
     return serve(args.run, args.annotator, size=args.size, seed=args.seed, port=args.port,
-                 open_browser=not args.no_browser, calibration=args.calibration)
+                 open_browser=not args.no_browser, calibration=args.calibration,
+                 announce=lambda line: console.print(line, highlight=False, soft_wrap=True))
 
 
 def _agreement(args: argparse.Namespace, console: Console) -> int:
-    from userturn.labels.agreement import pairwise_agreement, print_agreement
-    from userturn.labels.reliability import print_against_people, ratings_of
+    from userturn.report.agreement import print_against_people, print_agreement
+    from userturn.stats.agreement import pairwise_agreement
+    from userturn.stats.reliability import ratings_of
     from userturn.store.database import RunStore
     from userturn.store.turns import read_turns
 

@@ -23,11 +23,11 @@ from userturn.integrations.folders import write_folder
 from userturn.integrations.optional import require
 from userturn.labels.corpus import CORPUS_FILE
 from userturn.probe.plan import ProbePlan
-from userturn.report.summary import SummaryRow
+from userturn.records import COLUMNS, Turn
 from userturn.report.view import read_run
+from userturn.stats.summary import SummaryRow
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
-from userturn.store.turns import COLUMNS, Turn
 from userturn.version import __version__
 
 # The licences of the sources userturn names itself (docs/datasets.md, docs/corpus.md). A local

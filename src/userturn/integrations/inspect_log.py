@@ -20,13 +20,13 @@ from typing import Any, Mapping, Sequence
 from userturn.errors import UserturnError
 from userturn.integrations.optional import require
 from userturn.probe.plan import ProbePlan
-from userturn.report.summary import SummaryRow
+from userturn.records import Turn
 from userturn.report.view import read_run
 from userturn.stats.rates import clustered_rate
+from userturn.stats.summary import SummaryRow
 from userturn.store.atomic import refuse_to_replace, write_file
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
-from userturn.store.turns import Turn
 from userturn.version import __version__
 
 TASK = "userturn"

@@ -27,16 +27,16 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from userturn.errors import Terminated, UserturnError
 from userturn.labels.calibration import calibration_sample
-from userturn.records import LABELS, Label
+from userturn.records import LABELS, Label, Turn
 from userturn.stats.correction import MIN_HUMAN_LABELS
 from userturn.store.database import RunStore
 from userturn.store.meta import AnnotationSample
-from userturn.store.turns import Turn, read_turns
+from userturn.store.turns import read_turns
 
 DEFAULT_SIZE = 100
 DEFAULT_SEED = 0
@@ -386,11 +386,13 @@ def _template() -> str:
 
 def serve(folder: Path | str, annotator: str, *, size: int | None = None,
           seed: int | None = None, port: int = 0, open_browser: bool = True,
-          calibration: int | None = None) -> int:
-    """Run the page until Ctrl+C (the ``userturn annotate`` command)."""
+          calibration: int | None = None,
+          announce: Callable[[str], None] = lambda line: None) -> int:
+    """Run the page until Ctrl+C (the ``userturn annotate`` command). ``announce`` is given the
+    page's address and how to stop it once the server listens (the CLI prints it)."""
     server = AnnotationServer(folder, annotator, size, seed, port=port, calibration=calibration)
-    print(f"annotating {len(server.keys)} user turns as {annotator}: {server.url}\n"
-          "every label is saved as you make it; Ctrl+C stops the server")
+    announce(f"annotating {len(server.keys)} user turns as {annotator}: {server.url}\n"
+             "every label is saved as you make it; Ctrl+C stops the server")
     if open_browser:
         webbrowser.open(server.url)
     try:

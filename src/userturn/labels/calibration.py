@@ -24,12 +24,11 @@ from typing import Sequence
 
 from userturn.data.rows import json_lines, suffixes_of
 from userturn.errors import UserturnError
-from userturn.records import LABELS, Label
+from userturn.records import HUMAN_PREFIX, LABELS, Label, Turn, human_label
 from userturn.store.database import RunStore
 from userturn.store.meta import AnnotationSample
-from userturn.store.turns import Turn, read_turns
+from userturn.store.turns import read_turns
 
-HUMAN_PREFIX = "human:"
 PREDICTED = ("follow_up", "other")  # the calibration strata
 # Human labels come as JSON Lines (a .json file too, one object a line) or else as CSV.
 JSONL_SUFFIXES = (*suffixes_of(("jsonl",)), ".json")
@@ -37,10 +36,6 @@ JSONL_SUFFIXES = (*suffixes_of(("jsonl",)), ".json")
 
 class CalibrationError(UserturnError):
     """A calibration sample or a label import that cannot be made as asked."""
-
-
-def is_human(source: str | None) -> bool:
-    return bool(source) and str(source).startswith(HUMAN_PREFIX)
 
 
 def _stratum(turn: Turn) -> str:
@@ -112,15 +107,6 @@ def _stratified_inclusion(store: RunStore, sample: AnnotationSample,
             slots[stratum_of[key]] = slots.get(stratum_of[key], 0) + 1
     return {key: slots[stratum_of[key]] / sizes[stratum_of[key]] for key in keys
             if key in stratum_of}
-
-
-def human_label(turn: Turn) -> tuple[bool | None, str | None]:
-    """The turn's human verdict (follow-up or not) and its source: the first ``human:`` source
-    by name that gave a label; ``(None, None)`` when no person labelled it."""
-    for stored in sorted(turn.labels, key=lambda s: s.source):
-        if is_human(stored.source) and stored.label is not None:
-            return stored.label == "follow_up", stored.source
-    return None, None
 
 
 def imported_labels(store: RunStore, path: Path, annotator: str

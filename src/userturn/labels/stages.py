@@ -25,9 +25,9 @@ from userturn.labels.sources import (
     labeller_named,
     run_labeller,
 )
-from userturn.records import Case, Label, Labeller, Progress, silent_progress
+from userturn.records import Case, Label, Labeller, Progress, StoredLabel, Turn, silent_progress
 from userturn.store.database import RunStore
-from userturn.store.turns import StoredLabel, Turn, read_turns
+from userturn.store.turns import read_turns
 
 if TYPE_CHECKING:
     from userturn.backends import Backend

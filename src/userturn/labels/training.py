@@ -17,10 +17,11 @@ import numpy as np
 from userturn.data.reading import bad_text_path
 from userturn.data.rows import json_lines
 from userturn.errors import UserturnError
-from userturn.labels.agreement import cohen_kappa, confusion_matrix, per_label
 from userturn.labels.classifier import N_DENSE, LinearModel, context_width, design_matrix
 from userturn.labels.context import CONTEXT_FEATURES, ContextReading
 from userturn.records import LABELS, Case
+from userturn.stats.agreement import cohen_kappa, confusion_matrix
+from userturn.stats.reliability import per_label
 
 REQUIRED = ("query", "answer", "user_turn")
 

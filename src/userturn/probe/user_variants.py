@@ -20,21 +20,19 @@ and ``native`` are measured on the same contexts and pair item by item:
 Each variant other than ``native`` is a probed model of its own, ``MODEL[user=SPEC]``, so it is
 its own condition in the plan, the generation key (the model spec is part of it), the metadata,
 the tables and ``compare``; ``native`` keeps the model's plain spec, so its keys are those of a
-run without variants.
+run without variants. Each variant against native, paired over items, is
+:func:`userturn.stats.variants.variant_comparisons`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from userturn.chat.render import ChatTemplate, Prompt, derive_markers, render_user_turn
 from userturn.errors import ConfigError, UserturnError
 from userturn.records import Generation, Message, Request
-
-if TYPE_CHECKING:
-    from userturn.store.turns import Turn
 
 KINDS = ("native", "prefill", "system", "template", "warmup")
 # Synthetic earlier exchanges for warmup:K: short, unambiguous, closed (no open question).
@@ -232,68 +230,3 @@ def variant_meta(backend: Any) -> dict[str, Any]:
     if backend.override is not None:
         meta["user_turn_template_hash"] = backend.override.hash
     return meta
-
-
-# ----------------------------------------------------------------- paired with native
-
-
-@dataclass(frozen=True)
-class VariantComparison:
-    native: str
-    variant: str  # the variant's spec, e.g. prefill:Thanks
-    dataset: str
-    answerer: str
-    perturbation: str
-    temperature: float
-    follow_up: Any  # stats.Difference: variant minus native on shared items
-
-
-def split_variant_spec(model: str) -> tuple[str, str] | None:
-    """``MODEL[user=SPEC]`` -> (MODEL, SPEC); None for a model without a user-turn variant."""
-    at = model.rfind("[user=")
-    if at < 0 or not model.endswith("]"):
-        return None
-    return model[:at], model[at + len("[user="):-1]
-
-
-def variant_comparisons(turns: Sequence[Turn]) -> list[VariantComparison]:
-    """Every variant's follow-up rate minus native's, paired over items, per dataset, answerer,
-    perturbation and temperature."""
-    from collections import defaultdict
-
-    from userturn.stats.rates import paired_difference
-
-    groups: dict[tuple, list[tuple[str, bool]]] = defaultdict(list)
-    for t in turns:
-        if t.counts_toward_rate:
-            groups[(t.model, t.dataset, t.answerer, t.perturbation,
-                    t.temperature)].append((t.item_id, t.follow_up))
-    out = []
-    for (model, dataset, answerer, perturbation, temperature), hits in sorted(groups.items()):
-        split = split_variant_spec(model)
-        native = groups.get((split[0], dataset, answerer, perturbation, temperature)) \
-            if split else None
-        if split and native:
-            out.append(VariantComparison(split[0], split[1], dataset, answerer, perturbation,
-                                         temperature, paired_difference(native, hits)))
-    return out
-
-
-def print_variant_comparisons(comparisons: Sequence[VariantComparison], console: Any) -> None:
-    if not comparisons:
-        return
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title="User-turn variants vs native: follow-up rate, paired over items")
-    for name in ("model", "variant", "dataset", "answerer", "perturbation", "T", "items",
-                 "native", "variant rate", "difference [95% CI]"):
-        table.add_column(name)
-    for c in comparisons:
-        d = c.follow_up
-        difference = "-" if d.delta != d.delta else \
-            f"{100 * d.delta:+.1f} pts [{100 * d.low:+.1f}, {100 * d.high:+.1f}]"
-        table.add_row(Text(c.native), Text(c.variant), Text(c.dataset), c.answerer, c.perturbation,
-                      "greedy" if c.temperature <= 0 else f"{c.temperature:g}", str(d.items),
-                      f"{100 * d.a.value:.1f}%", f"{100 * d.b.value:.1f}%", difference)
-    console.print(table)

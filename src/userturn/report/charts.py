@@ -8,9 +8,10 @@ import math
 from collections import defaultdict
 
 from userturn.report import plots
-from userturn.report.compute import Panel, PerturbationEffect, Report
+from userturn.report.compute import Report
 from userturn.report.numbers import p_value, percent, points, temperature_axis, temperature_label
-from userturn.report.summary import SummaryRow
+from userturn.stats.effects import Panel, PerturbationEffect
+from userturn.stats.summary import SummaryRow
 
 RATE_X_LABEL, RATE_Y_LABEL = "Sampling temperature", "Genuine follow-up rate"
 FOREST_X_LABEL = "Perturbed minus original follow-up rate (percentage points)"

@@ -152,7 +152,7 @@ def _template() -> str:
 
 
 def browser_data(report: Report) -> dict[str, Any]:
-    """The sample browser's data: each turn as a row of :data:`~userturn.store.turns.COLUMNS` (the
+    """The sample browser's data: each turn as a row of :data:`~userturn.records.COLUMNS` (the
     export's columns) with every label of every source; long texts (queries, answers, prompts)
     are stored once and the row holds their index."""
     texts: dict[str, int] = {}

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from userturn.records import LABELS
 from userturn.report import charts, plots
-from userturn.report.compute import CATEGORIES, PerturbationEffect, Report
+from userturn.report.compute import CATEGORIES, Report
 from userturn.report.markup import count, esc, group_starts, rate_html, section, table
 from userturn.report.numbers import (
     decimal,
@@ -21,6 +21,7 @@ from userturn.report.numbers import (
 )
 from userturn.report.summary import offline_notes
 from userturn.stats.correction import MIN_HUMAN_LABELS, Corrected
+from userturn.stats.effects import PerturbationEffect
 from userturn.stats.rates import Difference, McNemar, Rate
 
 NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "
@@ -223,14 +224,14 @@ def right_wrong(report: Report) -> str:
     keys = [k for k in ("answerer", "dataset") if report.varies(k)]
     headers = ["model", *keys, "T", "after a right answer [95% CI]", "turns", "items",
                "after a wrong answer [95% CI]", "turns", "items", "items in both"]
-    rows = [[esc(model), *(esc(v) for k, v in (("answerer", answerer), ("dataset", dataset))
-                          if k in keys), temperature_axis(t), rate_html(j["correct"]), str(j["correct"].n),
+    rows = [[esc(c.model), *(esc(getattr(c, k)) for k in keys), temperature_axis(c.temperature),
+             rate_html(j["correct"]), str(j["correct"].n),
              str(j["items_correct"]), rate_html(j["wrong"]), str(j["wrong"].n),
              str(j["items_wrong"]), str(j["items_mixed"])]
-            for (model, answerer, dataset, t), j in report.joints]
+            for c, j in report.joints]
     return section("right-wrong", "Right vs wrong answers", intro,
                     table(headers, rows, numeric_from=1 + len(keys),
-                           groups=group_starts([k[0][0] for k in report.joints])))
+                           groups=group_starts([c.model for c, _ in report.joints])))
 
 
 # -- samples and export ----------------------------------------------------------------------------
@@ -266,10 +267,7 @@ def export(links: Sequence[str]) -> str:
 def agreement(report: Report) -> str:
     """Every pair of label sources that labelled the same turns (kappa, AC1, PABAK, the constant
     baseline), each labeller against the people, and each judge's labels and invalid rate."""
-    from userturn.labels.agreement import pairwise_agreement
-    from userturn.labels.reliability import against_people
-
-    results = [r for r in pairwise_agreement(report.turns) if r.n >= 2]
+    results = report.agreement
     judges = _judge_rows(report)
     if not results and not judges:
         return ""
@@ -279,7 +277,7 @@ def agreement(report: Report) -> str:
                  decimal(r.pabak), percent(r.raw), percent(r.baseline)] for r in results]
         body += table(["a (reference)", "b", "turns", "kappa [95% CI]", "AC1", "PABAK",
                        "agreement", "constant a"], rows, numeric_from=2)
-    people = against_people(results)
+    people = report.against_people
     if people:
         rows = [[esc(p["labeller"]), esc(p["human"]), str(p["n"]), decimal(p["kappa"]),
                  "–" if p["in_range"] is None else

@@ -1,20 +1,18 @@
-"""The run's headline table: per model, dataset and temperature, the genuine follow-up rate with a
-95% interval clustered by item, the label distribution, n, errors, and task accuracy."""
+"""The run's headline table in the terminal: per condition, the genuine follow-up rate with a
+95% interval clustered by item, the label distribution, n, errors, and task accuracy (the rows
+are :func:`userturn.stats.summary.summarize`'s)."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from collections import defaultdict
+from typing import Sequence
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from userturn.labels.calibration import human_label, is_human
 from userturn.labels.offline_error import offline_error
-from userturn.labels.sources import OFFLINE
-from userturn.records import HUMAN, LABELS
+from userturn.records import HUMAN, LABELS, Answer
 from userturn.report.numbers import (
     LABEL_HEADERS,
     f1,
@@ -23,116 +21,12 @@ from userturn.report.numbers import (
     rate_interval,
     temperature,
 )
-from userturn.stats.correction import Corrected, Observation, corrected_rate
-from userturn.stats.rates import Rate, clustered_rate
-from userturn.store.turns import Answer, Turn
+from userturn.stats.correction import Corrected
+from userturn.stats.summary import SummaryRow
 
 NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors", "accuracy",
            "vs real turn")
 CORRECTION = ("corrected", "human only", "human labels")
-
-
-@dataclass(frozen=True)
-class SummaryRow:
-    model: str
-    dataset: str
-    temperature: float
-    items: int
-    turns: int
-    follow_up: Rate  # over labelled and undecided turns; invalid and failed ones are beside it
-    labels: dict[str, int] = field(default_factory=dict)
-    undecided: int = 0  # no labeller decided (the rules leave hard cases to a judge)
-    invalid: int = 0  # a judge failed or answered out of the label set
-    errors: int = 0  # the generation itself failed
-    accuracy: Rate | None = None
-    answerer: str = "self"
-    perturbation: str = "none"
-    # Mean word-overlap F1 between the generated turns and the data's real next user turn, where
-    # the data has one (None otherwise).
-    similarity: float | None = None
-    # The follow-up rate corrected for the labeller's errors with the human labels among the
-    # row's turns (PPI++, userturn.stats.correction); None with the reason in ``correction_note``
-    # when there are too few, and both None when no person labelled a turn of the row.
-    corrected: Corrected | None = None
-    correction_note: str | None = None
-    human_labels: int = 0
-    # The same rate from the human labels alone (PPI with the labeller's weight 0), shown beside
-    # the corrected one: what the labeller's verdicts add is the difference in width.
-    human_only: Corrected | None = None
-    # Every counted turn was labelled by the rules or the classifier alone, and no person labelled
-    # any: the rate carries the offline labeller's error on an unseen model (labels.offline_error).
-    offline_only: bool = False
-
-    def status_counts(self) -> dict[str, int]:
-        """Turns per label and per status of the turns without one (undecided, invalid,
-        failed): every turn of the row is counted once."""
-        return {**self.labels, "undecided": self.undecided, "invalid": self.invalid,
-                "failed": self.errors}
-
-
-def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
-              inclusion: Mapping[str, float] | None = None) -> list[SummaryRow]:
-    """One row per model, answerer, dataset, perturbation and temperature, from a run's turns
-    (read with the label sources that should decide) and its answers (task accuracy).
-    ``inclusion``: each human-labelled turn's inclusion probability in its calibration sample
-    (:func:`~userturn.labels.calibration.inclusion_probabilities`); a turn missing from it counts
-    as drawn by simple random sampling from the run's turns."""
-    accuracy = _accuracy(answers)
-    probability = _inclusion(turns, inclusion or {})
-    groups: dict[tuple[str, str, str, str, float], list[Turn]] = defaultdict(list)
-    for turn in turns:
-        groups[(turn.model, turn.answerer, turn.dataset, turn.perturbation,
-                turn.temperature)].append(turn)
-    rows = []
-    for (model, answerer, dataset, perturbation, temp), group in sorted(
-            groups.items(), key=lambda kv: (*kv[0][:3], kv[0][3] != "none", *kv[0][3:])):
-        status = Counter(t.status for t in group)
-        rows.append(SummaryRow(
-            model=model, dataset=dataset, temperature=temp,
-            items=len({t.item_id for t in group}), turns=len(group),
-            follow_up=clustered_rate((t.item_id, t.follow_up) for t in group
-                                     if t.counts_toward_rate),
-            labels=dict(Counter(t.label for t in group if t.error is None and t.label)),
-            undecided=status["undecided"], invalid=status["invalid"], errors=status["failed"],
-            accuracy=accuracy.get((model if answerer == "self" else answerer, dataset)),
-            answerer=answerer, perturbation=perturbation,
-            similarity=_similarity(group) if model != HUMAN else None,
-            offline_only=_offline_only(group),
-            **_correction(group, probability),
-        ))
-    return rows
-
-
-def _offline_only(group: Sequence[Turn]) -> bool:
-    counted = [t for t in group if t.counts_toward_rate]
-    return bool(counted) and all((t.label_source is None or t.label_source in OFFLINE)
-                                 and human_label(t)[0] is None for t in counted)
-
-
-def _inclusion(turns: Sequence[Turn], given: Mapping[str, float]) -> dict[str, float]:
-    eligible = [t for t in turns if t.counts_toward_rate]
-    labelled = [t.key for t in eligible if human_label(t)[0] is not None]
-    fallback = len(labelled) / len(eligible) if eligible else 1.0
-    return {key: given.get(key, fallback) for key in labelled}
-
-
-def _correction(group: Sequence[Turn], inclusion: Mapping[str, float]) -> dict[str, Any]:
-    """The corrected rate of a row's turns, or why there is none."""
-    counted = [t for t in group if t.counts_toward_rate]
-    humans = sum(1 for t in counted if human_label(t)[0] is not None)
-    if not humans:
-        return {}
-    if any(is_human(t.label_source) for t in counted):
-        return {"human_labels": humans,
-                "correction_note": "the rate is read with human labels, nothing to correct"}
-    observations = [Observation(t.item_id, t.follow_up, human_label(t)[0],
-                                inclusion.get(t.key, 1.0)) for t in counted]
-    result = corrected_rate(observations)
-    if isinstance(result, str):
-        return {"human_labels": humans, "correction_note": result}
-    alone = corrected_rate(observations, lam=0.0)
-    return {"human_labels": humans, "corrected": result,
-            "human_only": alone if isinstance(alone, Corrected) else None}
 
 
 def corrected_text(row: SummaryRow, c: Corrected | None = None) -> str:
@@ -141,34 +35,6 @@ def corrected_text(row: SummaryRow, c: Corrected | None = None) -> str:
     if c is None:
         return "-"
     return interval_text(c.value, c.low, c.high)
-
-
-def _similarity(turns: Sequence[Turn]) -> float | None:
-    scores = [word_f1(t.user_turn, t.next_user_turn) for t in turns
-              if t.error is None and t.next_user_turn]
-    return sum(scores) / len(scores) if scores else None
-
-
-def word_f1(generated: str, reference: str) -> float:
-    """Bag-of-words F1 (as in SQuAD): how much of the real turn's wording the model's turn has."""
-    a, b = Counter(generated.lower().split()), Counter(reference.lower().split())
-    common = sum((a & b).values())
-    if not common:
-        return 0.0
-    precision, recall = common / sum(a.values()), common / sum(b.values())
-    return 2 * precision * recall / (precision + recall)
-
-
-def _accuracy(answers: Sequence[Answer]) -> dict[tuple[str, str], Rate]:
-    scored: dict[tuple[str, str], list[tuple[str, bool]]] = defaultdict(list)
-    for answer in answers:
-        if answer.correct is not None:
-            scored[(answer.model, answer.dataset)].append((answer.item_id, answer.correct))
-    return {key: clustered_rate(pairs) for key, pairs in scored.items()}
-
-
-def assistant_errors(answers: Sequence[Answer]) -> int:
-    return sum(1 for answer in answers if answer.error is not None)
 
 
 def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failures: int = 0) -> None:

@@ -1,5 +1,5 @@
 """Every table of the run report as flat records, written as CSV (and Parquet when pyarrow is
-installed). The ``user_turns`` table has the columns of :data:`userturn.store.turns.COLUMNS`, as the
+installed). The ``user_turns`` table has the columns of :data:`userturn.records.COLUMNS`, as the
 export and the sample browser do."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from userturn.records import LABELS
-from userturn.report.compute import CATEGORIES, PerturbationEffect, Report
-from userturn.report.summary import SummaryRow
+from userturn.records import LABELS, Condition
+from userturn.report.compute import CATEGORIES, Report
+from userturn.stats.effects import PerturbationEffect
 from userturn.stats.rates import Rate
+from userturn.stats.summary import SummaryRow
 from userturn.store.atomic import write_folder
 
 
@@ -88,9 +89,9 @@ def _comparison_record(c: PerturbationEffect) -> dict[str, Any]:
             "dropped_original": d.dropped_a, "dropped_perturbed": d.dropped_b}
 
 
-def _joint_record(key: tuple[str, str, str, float], j: dict[str, Any]) -> dict[str, Any]:
-    model, answerer, dataset, temperature = key
-    return {"model": model, "answerer": answerer, "dataset": dataset, "temperature": temperature,
+def _joint_record(c: Condition, j: dict[str, Any]) -> dict[str, Any]:
+    return {"model": c.model, "answerer": c.answerer, "dataset": c.dataset,
+            "temperature": c.temperature,
             **_rate_cols("when_right", j["correct"]), **_rate_cols("when_wrong", j["wrong"]),
             "items_right": j["items_correct"], "items_wrong": j["items_wrong"],
             "items_mixed": j["items_mixed"], **j["counts"]}

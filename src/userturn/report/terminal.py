@@ -3,11 +3,16 @@ print them."""
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import Sequence
 
-from userturn.probe.user_variants import print_variant_comparisons, variant_comparisons
-from userturn.report.summary import assistant_errors, print_instruction_accuracy, print_summary
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from userturn.report.summary import print_instruction_accuracy, print_summary
 from userturn.report.view import RunView
+from userturn.stats.summary import assistant_errors
+from userturn.stats.variants import VariantComparison, variant_comparisons
 
 
 def print_run(view: RunView, console: Console) -> None:
@@ -26,3 +31,21 @@ def print_run(view: RunView, console: Console) -> None:
     for line in (view.state.skipped_line(), view.state.line()):
         if line:
             console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def print_variant_comparisons(comparisons: Sequence[VariantComparison], console: Console) -> None:
+    """Each user-turn variant's follow-up rate against native's, paired over items."""
+    if not comparisons:
+        return
+    table = Table(title="User-turn variants vs native: follow-up rate, paired over items")
+    for name in ("model", "variant", "dataset", "answerer", "perturbation", "T", "items",
+                 "native", "variant rate", "difference [95% CI]"):
+        table.add_column(name)
+    for c in comparisons:
+        d = c.follow_up
+        difference = "-" if d.delta != d.delta else \
+            f"{100 * d.delta:+.1f} pts [{100 * d.low:+.1f}, {100 * d.high:+.1f}]"
+        table.add_row(Text(c.native), Text(c.variant), Text(c.dataset), c.answerer, c.perturbation,
+                      "greedy" if c.temperature <= 0 else f"{c.temperature:g}", str(d.items),
+                      f"{100 * d.a.value:.1f}%", f"{100 * d.b.value:.1f}%", difference)
+    console.print(table)

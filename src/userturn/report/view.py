@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from userturn.labels.calibration import inclusion_probabilities
+from userturn.labels.sources import OFFLINE
+from userturn.records import Answer, Turn
 from userturn.report.compute import Report, build_report
-from userturn.report.summary import SummaryRow, summarize
+from userturn.stats.summary import SummaryRow, summarize
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
 from userturn.store.runstate import RunState, run_state
-from userturn.store.turns import Answer, Turn, label_sources, read_answers, read_turns
+from userturn.store.turns import label_sources, read_answers, read_turns
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class RunView:
 
     def summary(self) -> list[SummaryRow]:
         """The rows of the summary table: one per condition."""
-        return summarize(self.turns, self.answers, self.inclusion)
+        return summarize(self.turns, self.answers, self.inclusion, offline=OFFLINE)
 
     def report(self) -> Report:
         """Every number of the HTML report."""

@@ -1,5 +1,5 @@
 """Export a run's user turns (with query, answer, labels, task score) for pandas or DuckDB users:
-one row per :class:`~userturn.store.turns.Turn`, the columns of :data:`~userturn.store.turns.COLUMNS`
+one row per :class:`~userturn.records.Turn`, the columns of :data:`~userturn.records.COLUMNS`
 and every label source's label and probability (:func:`~userturn.store.turns.flat_records`)."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Sequence
 
 from userturn.errors import UserturnError
+from userturn.records import Turn
 from userturn.store.atomic import refuse_to_replace, write_file
-from userturn.store.turns import Turn, flat_records
+from userturn.store.turns import flat_records
 
 
 def export_user_turns(turns: Sequence[Turn], out: Path, fmt: str, *, force: bool = False) -> int:
-    """Write one row per turn, with the columns of :data:`~userturn.store.turns.COLUMNS`, to ``out``
+    """Write one row per turn, with the columns of :data:`~userturn.records.COLUMNS`, to ``out``
     atomically (a temporary file renamed into place); an existing ``out`` is replaced only with
     ``force``, a run's database never. Returns the number of rows."""
     if fmt not in ("jsonl", "csv", "parquet"):

@@ -1,151 +1,20 @@
-"""A run as its readers see it: typed :class:`Turn` and :class:`Answer` values, read once.
+"""A run as its readers see it: the run's :class:`~userturn.records.Turn` and
+:class:`~userturn.records.Answer` values, read once.
 
 ``read_turns(store, labels=...)`` is the one read path for generated user turns: every reader
 (summary, report, compare, agreement, annotate, export, training, the judge stage) takes the list
-it returns. The SQL stays in the store; this module resolves labels and decides, in one place,
-whether a turn counts toward a rate (:attr:`Turn.status`). :data:`COLUMNS` is the one column list
-of a user turn, used by the export, the report's ``user_turns`` table and the sample browser.
+it returns. The SQL stays in the store; this module resolves which stored label decides a turn.
+The values themselves live in :mod:`userturn.records`, so the statistics over them (``stats/``)
+need not import the store. The flat export's columns (:func:`flat_records`) are written here.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from userturn.records import Case, Message
+from userturn.records import COLUMNS, Answer, Message, StoredLabel, Turn
 from userturn.store.database import RunStore
-
-STATUSES = ("undecided", "invalid", "failed")  # what a turn without a label is instead
-COLUMNS = ("model", "answerer", "dataset", "perturbation", "temperature", "sample_index",
-           "item_id", "context", "query", "answer", "answer_correct", "user_turn",
-           "raw_user_turn", "thinking", "finish_reason", "error", "label", "label_source",
-           "rationale", "label_error", "status", "prompt", "key")
-
-
-@dataclass(frozen=True)
-class StoredLabel:
-    """One source's label of a turn as stored (``label`` None: undecided, or invalid with
-    ``error``)."""
-
-    source: str
-    version: str
-    label: str | None
-    rationale: str | None
-    error: str | None
-    probability: float | None = None
-    """How sure the source is (the learned classifier's calibrated probability), else None."""
-
-    def record(self, key: str) -> dict[str, Any]:
-        return {"key": key, "source": self.source, "version": self.version, "label": self.label,
-                "rationale": self.rationale, "error": self.error,
-                "probability": self.probability}
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One generated user turn of a run, with its context and its labels."""
-
-    model: str
-    """The probed model that wrote the turn (``human``: the data's real next user turn)."""
-    answerer: str
-    """Who wrote the assistant answer: ``self``, ``reference``, ``data`` or a model spec."""
-    dataset: str
-    perturbation: str
-    """The perturbation applied to the answer, ``none`` for the original context."""
-    temperature: float
-    """Sampling temperature of the user turn; 0 is greedy."""
-    sample_index: int
-    item_id: str
-    context: str
-    """Id of the conversation the turn was generated in (item, answerer and perturbation)."""
-    key: str
-    """The generation's key in the run store."""
-    query: str
-    """The last user message of the item's conversation."""
-    answer: str
-    """The assistant answer the turn follows, as shown to the model (perturbed or not)."""
-    answer_correct: bool | None
-    """Task score of the assistant answer (None: not scored)."""
-    user_turn: str
-    """The visible text of the generated user turn."""
-    raw_user_turn: str
-    """The generated text with special tokens (and any thinking) kept."""
-    thinking: str | None
-    """A reasoning model's thinking, split off the turn (None: no thinking)."""
-    finish_reason: str
-    error: str | None
-    """Why the generation failed (None: it did not)."""
-    prompt: str
-    """The exact prompt the model continued."""
-    label: str | None
-    """The resolved label: the first label among the chosen sources (None: none decided)."""
-    label_source: str | None
-    """Which source gave :attr:`label`."""
-    rationale: str | None
-    label_error: str | None
-    """With no label: the first source's error (a judge's invalid verdict), else None."""
-    messages: tuple[Message, ...] = ()
-    """The item's conversation up to the answer."""
-    next_user_turn: str | None = None
-    """The data's real next user turn, where the dataset has one."""
-    labels: tuple[StoredLabel, ...] = field(default=())
-    """Every stored label of the turn, from every source, by source name."""
-
-    @property
-    def status(self) -> str:
-        """The label, or why there is none: ``undecided`` (no source decided), ``invalid`` (a
-        judge failed or answered out of the label set) or ``failed`` (the generation failed)."""
-        if self.error is not None:
-            return "failed"
-        return self.label or ("invalid" if self.label_error else "undecided")
-
-    @property
-    def counts_toward_rate(self) -> bool:
-        """Whether the turn is in the denominator of a follow-up rate: every generated turn a
-        labeller could look at. An undecided turn has not been judged a follow-up (a rate is a
-        lower bound until a judge labels it); invalid verdicts and failed generations are out."""
-        return self.status not in ("invalid", "failed")
-
-    @property
-    def probability(self) -> float | None:
-        """The probability the deciding source gave :attr:`label` (the classifier gives one)."""
-        return next((lab.probability for lab in self.labels if lab.source == self.label_source),
-                    None)
-
-    @property
-    def follow_up(self) -> bool:
-        return self.label == "follow_up"
-
-    def case(self, assistant_header: str = "") -> Case:
-        """What a classifier sees. Where thinking was split off, the raw text (which still holds
-        it) is replaced by the visible text: classifiers label the visible turn only."""
-        raw = self.raw_user_turn if self.thinking is None else self.user_turn
-        return Case(self.query, self.answer, self.user_turn, raw, assistant_header,
-                    self.thinking or "")
-
-    def record(self) -> dict[str, Any]:
-        """The turn as one flat row of :data:`COLUMNS`."""
-        return {name: getattr(self, name) for name in COLUMNS}
-
-    def conversation(self, system: str | None = None) -> list[dict[str, str]]:
-        """The whole conversation the turn was generated in, then the generated turn: the
-        run's system prompt (``system``, where the item has none of its own), the item's
-        messages up to the query, the assistant answer as shown, and the user turn. One
-        meaning in every export (the Inspect log's messages, the dataset's ``messages``)."""
-        opening = [{"role": "system", "content": system}] if system and not any(
-            m["role"] == "system" for m in self.messages) else []
-        return [*opening, *({"role": m["role"], "content": m["content"]} for m in self.messages),
-                {"role": "assistant", "content": self.answer},
-                {"role": "user", "content": self.user_turn}]
-
-    def source_values(self, source: str) -> tuple[str | None, float | None]:
-        """What ``source`` said of the turn: its label (``undecided`` where it abstained,
-        ``invalid`` where it failed) and probability; (None, None) where it did not label it."""
-        lab = next((lab for lab in self.labels if lab.source == source), None)
-        if lab is None:
-            return None, None
-        return lab.label or ("invalid" if lab.error else "undecided"), lab.probability
 
 
 def source_column(source: str) -> str:
@@ -176,26 +45,6 @@ def flat_records(turns: Sequence[Turn]) -> tuple[list[str], list[dict[str, Any]]
             row[column], row["probability" + column[len("label"):]] = label, probability
         rows.append(row)
     return columns, rows
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One assistant answer of a run (the turn the probe's user turns follow) with its score."""
-
-    model: str
-    dataset: str
-    item_id: str
-    key: str
-    text: str
-    thinking: str | None
-    error: str | None
-    finish_reason: str
-    correct: bool | None
-    extracted: str | None
-    reference: str | None
-    scorer: str | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
-    """Further metrics of the score, e.g. IFEval's loose and instruction-level accuracy."""
 
 
 def label_sources(store: RunStore, labels: str | Sequence[str] | None = None) -> list[str]:

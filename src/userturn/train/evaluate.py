@@ -20,7 +20,8 @@ from userturn.labels.sources import LABELLERS, judge_sources
 from userturn.labels.stages import label_with
 from userturn.probe.pipeline import run_experiment
 from userturn.records import Progress
-from userturn.report.compare import AccuracyComparison, Comparison, compare_runs, comparison_html
+from userturn.report.compare import compare_runs, comparison_html
+from userturn.stats.comparison import AccuracyComparison, Comparison
 from userturn.train.heldout import HeldOutRules
 from userturn.train.settings import TrainSettings
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from userturn.records import LABELS
+from userturn.records import LABELS, Turn
 
 Pair = tuple[str, str]
 _NAN = float("nan")
@@ -99,9 +99,6 @@ def per_label(pairs: Sequence[Pair], labels: Sequence[str] = LABELS) -> dict[str
     return out
 
 
-f1_per_label = per_label  # the name this module first gave it
-
-
 def constant_baseline(pairs: Sequence[Pair]) -> tuple[str | None, float]:
     """The reference's most common label and the agreement of always answering it."""
     if not pairs:
@@ -110,7 +107,7 @@ def constant_baseline(pairs: Sequence[Pair]) -> tuple[str | None, float]:
     return label, count / len(pairs)
 
 
-def ratings_of(turns: Sequence[Any]) -> dict[str, dict[str, str | None]]:
+def ratings_of(turns: Sequence[Turn]) -> dict[str, dict[str, str | None]]:
     """``source -> {turn key -> label}`` of every stored label of ``turns``."""
     out: dict[str, dict[str, str | None]] = {}
     for turn in turns:
@@ -136,37 +133,3 @@ def against_people(results: Sequence[Any]) -> list[dict[str, Any]]:
                      "human_high": max(spread) if spread else _NAN,
                      "in_range": (min(spread) <= r.kappa if spread else None)})
     return rows
-
-
-def print_against_people(results: Sequence[Any], ratings: Mapping[str, Mapping[str, str | None]],
-                         console: Any) -> None:
-    from rich.table import Table
-
-    from userturn.report.numbers import decimal
-
-    rows = against_people(results)
-    people = {s: r for s, r in ratings.items() if s.startswith("human:")}
-    if rows:
-        table = Table(title="Labellers against people (kappa; the people's range beside it)")
-        for name in ("labeller", "human", "n", "kappa", "AC1", "human vs human kappa",
-                     "at least as good as a person"):
-            table.add_column(name, justify="left" if name in ("labeller", "human") else "right")
-        for row in rows:
-            human_range = ("-" if row["human_low"] != row["human_low"] else
-                           f"{decimal(row['human_low'])} to {decimal(row['human_high'])}")
-            verdict = "-" if row["in_range"] is None else ("yes" if row["in_range"] else "no")
-            table.add_row(row["labeller"], row["human"], str(row["n"]), decimal(row["kappa"]),
-                          decimal(row["ac1"]), human_range, verdict)
-        console.print(table)
-    lines = []
-    try:
-        if len(people) >= 2:
-            lines.append(f"Krippendorff's alpha (nominal), people only: {decimal(alpha(people))}")
-        if len(ratings) >= 2:
-            lines.append("Krippendorff's alpha (nominal), every source: "
-                         f"{decimal(alpha(ratings))}")
-    except ImportError:
-        lines.append("Krippendorff's alpha needs the krippendorff package (pip install "
-                     "'userturn[stats]')")
-    for line in lines:
-        console.print(line)

@@ -11,8 +11,8 @@ trusted.
   ``(label_a, label_b)`` pairs, one per turn labelled by both raters.
 - :func:`kappa_interval`: percentile bootstrap interval of kappa over *items* (all turns of an
   item are drawn together: the samples of one item are not independent, as in :mod:`.stats`).
-- :func:`pairwise_agreement`: every pair of sources of a store, as :class:`Agreement` records.
-- :func:`print_agreement`: rich tables of those records.
+- :func:`pairwise_agreement`: every pair of sources of a run's turns, as :class:`Agreement`
+  records (:mod:`userturn.report.agreement` prints them).
 
 Conventions. Kappa is ``(p_o - p_e) / (1 - p_e)`` with ``p_o`` the observed agreement and ``p_e``
 the agreement expected by chance from the two raters' marginal label frequencies. It is computed
@@ -29,14 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
-from userturn.labels.reliability import constant_baseline, gwet_ac1, pabak, per_label
-from userturn.records import LABELS
-from userturn.report.numbers import decimal, label_header, percent
+from userturn.records import LABELS, Turn
 from userturn.stats.rates import check_bootstrap, percentiles
-from userturn.store.turns import Turn
+from userturn.stats.reliability import constant_baseline, gwet_ac1, pabak, per_label
 
 _NAN = float("nan")
 _CHUNK = 256  # bootstrap resamples evaluated at once (bounds memory on large runs)
@@ -176,7 +172,8 @@ class Agreement:
     baseline_label: str | None = None
 
 
-def _source_rank(source: str) -> tuple[int, str]:
+def source_rank(source: str) -> tuple[int, str]:
+    """Where a source stands among raters: people (0), judges (1), the rules (2), the rest (3)."""
     if source.startswith("human:"):
         group = 0
     elif source.startswith("judge:"):
@@ -190,7 +187,7 @@ def _source_rank(source: str) -> tuple[int, str]:
 
 def order_sources(sources: Sequence[str]) -> list[str]:
     """Humans first, then judges, then the rules, then anything else; by name within a group."""
-    return sorted(dict.fromkeys(sources), key=_source_rank)
+    return sorted(dict.fromkeys(sources), key=source_rank)
 
 
 def pairwise_agreement(turns: Sequence[Turn], *, sources: Sequence[str] | None = None,
@@ -252,84 +249,3 @@ def _compare(a: str, b: str, labels_a: Mapping[str, str | None], labels_b: Mappi
         ac1=gwet_ac1(pairs, label_set), pabak=pabak(pairs, label_set),  # type: ignore[arg-type]
         baseline=constant_baseline(pairs)[1],  # type: ignore[arg-type]
         baseline_label=constant_baseline(pairs)[0])  # type: ignore[arg-type]
-
-
-# --------------------------------------------------------------------------------------------
-# Printing
-# --------------------------------------------------------------------------------------------
-
-NOTHING_TO_COMPARE = ("no two label sources share labelled turns: annotate with `userturn annotate "
-                      "RUN` or judge with `userturn judge RUN --judge SPEC`")
-
-
-def _num(value: float, digits: int = 2) -> str:
-    return decimal(value, digits)
-
-
-def _pct(value: float) -> str:
-    return percent(value, 0, "-")
-
-
-def _kappa_cell(result: Agreement) -> str:
-    if math.isnan(result.kappa):
-        return "-"
-    if math.isnan(result.low):
-        return _num(result.kappa)
-    return f"{_num(result.kappa)} [{_num(result.low)}, {_num(result.high)}]"
-
-
-def _short(label: str) -> str:
-    return label_header(label)
-
-
-def print_agreement(results: Sequence[Agreement], console: Console) -> None:
-    """A summary table of every pair, then per compared pair its confusion matrix with per-label
-    precision, recall and support (rater ``a`` as the reference)."""
-    compared = [r for r in results if r.n > 0]
-    if not compared:
-        console.print(NOTHING_TO_COMPARE, style="yellow", markup=False)
-        return
-    summary = Table(title="Agreement between label sources (Cohen's kappa, 95% CI bootstrapped "
-                          "over items)")
-    for name in ("a", "b", "n", "items", "kappa [95% CI]", "AC1", "PABAK", "agreement",
-                 "constant a", "excluded"):
-        summary.add_column(name, justify="left" if name in ("a", "b") else "right")
-    for r in results:
-        excluded = f"{r.excluded} (a: {r.excluded_a}, b: {r.excluded_b})" if r.excluded else "0"
-        summary.add_row(r.a, r.b, str(r.n), str(r.items), _kappa_cell(r), _num(r.ac1),
-                        _num(r.pabak), _pct(r.raw), _pct(r.baseline), excluded)
-    console.print(summary)
-    console.print("constant a: the agreement of always giving a's most common label (kappa "
-                  "0), the floor to beat; AC1 and PABAK stay informative when one label is rare, "
-                  "where kappa drops", style="dim")
-    for r in compared:
-        used = [i for i, _ in enumerate(r.labels)
-                if sum(r.matrix[i]) or sum(row[i] for row in r.matrix)]
-        table = Table(title=f"{r.a} (rows, reference) vs {r.b} (columns)",
-                      caption="recall: diagonal / row total; precision: diagonal / column total")
-        table.add_column(f"{r.a} \\ {r.b}", justify="left")
-        for j in used:
-            table.add_column(_short(r.labels[j]), justify="right")
-        for name in ("precision", "recall", "F1", "support"):
-            table.add_column(name, justify="right")
-        for i in used:
-            stats = r.per_label.get(r.labels[i], {"precision": _NAN, "recall": _NAN,
-                                                   "f1": _NAN, "support": 0})
-            table.add_row(_short(r.labels[i]), *(str(r.matrix[i][j]) for j in used),
-                          _num(stats["precision"]), _num(stats["recall"]),
-                          _num(stats["f1"]), str(stats["support"]))
-        console.print(table)
-    notes = []
-    if any(r.n < 2 for r in results):
-        notes.append("pairs with fewer than 2 shared labelled turns have no kappa")
-    if any(r.excluded for r in results):
-        notes.append("excluded: turns both sources labelled where one gave none (rules undecided, "
-                     "judge answer invalid); a / b: by which side")
-    if any(r.n and math.isnan(r.kappa) and r.n >= 2 for r in results):
-        notes.append("kappa is undefined (-) when both sources gave one and the same label to "
-                     "every turn")
-    if any(_source_rank(r.a)[0] + _source_rank(r.b)[0] == 1 for r in compared):
-        notes.append("for reference, the paper's judge agreed with blind human labels at kappa "
-                     "0.726")
-    for note in notes:
-        console.print(note, style="dim", markup=False)

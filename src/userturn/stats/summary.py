@@ -1,0 +1,148 @@
+"""The numbers of a run's headline table: per condition, the genuine follow-up rate with a 95%
+interval clustered by item, the label distribution, n, errors, task accuracy, the rate corrected
+with human labels, and the generated turns' overlap with the data's real next turn.
+:mod:`userturn.report.summary` prints them."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Collection, Mapping, Sequence
+
+from userturn.records import HUMAN, Answer, Condition, Turn, human_label, is_human
+from userturn.stats.correction import Corrected, Observation, corrected_rate
+from userturn.stats.rates import Rate, clustered_rate
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    model: str
+    dataset: str
+    temperature: float
+    items: int
+    turns: int
+    follow_up: Rate  # over labelled and undecided turns; invalid and failed ones are beside it
+    labels: dict[str, int] = field(default_factory=dict)
+    undecided: int = 0  # no labeller decided (the rules leave hard cases to a judge)
+    invalid: int = 0  # a judge failed or answered out of the label set
+    errors: int = 0  # the generation itself failed
+    accuracy: Rate | None = None
+    answerer: str = "self"
+    perturbation: str = "none"
+    # Mean word-overlap F1 between the generated turns and the data's real next user turn, where
+    # the data has one (None otherwise).
+    similarity: float | None = None
+    # The follow-up rate corrected for the labeller's errors with the human labels among the
+    # row's turns (PPI++, userturn.stats.correction); None with the reason in ``correction_note``
+    # when there are too few, and both None when no person labelled a turn of the row.
+    corrected: Corrected | None = None
+    correction_note: str | None = None
+    human_labels: int = 0
+    # The same rate from the human labels alone (PPI with the labeller's weight 0), shown beside
+    # the corrected one: what the labeller's verdicts add is the difference in width.
+    human_only: Corrected | None = None
+    # Every counted turn was labelled by the rules or the classifier alone, and no person labelled
+    # any: the rate carries the offline labeller's error on an unseen model (labels.offline_error).
+    offline_only: bool = False
+
+    def status_counts(self) -> dict[str, int]:
+        """Turns per label and per status of the turns without one (undecided, invalid,
+        failed): every turn of the row is counted once."""
+        return {**self.labels, "undecided": self.undecided, "invalid": self.invalid,
+                "failed": self.errors}
+
+
+def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
+              inclusion: Mapping[str, float] | None = None, *,
+              offline: Collection[str]) -> list[SummaryRow]:
+    """One row per condition, from a run's turns (read with the label sources that should
+    decide) and its answers (task accuracy).
+    ``inclusion``: each human-labelled turn's inclusion probability in its calibration sample
+    (:func:`~userturn.labels.calibration.inclusion_probabilities`); a turn missing from it counts
+    as drawn by simple random sampling from the run's turns. ``offline``: the label sources that
+    read turns offline (``labels.sources.OFFLINE``): a row whose every counted turn they alone
+    labelled is marked :attr:`SummaryRow.offline_only`."""
+    accuracy = _accuracy(answers)
+    probability = _inclusion(turns, inclusion or {})
+    groups: dict[Condition, list[Turn]] = defaultdict(list)
+    for turn in turns:
+        groups[Condition.of(turn)].append(turn)
+    rows = []
+    # In condition order, each condition's original context before its perturbations.
+    for c, group in sorted(groups.items(), key=lambda kv: (
+            kv[0].model, kv[0].answerer, kv[0].dataset, kv[0].perturbation != "none", kv[0])):
+        status = Counter(t.status for t in group)
+        rows.append(SummaryRow(
+            model=c.model, dataset=c.dataset, temperature=c.temperature,
+            items=len({t.item_id for t in group}), turns=len(group),
+            follow_up=clustered_rate((t.item_id, t.follow_up) for t in group
+                                     if t.counts_toward_rate),
+            labels=dict(Counter(t.label for t in group if t.error is None and t.label)),
+            undecided=status["undecided"], invalid=status["invalid"], errors=status["failed"],
+            accuracy=accuracy.get((c.model if c.answerer == "self" else c.answerer, c.dataset)),
+            answerer=c.answerer, perturbation=c.perturbation,
+            similarity=_similarity(group) if c.model != HUMAN else None,
+            offline_only=_offline_only(group, offline),
+            **_correction(group, probability),
+        ))
+    return rows
+
+
+def _offline_only(group: Sequence[Turn], offline: Collection[str]) -> bool:
+    counted = [t for t in group if t.counts_toward_rate]
+    return bool(counted) and all((t.label_source is None or t.label_source in offline)
+                                 and human_label(t)[0] is None for t in counted)
+
+
+def _inclusion(turns: Sequence[Turn], given: Mapping[str, float]) -> dict[str, float]:
+    eligible = [t for t in turns if t.counts_toward_rate]
+    labelled = [t.key for t in eligible if human_label(t)[0] is not None]
+    fallback = len(labelled) / len(eligible) if eligible else 1.0
+    return {key: given.get(key, fallback) for key in labelled}
+
+
+def _correction(group: Sequence[Turn], inclusion: Mapping[str, float]) -> dict[str, Any]:
+    """The corrected rate of a row's turns, or why there is none."""
+    counted = [t for t in group if t.counts_toward_rate]
+    humans = sum(1 for t in counted if human_label(t)[0] is not None)
+    if not humans:
+        return {}
+    if any(is_human(t.label_source) for t in counted):
+        return {"human_labels": humans,
+                "correction_note": "the rate is read with human labels, nothing to correct"}
+    observations = [Observation(t.item_id, t.follow_up, human_label(t)[0],
+                                inclusion.get(t.key, 1.0)) for t in counted]
+    result = corrected_rate(observations)
+    if isinstance(result, str):
+        return {"human_labels": humans, "correction_note": result}
+    alone = corrected_rate(observations, lam=0.0)
+    return {"human_labels": humans, "corrected": result,
+            "human_only": alone if isinstance(alone, Corrected) else None}
+
+
+def _similarity(turns: Sequence[Turn]) -> float | None:
+    scores = [word_f1(t.user_turn, t.next_user_turn) for t in turns
+              if t.error is None and t.next_user_turn]
+    return sum(scores) / len(scores) if scores else None
+
+
+def word_f1(generated: str, reference: str) -> float:
+    """Bag-of-words F1 (as in SQuAD): how much of the real turn's wording the model's turn has."""
+    a, b = Counter(generated.lower().split()), Counter(reference.lower().split())
+    common = sum((a & b).values())
+    if not common:
+        return 0.0
+    precision, recall = common / sum(a.values()), common / sum(b.values())
+    return 2 * precision * recall / (precision + recall)
+
+
+def _accuracy(answers: Sequence[Answer]) -> dict[tuple[str, str], Rate]:
+    scored: dict[tuple[str, str], list[tuple[str, bool]]] = defaultdict(list)
+    for answer in answers:
+        if answer.correct is not None:
+            scored[(answer.model, answer.dataset)].append((answer.item_id, answer.correct))
+    return {key: clustered_rate(pairs) for key, pairs in scored.items()}
+
+
+def assistant_errors(answers: Sequence[Answer]) -> int:
+    return sum(1 for answer in answers if answer.error is not None)
