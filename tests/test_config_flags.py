@@ -20,6 +20,8 @@ from userturn.errors import ConfigError
 from userturn.labels.classifier import MODEL_FILE
 from userturn.labels.plan import JudgeSpec
 
+FIXTURES = Path(__file__).parent / "fixtures"
+
 # For each setting: flags that set it, and the value they give (never the default).
 EXAMPLES: dict[str, tuple[list[str], Any]] = {
     "models": (["--model", "tiny", "--model", "fake/probe"], ["tiny", "fake/probe"]),
@@ -67,6 +69,8 @@ EXAMPLES: dict[str, tuple[list[str], Any]] = {
     "judge_threshold": (["--judge-threshold", "0.5"], 0.5),
     "judge_base_url": (["--judge-base-url", "http://127.0.0.1:9/v1"], "http://127.0.0.1:9/v1"),
     "judge_concurrency": (["--judge-concurrency", "2"], 2),
+    "judge_calibration": (["--judge-calibration", str(FIXTURES / "judge_calibration_identity.json")],
+                          FIXTURES / "judge_calibration_identity.json"),
 }
 
 # The flags of `userturn run` and `userturn judge` before they were generated: scripts and docs

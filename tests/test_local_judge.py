@@ -8,24 +8,30 @@ the judge end to end inside a run."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Sequence
 
 import pytest
 from helpers import GSM_ITEMS, GSM_SAMPLES, experiment, undecided_script
 
 from userturn.backends.fake import ScriptedBackend, fake_template
+from userturn.config import load_experiment
+from userturn.errors import ConfigError
 from userturn.labels.judges import judge_from_spec
 from userturn.labels.local_judge import (
     ANSWER_PREFIX,
     OPTIONS,
+    JudgeCalibration,
     LabelProbabilityJudge,
     label_prompt,
 )
+from userturn.labels.plan import JudgeSpec
 from userturn.labels.stages import judge_with_all
 from userturn.probe.pipeline import run_experiment
 from userturn.records import LABELS, Case
 from userturn.store.turns import read_turns
 
+FIXTURES = Path(__file__).parent / "fixtures"
 CASE = Case("Tom has 3 boxes of 12 pencils and gives away 10. How many are left?",
             "3 x 12 = 36; 36 - 10 = 26. Tom has 26 pencils left.",
             "Why did you multiply 3 by 12 first?")
@@ -178,3 +184,60 @@ def test_a_run_judged_by_label_probabilities_stores_them_where_the_rules_abstain
         assert turn.label == "new_query" and stored.probability == pytest.approx(0.875)
     # Judged again: nothing is sent twice.
     assert judge_with_all(store, [LabelProbabilityJudge(scores)], "undecided") == 0
+
+
+def shifted_calibration(judge: str, towards: str, by: float) -> JudgeCalibration:
+    """The raw reading (identity weights) with ``towards`` raised by ``by`` in log space."""
+    n = len(LABELS)
+    return JudgeCalibration(judge, tuple(LABELS),
+                            tuple(tuple(1.0 if i == j else 0.0 for j in range(n))
+                                  for i in range(n)),
+                            tuple(by if label == towards else 0.0 for label in LABELS))
+
+
+def test_a_calibrated_judge_reads_the_calibrated_label_under_a_name_of_its_own() -> None:
+    scores = ScriptedScores(lambda p: logprobs(meta=0.6, new_query=0.3))
+    raw = LabelProbabilityJudge(scores)
+    assert raw.classify(CASE).label == "meta"
+    identity = JudgeCalibration.load(FIXTURES / "judge_calibration_identity.json")
+    same = LabelProbabilityJudge(scores, calibration=identity)
+    assert same.name == f"{raw.name}+cal:{identity.tag}" != raw.name
+    label = same.classify(CASE)
+    assert label.label == "meta" and label.source == same.name
+    assert label.probability == pytest.approx(0.6 / 0.9, abs=1e-6)  # the renormalised raw one
+    # A judge that under-says new_query, corrected: e^1 * 0.3 > 0.6.
+    shifted = LabelProbabilityJudge(scores, calibration=shifted_calibration(raw.name,
+                                                                            "new_query", 1.0))
+    label = shifted.classify(CASE)
+    expected = 0.3 * math.e / (0.3 * math.e + 0.6 + 5 * 1e-9)
+    assert label.label == "new_query" and label.probability == pytest.approx(expected, rel=1e-4)
+    assert "judge said meta" in label.rationale
+    # Scores that cannot be trusted stay an error label, calibrated or not.
+    broken = LabelProbabilityJudge(ScriptedScores(lambda p: logprobs(meta=0.01)),
+                                   calibration=identity)
+    assert broken.classify(CASE).label is None and "probability" in broken.classify(CASE).error
+
+
+def test_a_calibration_must_be_whole_and_fit_for_the_judge_it_calibrates(tmp_path) -> None:
+    scores = ScriptedScores(lambda p: logprobs(meta=0.6))
+    with pytest.raises(ConfigError, match="fit for judge:other@rubric1-labels, not "
+                                          "judge:fake/scores@rubric1-labels"):
+        LabelProbabilityJudge(scores, calibration=shifted_calibration(
+            "judge:other@rubric1-labels", "meta", 0.0))
+    damaged = tmp_path / "cal.json"
+    for text in ("{", '{"judge": "j", "labels": ["follow_up"], "weights": [[1]], "bias": [0]}',
+                 '{"judge": "j", "labels": ["nope"], "weights": [[0,0,0,0,0,0,0]], "bias": [0]}'):
+        damaged.write_text(text)
+        with pytest.raises(ConfigError, match="is not a judge calibration"):
+            JudgeCalibration.load(damaged)
+    with pytest.raises(ConfigError, match="writes its verdict: a calibration applies to a judge "
+                                          "run here"):
+        judge_from_spec("openai/gpt-5.4-mini", base_url="http://127.0.0.1:9/v1",
+                        calibration=JudgeCalibration.load(FIXTURES /
+                                                          "judge_calibration_identity.json"))
+    with pytest.raises(ConfigError, match="judge_calibration calibrates one judge"):
+        JudgeSpec(judge=["tiny", "smollm2"],
+                  judge_calibration=FIXTURES / "judge_calibration_identity.json").build_judges()
+    with pytest.raises(ConfigError, match=r"invalid config \(judge_calibration\): .*cal.json is "
+                                          r"not a judge calibration"):
+        load_experiment(None, {"judge": "tiny", "judge_calibration": str(damaged)})

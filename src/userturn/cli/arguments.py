@@ -56,6 +56,7 @@ JUDGE_FLAGS: dict[str, Flag] = {
     "judge_threshold": Flag(("--threshold",)),
     "judge_base_url": Flag(("--base-url",)),
     "judge_concurrency": Flag(("--concurrency",)),
+    "judge_calibration": Flag(("--calibration",)),
 }
 
 

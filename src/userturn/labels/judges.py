@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 import urllib.parse
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from userturn.errors import ConfigError
 from userturn.labels.judge import (
@@ -21,18 +21,25 @@ from userturn.labels.judge import (
 )
 from userturn.settings import check_url
 
+if TYPE_CHECKING:
+    from userturn.labels.local_judge import JudgeCalibration
+
 
 def judge_from_spec(spec: str, *, base_url: str | None = None, api_key: str | None = None,
                     sleep: Callable[[float], None] = time.sleep,
-                    concurrency: int = 8) -> Judge:
+                    concurrency: int = 8,
+                    calibration: JudgeCalibration | None = None) -> Judge:
     """A judge from a spec: ``openai/MODEL`` is an OpenAI-compatible chat API (the paper used
     gpt-5.4-mini); any other model spec (``smollm2``, a local folder) is a local model.
     ``sleep`` is how the API client waits between retries (a test passes one that records);
     ``concurrency``: an API judge's requests in flight at most (a local model takes one case at
-    a time, whatever is asked)."""
+    a time, whatever is asked); ``calibration``: a local judge's, fit for it."""
     provider, _, model = spec.strip().partition("/")
     if provider != "openai":
-        return local_judge(spec)
+        return local_judge(spec, calibration)
+    if calibration is not None:
+        raise ConfigError(f"judge {spec} writes its verdict: a calibration applies to a judge "
+                          "run here and read from its label probabilities")
     if not model.strip() or any(c.isspace() for c in model):
         raise ConfigError(f"unknown judge {spec!r}: expected openai/MODEL, "
                           "for example openai/gpt-5.4-mini")
@@ -47,7 +54,7 @@ def judge_from_spec(spec: str, *, base_url: str | None = None, api_key: str | No
     return Judge(client, concurrency=concurrency)
 
 
-def local_judge(spec: str) -> Judge:
+def local_judge(spec: str, calibration: JudgeCalibration | None = None) -> Judge:
     from userturn.backends import load_backend
     from userturn.backends.options import OptionScorer
     from userturn.errors import ModelError
@@ -61,6 +68,9 @@ def local_judge(spec: str) -> Judge:
     if isinstance(backend, OptionScorer):
         # A model we run ourselves: the verdict is read from the labels' probabilities (one
         # forward pass, a calibrated distribution, nothing to parse).
-        return LabelProbabilityJudge(backend)
+        return LabelProbabilityJudge(backend, calibration=calibration)
+    if calibration is not None:
+        raise ConfigError(f"judge {spec}: its engine gives no label probabilities, so a "
+                          "calibration cannot apply")
     # One local model, one stream: threads would only contend for the same cores.
     return Judge(BackendChatClient(backend), concurrency=1)

@@ -15,15 +15,26 @@ is said as an error label, never guessed:
 
 The rubric's prefix is the same for every case, and the engines keep the key-value state of the
 previous prompt (:mod:`userturn.backends.options`): on the CPU the rubric is read once per process.
+
+A small judge's label probabilities lean: the 1.5B judge measured in docs/classifier.md almost
+never says ``new_query``, whatever the turn. A :class:`JudgeCalibration` (a multinomial logistic
+map from the seven log-probabilities to the label, fit on labelled turns by
+``benchmarks/judge_quality.py --fit-calibration``) corrects that; the verdict is then the
+calibrated distribution's most likely label, stored under a name that says which calibration.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import threading
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Sequence
 
 from userturn.backends.options import OptionScorer
+from userturn.errors import ConfigError
 from userturn.labels.judge import RUBRIC_VERSION, Judge, case_message, rubric
 from userturn.labels.rules import thinking_only
 from userturn.records import LABELS, Case, Label
@@ -101,17 +112,90 @@ def verdict_from_logprobs(logprobs: Sequence[float], source: str,
                  probability=p)
 
 
+@dataclass(frozen=True)
+class JudgeCalibration:
+    """The label from the judge's seven log-probabilities: softmax(weights . logprobs + bias),
+    fit for one judge (``judge``: its name, with the rubric version) on labelled turns."""
+
+    judge: str
+    labels: tuple[str, ...]
+    weights: tuple[tuple[float, ...], ...]  # one row per label in ``labels``, one column per LABELS
+    bias: tuple[float, ...]
+    fit_on: str = ""  # which turns, in words (the data card of the calibration)
+
+    @property
+    def tag(self) -> str:
+        """A short hash of the numbers: the stored source names the calibration it used."""
+        numbers = json.dumps([self.labels, self.weights, self.bias])
+        return hashlib.sha256(numbers.encode()).hexdigest()[:8]
+
+    def probabilities(self, logprobs: Sequence[float]) -> dict[str, float]:
+        scores = [sum(w * max(v, -50.0) for w, v in zip(row, logprobs)) + b
+                  for row, b in zip(self.weights, self.bias)]
+        top = max(scores)
+        exps = [math.exp(s - top) for s in scores]
+        total = sum(exps)
+        return {label: e / total for label, e in zip(self.labels, exps)}
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps({"judge": self.judge, "labels": list(self.labels),
+                                    "weights": [list(r) for r in self.weights],
+                                    "bias": list(self.bias), "fit_on": self.fit_on}, indent=1)
+                        + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> JudgeCalibration:
+        """A calibration file, checked whole (one error line for a wrong or damaged file)."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            labels = tuple(str(label) for label in data["labels"])
+            weights = tuple(tuple(float(w) for w in row) for row in data["weights"])
+            bias = tuple(float(b) for b in data["bias"])
+            judge = str(data["judge"])
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path} is not a judge calibration ({type(exc).__name__}: "
+                              f"{exc})") from None
+        if not labels or set(labels) - set(LABELS) or len(weights) != len(labels) or \
+                len(bias) != len(labels) or any(len(row) != len(LABELS) for row in weights) or \
+                not all(math.isfinite(v) for row in weights for v in row) or \
+                not all(map(math.isfinite, bias)):
+            raise ConfigError(f"{path} is not a judge calibration: it needs one row of "
+                              f"{len(LABELS)} finite weights and a bias per label, labels among "
+                              f"{', '.join(LABELS)}")
+        return cls(judge, labels, weights, bias, str(data.get("fit_on", "")))
+
+
+def calibrated_verdict(logprobs: Sequence[float], source: str, calibration: JudgeCalibration,
+                       min_mass: float = MIN_LABEL_MASS) -> Label:
+    """The calibrated label of the seven log-probabilities, with its calibrated probability;
+    the same error labels as :func:`verdict_from_logprobs` where the scores are not usable."""
+    raw = verdict_from_logprobs(logprobs, source, min_mass)
+    if raw.error is not None:
+        return raw
+    probabilities = calibration.probabilities(logprobs)
+    best = max(probabilities, key=probabilities.__getitem__)
+    return Label(best, source, f"p={probabilities[best]:.2f} calibrated "  # type: ignore[arg-type]
+                 f"(judge said {raw.label}, {raw.rationale})", probability=probabilities[best])
+
+
 class LabelProbabilityJudge(Judge):
     """A judge on a local model that can score continuations (``score_options``)."""
 
     version = LABEL_RUBRIC_VERSION
 
     def __init__(self, backend: OptionScorer, *, name: str | None = None,
-                 min_mass: float = MIN_LABEL_MASS) -> None:
+                 min_mass: float = MIN_LABEL_MASS,
+                 calibration: JudgeCalibration | None = None) -> None:
         spec = getattr(backend, "spec", type(backend).__name__)
-        super().__init__(None, name=name or f"judge:{spec}@rubric{LABEL_RUBRIC_VERSION}",
-                         concurrency=1)
-        self.backend, self.min_mass = backend, min_mass
+        name = name or f"judge:{spec}@rubric{LABEL_RUBRIC_VERSION}"
+        if calibration is not None:
+            if calibration.judge != name:
+                raise ConfigError(f"the judge calibration was fit for {calibration.judge}, not "
+                                  f"{name}: fit one for this judge (benchmarks/judge_quality.py "
+                                  "--fit-calibration)")
+            name = f"{name}+cal:{calibration.tag}"  # calibrated labels are another source
+        super().__init__(None, name=name, concurrency=1)
+        self.backend, self.min_mass, self.calibration = backend, min_mass, calibration
         # One model, one key-value state: concurrent callers (a scorer under Inspect, a run
         # with judge_concurrency > 1) take turns, which costs nothing on one device.
         self._lock = threading.Lock()
@@ -131,4 +215,7 @@ class LabelProbabilityJudge(Judge):
                 logprobs = list(self.backend.score_options(prompt, OPTIONS))
         except Exception as exc:  # a labeller must never break the batch: stored, counted
             return self._error(f"request failed: {type(exc).__name__}: {exc}"), None
+        if self.calibration is not None:
+            return calibrated_verdict(logprobs, self.name, self.calibration,
+                                      self.min_mass), logprobs
         return verdict_from_logprobs(logprobs, self.name, self.min_mass), logprobs

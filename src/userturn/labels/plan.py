@@ -46,6 +46,23 @@ class JudgeSpec(Spec):
         "http://127.0.0.1:8000/v1; default: OPENAI_BASE_URL, else the OpenAI API")
     judge_concurrency: int = Field(default=8, ge=1, le=256,
                                    description="judge requests in flight at most")
+    judge_calibration: Path | None = Field(
+        default=None, description="a local judge read from label probabilities: the "
+        "calibration fit for it on labelled turns (benchmarks/judge_quality.py "
+        "--fit-calibration; docs/classifier.md)")
+
+    @field_validator("judge_calibration")
+    @classmethod
+    def _calibration_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        """Read whole before any model loads (a stored run's file was read when it ran)."""
+        if value is not None and not reading_stored(info):
+            from userturn.labels.local_judge import JudgeCalibration
+
+            try:
+                JudgeCalibration.load(value)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     @property
     def judges(self) -> list[str]:
@@ -58,8 +75,17 @@ class JudgeSpec(Spec):
         between retries."""
         from userturn.labels.judges import judge_from_spec
 
+        calibration = None
+        if self.judge_calibration is not None:
+            from userturn.labels.local_judge import JudgeCalibration
+
+            if len(self.judges) != 1:
+                raise ConfigError("judge_calibration calibrates one judge: give one judge "
+                                  f"with it, not {len(self.judges)}")
+            calibration = JudgeCalibration.load(self.judge_calibration)
         return [judge_from_spec(spec, base_url=self.judge_base_url, sleep=sleep,
-                                concurrency=self.judge_concurrency) for spec in self.judges]
+                                concurrency=self.judge_concurrency, calibration=calibration)
+                for spec in self.judges]
 
 
 class LabellingPlan(JudgeSpec):
