@@ -3,15 +3,26 @@
     .venv/bin/python benchmarks/judge_quality.py --judge llamacpp/corpus/work/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
     .venv/bin/python benchmarks/judge_quality.py --judge smollm2 --limit 40   # the floor, a sample
     .venv/bin/python benchmarks/judge_quality.py --table corpus/judge_verdicts.jsonl  # table only
+    .venv/bin/python benchmarks/judge_quality.py --table corpus/judge_verdicts_qwen.jsonl \
+        --calibrate --fit-calibration corpus/judge_calibration_qwen.json  # the calibrated judge
 
 A judge is not fit to the corpus, so every adjudicated turn counts (all splits). Turns are judged
 in a fixed order that keeps any prefix a stratified sample: people's turns first (the fewest),
 then the generators' and the authored cases' turns interleaved, each group in a seeded shuffle.
 Every verdict is appended to ``--verdicts`` as it arrives (the judge's name, the turn's key, label,
-probability, error, seconds, and a label-probability judge's seven log-probabilities), so a long CPU job can be stopped and resumed and several judges share
-one file. Printed per group (each generator, people, authored): turns judged, errors, Cohen's
-kappa 7-way and follow-up vs rest with 95% intervals over queries (whole queries resampled),
-follow-up precision and recall, and the judge's turns/s on this machine.
+probability, error, seconds, and a label-probability judge's seven log-probabilities), so a long
+CPU job can be stopped and resumed and several judges share one file. Printed per group (each
+generator, people, authored): turns judged, errors, Cohen's kappa 7-way and follow-up vs rest with
+95% intervals over queries (whole queries resampled), follow-up precision and recall, and the
+judge's turns/s on this machine.
+
+``--calibrate`` measures a calibrated judge from the stored log-probabilities (nothing is judged
+again): a multinomial logistic map from the seven log-probabilities to the label, fit on the
+train split of every source but the one it is measured on, and never on people's turns, so each
+row is a source the calibration was not fit to. ``--calibrated-verdicts FILE`` writes those
+out-of-source verdicts (for ``leave_one_model_out.py --judge-verdicts``); ``--fit-calibration FILE``
+fits the one to ship on every train-split turn of the generators and the authored cases
+(``userturn run --judge SPEC --judge-calibration FILE``).
 """
 
 from __future__ import annotations
@@ -122,6 +133,53 @@ def table(turns: Sequence[Turn], verdicts: dict[str, dict], draws: int) -> list[
     return lines
 
 
+def calibration_rows(turns: Sequence[Turn], verdicts: dict[str, dict]) -> list[tuple[Turn, dict]]:
+    """The judged turns whose verdict kept the seven log-probabilities."""
+    return [(t, verdicts[key_of(t)]) for t in turns
+            if key_of(t) in verdicts and verdicts[key_of(t)].get("logprobs")]
+
+
+def fit_calibration(rows: Sequence[tuple[Turn, dict]], judge: str, fit_on: str):  # type: ignore[no-untyped-def]
+    """A JudgeCalibration fit on ``rows`` (their reference labels), by multinomial logistic
+    regression on the clipped log-probabilities."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    from userturn.labels.local_judge import JudgeCalibration
+
+    x = np.clip(np.array([row["logprobs"] for _, row in rows], dtype=float), -50.0, 0.0)
+    y = [turn.example.label for turn, _ in rows]
+    model = LogisticRegression(C=1.0, max_iter=5000).fit(x, y)
+    coef, bias = model.coef_, model.intercept_
+    if len(model.classes_) == 2:  # sklearn gives one row for two classes: both, as softmax
+        coef, bias = np.vstack([-coef[0] / 2, coef[0] / 2]), np.array([-bias[0] / 2, bias[0] / 2])
+    return JudgeCalibration(judge, tuple(str(c) for c in model.classes_),
+                            tuple(tuple(map(float, row)) for row in coef),
+                            tuple(map(float, bias)), fit_on)
+
+
+def out_of_source_verdicts(turns: Sequence[Turn], verdicts: dict[str, dict]) -> dict[str, dict]:
+    """Each source's turns labelled by a calibration fit on the other sources' train split
+    (people are never fit on), as verdict rows."""
+    from userturn.labels.local_judge import calibrated_verdict
+
+    rows = calibration_rows(turns, verdicts)
+    judge = next(iter(verdicts.values()))["judge"] if verdicts else ""
+    out: dict[str, dict] = {}
+    for group in GROUPS:
+        fit = [(t, r) for t, r in rows if t.generator not in (group, "human")
+               and t.example.split == "train"]
+        measured = [(t, r) for t, r in rows if t.generator == group]
+        if not fit or not measured:
+            continue
+        calibration = fit_calibration(fit, judge, f"train split of all but {group} and people")
+        for turn, row in measured:
+            label = calibrated_verdict(row["logprobs"], f"{judge}+cal:out-of-source", calibration)
+            out[key_of(turn)] = {**row, "judge": label.source, "label": label.label,
+                                 "probability": label.probability, "error": label.error}
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--judge", help="a local model spec (llamacpp/FILE.gguf, smollm2, a "
@@ -134,6 +192,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None,
                         help="judge at most this many turns in all (a stratified prefix)")
     parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--calibrate", action="store_true",
+                        help="also the calibrated judge, each source measured by a calibration "
+                             "fit on the others' train split (never on people)")
+    parser.add_argument("--calibrated-verdicts", type=Path, default=None,
+                        help="with --calibrate: write its out-of-source verdicts here")
+    parser.add_argument("--fit-calibration", type=Path, default=None,
+                        help="fit the calibration on every generator's and authored train-split "
+                             "turn and write it here (the file --judge-calibration reads)")
     args = parser.parse_args(argv)
     turns = judging_order(read_corpus(args.corpus))
     if args.table is not None:
@@ -147,6 +213,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"corpus: {len(turns)} adjudicated turns ("
           + ", ".join(f"{g} {n}" for g, n in groups.items()) + f"); judged {len(verdicts)}")
     print("\n".join(table(turns, verdicts, args.bootstrap)))
+    if args.calibrate:
+        calibrated = out_of_source_verdicts(turns, verdicts)
+        print(f"\ncalibrated (each source by a calibration fit on the others' train split, never "
+              f"on people; {len(calibrated)} turns with log-probabilities)")
+        print("\n".join(table(turns, calibrated, args.bootstrap)))
+        if args.calibrated_verdicts is not None:
+            args.calibrated_verdicts.write_text(
+                "".join(json.dumps(row) + "\n" for row in calibrated.values()), encoding="utf-8")
+            print(f"wrote {args.calibrated_verdicts}")
+    if args.fit_calibration is not None:
+        rows = [(t, r) for t, r in calibration_rows(turns, verdicts)
+                if t.generator != "human" and t.example.split == "train"]
+        if not rows:
+            raise SystemExit("no train-split verdicts with log-probabilities to fit on")
+        judge = rows[0][1]["judge"]
+        fit = fit_calibration(rows, judge, f"{len(rows)} train-split turns of "
+                              + ", ".join(sorted({t.generator for t, _ in rows})))
+        fit.save(args.fit_calibration)
+        print(f"wrote {args.fit_calibration}: {fit.fit_on}; use it with userturn run --judge "
+              f"SPEC --judge-calibration {args.fit_calibration}")
 
 
 if __name__ == "__main__":

@@ -254,3 +254,36 @@ def check_judge_curve(out: str) -> None:
     assert shares[0] == 0 and shares[-1] == 100 and shares == sorted(shares)
     assert rows[-1][7].startswith("1.000") and rows[-1][8].startswith("1.000")
     assert not rows[0][7].startswith("1.000")  # the cascade alone is not perfect
+
+
+def test_judge_quality_calibrates_a_leaning_judge_on_sources_it_was_not_fit_to(
+        tmp_path, monkeypatch, capsys):
+    """A judge that always leans to ``meta`` (it scores the right label second): raw, it agrees
+    with nobody; calibrated on the other sources' train split, it finds the right labels of a
+    source it never saw, people included, and the fitted file is one a judge loads."""
+    import gzip
+
+    from userturn.labels.context import turn_key
+    from userturn.labels.corpus import CORPUS_FILE
+    from userturn.labels.local_judge import JudgeCalibration
+    from userturn.records import LABELS
+
+    verdicts = tmp_path / "leaning.jsonl"
+    with gzip.open(CORPUS_FILE, "rt", encoding="utf-8") as rows, verdicts.open("w") as out:
+        for row in map(json.loads, rows):
+            scores = [-1.0 if label == "meta" else -1.5 if label == row["label"] else -6.0
+                      for label in LABELS]
+            out.write(json.dumps({"judge": "judge:leaning@rubric1-labels", "key": turn_key(
+                row["query"], row["answer"], row["user_turn"]), "group": "?", "label": "meta",
+                "probability": 0.5, "error": None, "seconds": 0.1, "logprobs": scores}) + "\n")
+    fitted = tmp_path / "cal.json"
+    out = run_in_process("judge_quality.py", ("--table", str(verdicts), "--calibrate",
+                                               "--bootstrap", "5", "--fit-calibration",
+                                               str(fitted)), tmp_path, monkeypatch, capsys)
+    raw, calibrated = out.split("calibrated (")
+    assert re.search(r"^\| human \| 251 \| 0 \| 0\.000 ", raw, re.M), raw
+    human = re.search(r"^\| human \| 251 \| 0 \| (\d\.\d+) ", calibrated, re.M)
+    assert human and float(human.group(1)) > 0.9, calibrated
+    calibration = JudgeCalibration.load(fitted)
+    assert calibration.judge == "judge:leaning@rubric1-labels"
+    assert "train-split turns of authored, qwen2.5-coder-1.5b, smollm2" in calibration.fit_on
