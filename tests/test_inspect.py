@@ -138,8 +138,8 @@ def test_evals_df_has_a_pooled_headline_one_word_columns_ids_and_tokens(fake_run
     usage = log.stats.model_usage["fake/probe"]
     assert (usage.input_tokens, usage.output_tokens) == (sent, written)
     for sample in log.samples:
-        generation = generations[sample.id]
-        assert sample.model_usage["fake/probe"].output_tokens == generation["completion_tokens"]
+        generation = generations[sample.id].generation
+        assert sample.model_usage["fake/probe"].output_tokens == generation.completion_tokens
 
 
 def test_a_log_file_must_end_in_eval_or_json(fake_run, tmp_path, capsys):
