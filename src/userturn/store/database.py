@@ -175,8 +175,9 @@ class RunStore:
         or none; returns the metadata as stored."""
         unknown = sorted(set(changes) - set(MetaChanges.__annotations__))
         if unknown:
-            raise TypeError(f"update_meta: {', '.join(map(repr, unknown))} is not a field of "
-                            "the run's metadata a command changes (MetaChanges: "
+            raise TypeError(f"update_meta: {', '.join(map(repr, unknown))} "
+                            f"{'is' if len(unknown) == 1 else 'are'} not a field of the run's "
+                            "metadata a command changes (MetaChanges: "
                             f"{', '.join(MetaChanges.__annotations__)})")
         current = self.meta()
         updated = RunMeta.model_validate({**current.model_dump(), **changes})
