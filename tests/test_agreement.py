@@ -23,6 +23,7 @@ from userturn.stats.agreement import (
     pairwise_agreement,
     per_label,
 )
+from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
 
 F, G, N = "follow_up", "generic", "new_query"
@@ -159,13 +160,14 @@ def store(gsm_file, tmp_path):
     flip = {F: G, G: F}
     rows = []
     for i, (turn, label) in enumerate(zip(turns, truth)):
-        rows.append((turn.key, "v1", Label(None if i in (6, 7) else label, ALICE)))
+        rows.append(LabelRow(turn.key, "v1", Label(None if i in (6, 7) else label, ALICE)))
         if i == 23:
             continue  # the judge has not seen this turn
         if i in (7, 9, 10):
-            rows.append((turn.key, "v1", Label(None, JUDGE, error="no label in answer")))
+            rows.append(LabelRow(turn.key, "v1", Label(None, JUDGE, error="no label in answer")))
         else:
-            rows.append((turn.key, "v1", Label(flip[label] if i in (0, 8) else label, JUDGE)))
+            rows.append(LabelRow(turn.key, "v1",
+                                 Label(flip[label] if i in (0, 8) else label, JUDGE)))
     store.put_labels(rows)
     yield store
     store.close()
@@ -189,7 +191,7 @@ def test_pairwise_agreement_on_a_store(store):
 
 def test_sparse_and_absent_sources_never_raise(store):
     key = read_turns(store)[0].key
-    store.put_labels([(key, "v1", Label(G, "human:bob"))])
+    store.put_labels([LabelRow(key, "v1", Label(G, "human:bob"))])
     results = pairwise_agreement(read_turns(store), sources=[JUDGE, "human:bob", "human:nobody"],
                                  resamples=50)
     assert [(r.a, r.b) for r in results] == [(JUDGE, "human:bob"), (JUDGE, "human:nobody"),
@@ -202,7 +204,7 @@ def test_sparse_and_absent_sources_never_raise(store):
 
 def test_labels_outside_the_set_are_kept(store):
     keys = [t.key for t in read_turns(store)[:3]]
-    store.put_labels([(k, "v1", Label("sarcasm", "judge:y@r")) for k in keys])  # type: ignore
+    store.put_labels([LabelRow(k, "v1", Label("sarcasm", "judge:y@r")) for k in keys])  # type: ignore
     result = next(r for r in pairwise_agreement(read_turns(store), resamples=50) if r.b == "judge:y@r")
     assert result.labels[-1] == "sarcasm" and result.per_label["sarcasm"]["support"] == 0
 

@@ -22,6 +22,7 @@ from helpers import (
 from userturn.labels.annotate import DEFINITIONS, AnnotationError, AnnotationServer, build_sample
 from userturn.records import LABELS, Label
 from userturn.store.database import RunStore
+from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
 
 TURNS = ANNOTATION_ITEMS * (1 + ANNOTATION_SAMPLES)
@@ -31,7 +32,8 @@ def set_strata(folder: Path, labels: list[str | None]) -> list[str]:
     """Give the user turns labels of a test source, in user_turns order; returns the keys."""
     store = RunStore.open(folder)
     keys = [t.key for t in read_turns(store)]
-    store.put_labels([(k, "t", Label(lab, source="strata")) for k, lab in zip(keys, labels)])
+    store.put_labels([LabelRow(k, "t", Label(lab, source="strata"))
+                      for k, lab in zip(keys, labels)])
     store.close()
     return keys
 

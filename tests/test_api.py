@@ -14,6 +14,7 @@ from userturn.cli.main import main
 from userturn.errors import ConfigError, StoreError, UserturnError
 from userturn.records import COLUMNS, Case, Label
 from userturn.store.database import RunStore
+from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +29,9 @@ def fake_run(tmp_path, gsm_file) -> userturn.Run:
                        output=out)
     store = RunStore.open(out)
     turns = read_turns(store)
-    store.put_labels([(t.key, "r1", Label("generic", "judge:x@r1")) for t in turns[:3]]
-                     + [(turns[3].key, "r1", Label(None, "judge:x@r1", error="bad verdict"))])
+    store.put_labels([LabelRow(t.key, "r1", Label("generic", "judge:x@r1")) for t in turns[:3]]
+                     + [LabelRow(turns[3].key, "r1",
+                                 Label(None, "judge:x@r1", error="bad verdict"))])
     store.close()
     return run
 

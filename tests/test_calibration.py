@@ -15,6 +15,7 @@ from helpers import assert_one_line_error, run_cli
 from userturn.labels.calibration import calibration_sample, inclusion_probabilities
 from userturn.records import Label
 from userturn.store.database import RunStore
+from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
 
 
@@ -96,7 +97,7 @@ def test_bad_import_rows_are_named_by_line_and_nothing_is_stored(capsys, run, tm
                            "--annotator", "ana")
     assert_one_line_error(code, err, needle)
     with closing(RunStore.open(run)) as store:
-        assert "human:ana" not in {row["source"] for row in store.label_rows()}
+        assert "human:ana" not in {row.source for row in store.label_rows()}
 
 
 def test_jsonl_import(capsys, run, tmp_path):
@@ -122,9 +123,10 @@ def test_jsonl_import(capsys, run, tmp_path):
 def _relabel(folder: Path, follow_ups: int) -> None:
     """Make the labeller ("rules") predict a follow-up on the first ``follow_ups`` turns only."""
     with closing(RunStore.open(folder)) as store:
-        labels = [(key, "test", Label("follow_up" if i < follow_ups else "generic", "rules"))
+        labels = [LabelRow(key, "test",
+                           Label("follow_up" if i < follow_ups else "generic", "rules"))
                   for i, key in enumerate(_keys(folder))]
-        store.put_labels(labels)  # type: ignore[arg-type]
+        store.put_labels(labels)
 
 
 def test_calibration_sample_oversamples_predicted_follow_ups(run):

@@ -129,17 +129,17 @@ def test_evals_df_has_a_pooled_headline_one_word_columns_ids_and_tokens(fake_run
     assert main(["export", str(fake_run.folder), "-o", str(again)]) == 0
     assert analysis.evals_df(str(again)).iloc[0]["run_id"] == row["run_id"]  # the same run
     store = RunStore.read(fake_run.folder)
-    generations = {key: dict(g) for key, g in store.generations([t.key for t in turns]).items()}
+    generations = store.generations([t.key for t in turns])
     store.close()
-    sent = sum(g["prompt_tokens"] for g in generations.values())
-    written = sum(g["completion_tokens"] for g in generations.values())
+    sent = sum(g.generation.prompt_tokens for g in generations.values())
+    written = sum(g.generation.completion_tokens for g in generations.values())
     assert sent > 0 and written > 0
     log = log_module.read_eval_log(str(out))
     usage = log.stats.model_usage["fake/probe"]
     assert (usage.input_tokens, usage.output_tokens) == (sent, written)
     for sample in log.samples:
-        generation = generations[sample.id]
-        assert sample.model_usage["fake/probe"].output_tokens == generation["completion_tokens"]
+        generation = generations[sample.id].generation
+        assert sample.model_usage["fake/probe"].output_tokens == generation.completion_tokens
 
 
 def test_a_log_file_must_end_in_eval_or_json(fake_run, tmp_path, capsys):

@@ -27,6 +27,7 @@ from userturn.report import export_tables, write_html_report
 from userturn.report.markup import json_for_script
 from userturn.stats.rates import paired_difference
 from userturn.store.database import RunStore
+from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
 
 MODELS = ["fake/alpha", "fake/beta"]
@@ -44,8 +45,9 @@ def add_judge_labels(store: RunStore) -> None:
         else:
             label = Label(["restatement", "meta", "empty"][i % 3], source="judge:fake",
                           rationale=JUDGE_XSS)
-        rows.append((turn.key, "v1", label))
-    humans = [(t.key, "h", Label("follow_up", source="human:alice", rationale="<i>agree</i>"))
+        rows.append(LabelRow(turn.key, "v1", label))
+    humans = [LabelRow(t.key, "h", Label("follow_up", source="human:alice",
+                                         rationale="<i>agree</i>"))
               for t in read_turns(store)[:5]]
     store.put_labels(rows + humans)
     store.update_meta(label_sources=["rules", "judge:fake"])

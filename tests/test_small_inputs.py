@@ -84,6 +84,6 @@ def test_ctrl_c_during_judging_keeps_every_verdict_received(gsm_file, tmp_path):
         judge = Judge(Interrupting(fake), concurrency=1)
         with pytest.raises(KeyboardInterrupt):
             judge_turns(store, judge, "all", chunk=32)
-    kept = {row["key"]: row["label"] for row in RunStore.open(exp.output).label_rows()
-            if row["source"] == judge.name}
+    kept = {row.key: row.label for row in RunStore.open(exp.output).label_rows()
+            if row.source == judge.name}
     assert len(kept) == 5 and set(kept.values()) == {"generic"}

@@ -43,7 +43,7 @@ def export_inspect(store: RunStore, out: Path, *, force: bool = False) -> int:
     refuse_to_replace(out, force)
     view = read_run(store)
     meta = view.meta
-    tokens = {key: (row["prompt_tokens"] or 0, row["completion_tokens"] or 0)
+    tokens = {key: (row.generation.prompt_tokens or 0, row.generation.completion_tokens or 0)
               for key, row in store.generations([turn.key for turn in view.turns]).items()}
     samples = [_sample(turn, ProbePlan.stored(meta.config).system_prompt, tokens.get(turn.key))
                for turn in view.turns]

@@ -29,7 +29,7 @@ from userturn.errors import ModelError, UserturnError
 from userturn.integrations.folders import write_folder
 from userturn.records import HUMAN
 from userturn.store.database import RunStore
-from userturn.store.rows import PlanRow
+from userturn.store.rows import GenerationRow, PlanRow, item_record
 
 FORMAT = "userturn-lm-eval/1"
 DOCS_LOADER = "userturn_docs.py"
@@ -88,15 +88,14 @@ def export_task(store: RunStore, out: Path, *, force: bool = False) -> list[Expo
     plan = [row for row in store.plan_rows("user") if row.model != HUMAN]
     if not plan:
         raise UserturnError(f"{store.folder} has no planned user turns of a model to export")
-    generations = {key: dict(row) for key, row in
-                   store.generations([row.key for row in plan]).items()}
+    generations = store.generations([row.key for row in plan])
     missing = [row.key for row in plan if row.key not in generations]
     if missing:
         raise UserturnError(f"{store.folder}: {len(missing)} planned user turn(s) have no stored "
                             "prompt (the run stopped before them): resume it with `userturn "
                             "run` first")
     answers = _assistants(store, plan)
-    contexts = {row["context"]: (row["perturbation"], row["answer"] or "")
+    contexts = {row.context: (row.perturbation, row.answer or "")
                 for row in store.user_turn_rows()}
     items = {dataset: store.items(dataset) for dataset in sorted({r.dataset for r in plan})}
     export = hashlib.sha256(json.dumps([str(Path(store.folder).resolve()), meta.started,
@@ -111,11 +110,14 @@ def export_task(store: RunStore, out: Path, *, force: bool = False) -> list[Expo
     groups: dict[tuple[str, float, float, int, tuple[str, ...]], list[dict[str, Any]]] = {}
     for row in plan:
         gen = generations[row.key]
-        stop = tuple(json.loads(gen["stop"]))
-        group = (row.model, gen["temperature"], gen["top_p"], gen["max_tokens"], stop)
+        params = gen.request.params
+        group = (row.model, params.temperature, params.top_p, params.max_tokens,
+                 gen.request.stop)
         answer = answers.get(row.assistant_key) if row.assistant_key else None
-        groups.setdefault(group, []).append(_doc(row, gen, answer, contexts.get(row.context),
-                                                 items[row.dataset].get(row.item_id), run))
+        item = items[row.dataset].get(row.item_id)
+        groups.setdefault(group, []).append(_doc(
+            row, _generation_record(gen), answer, contexts.get(row.context),
+            item_record(item) if item is not None else None, run))
     tasks = [replace(task, location=locations.get(task.model)) for task in _name_tasks(groups)]
 
     def build(folder: Path) -> None:
@@ -155,24 +157,28 @@ def _assistants(store: RunStore, plan: Sequence[PlanRow]) -> dict[str, dict[str,
     wanted = set(keys)
     scores: dict[str, list[dict[str, Any]]] = {}
     for score in store.answer_rows():  # one row per answer and scorer (None: not scored)
-        if score["key"] in wanted and score["scorer"] is not None:
-            scores.setdefault(score["key"], []).append(
-                {name: score[name] for name in ("scorer", "correct", "extracted", "reference",
-                                                "details")})
-    return {key: {"plan": planned.get(key), "generation": _generation_row(dict(rows[key])),
+        if score.key in wanted and score.scorer is not None:
+            scores.setdefault(score.key, []).append(
+                {"scorer": score.scorer, "correct": int(bool(score.correct)),  # as SQLite holds it
+                 "extracted": score.extracted, "reference": score.reference,
+                 "details": dict(score.details)})
+    return {key: {"plan": planned.get(key), "generation": _generation_record(rows[key]),
                   "scores": scores.get(key, [])}
             for key in keys if key in rows}
 
 
-GENERATION_FIELDS = ("role", "model", "revision", "template_hash", "prompt", "stop",
-                     "temperature", "top_p", "max_tokens", "sample_index", "seed", "text",
-                     "raw_text", "finish_reason", "prompt_tokens", "completion_tokens", "error",
-                     "thinking")
-
-
-def _generation_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: json.loads(row[name]) if name == "stop" else row[name]
-            for name in GENERATION_FIELDS}
+def _generation_record(row: GenerationRow) -> dict[str, Any]:
+    """A stored generation as a document carries it (the importer reads it back into the
+    same row), one flat JSON object."""
+    request, gen = row.request, row.generation
+    return {"role": row.role, "model": row.model, "revision": row.revision,
+            "template_hash": row.template_hash, "prompt": request.prompt,
+            "stop": list(request.stop), "temperature": request.params.temperature,
+            "top_p": request.params.top_p, "max_tokens": request.params.max_tokens,
+            "sample_index": row.sample_index, "seed": request.seed, "text": gen.text,
+            "raw_text": gen.raw_text, "finish_reason": gen.finish_reason,
+            "prompt_tokens": gen.prompt_tokens, "completion_tokens": gen.completion_tokens,
+            "error": gen.error, "thinking": gen.thinking}
 
 
 def _doc(plan: PlanRow, gen: Mapping[str, Any], assistant: Mapping[str, Any] | None,
@@ -182,8 +188,7 @@ def _doc(plan: PlanRow, gen: Mapping[str, Any], assistant: Mapping[str, Any] | N
     so every document has the same flat schema for ``datasets``) what the importer needs."""
     request = {name: gen[name] for name in ("role", "model", "revision", "template_hash",
                                             "prompt", "temperature", "top_p", "max_tokens",
-                                            "sample_index", "seed")}
-    request["stop"] = json.loads(gen["stop"])
+                                            "sample_index", "seed", "stop")}
     payload = {"format": FORMAT, "key": plan.key, "plan": asdict(plan), "request": request,
                "context": list(context) if context else None, "item": item,
                "assistant": assistant, "run": run}

@@ -17,11 +17,11 @@ from userturn.integrations.lmeval import FORMAT
 from userturn.labels.plan import LabellingPlan
 from userturn.labels.sources import labeller_named
 from userturn.labels.stages import label_turns
-from userturn.records import Generation, GenerationParams, Labeller, Request, Score
+from userturn.records import Generation, GenerationParams, Item, Labeller, Request, Score
 from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.meta import RunMeta
-from userturn.store.rows import ContextRow, GenerationRow, PlanRow
+from userturn.store.rows import ContextRow, GenerationRow, PlanRow, ScoreRow, item_from_record
 from userturn.store.sqlite import generation_key
 
 
@@ -40,7 +40,7 @@ class _Answer:
 
     plan: PlanRow | None
     generation: GenerationRow
-    scores: tuple[tuple[str, str, Score], ...]
+    scores: tuple[ScoreRow, ...]
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class _Sample:
     plan: PlanRow
     user: GenerationRow
     context: ContextRow | None
-    item: Mapping[str, Any] | None
+    item: Item | None
     answer: _Answer | None
 
 
@@ -91,7 +91,7 @@ def import_samples(paths: Sequence[Path], out: Path, *, labeller: Labeller | Non
     with RunLock(out, "import"):
         store = RunStore.create(out)
         try:
-            store.update_meta(**meta.model_dump(exclude_unset=True))
+            store.put_meta(meta)
             _store_samples(store, samples)
             label_turns(store, cast(Labeller, chosen))
             store.update_meta(finished=time.time())
@@ -256,9 +256,11 @@ def _typed(where: str, payload: Mapping[str, Any], response: str) -> _Sample:
     if payload.get("context"):
         perturbation, answer = payload["context"]
         context = ContextRow(plan.context, perturbation, answer)
-    item = payload.get("item") or None
-    if item is not None and (not isinstance(item, dict) or item.get("id") != plan.item_id):
+    found_item = payload.get("item") or None
+    if found_item is not None and (not isinstance(found_item, dict)
+                                   or found_item.get("id") != plan.item_id):
         raise ValueError(f"its item is not item {plan.item_id!r}")
+    item = item_from_record(found_item) if found_item is not None else None
     found = payload.get("assistant")
     answer_row = _answer(plan.assistant_key, found) if found and plan.assistant_key else None
     return _Sample(where, payload["run"], plan, user, context, item, answer_row)
@@ -271,8 +273,9 @@ def _answer(key: str, found: Mapping[str, Any]) -> _Answer:
                         Generation(gen["text"], gen["raw_text"], gen["finish_reason"],
                                    gen["prompt_tokens"], gen["completion_tokens"], gen["error"],
                                    gen["thinking"]))
-    scores = tuple((key, score["scorer"], Score(bool(score["correct"]), score["extracted"],
-                                                score["reference"], score["details"]))
+    scores = tuple(ScoreRow(key, score["scorer"], Score(bool(score["correct"]),
+                                                        score["extracted"], score["reference"],
+                                                        score["details"]))
                    for score in found["scores"])
     return _Answer(PlanRow(**found["plan"]) if found.get("plan") else None, row, scores)
 
@@ -334,7 +337,7 @@ def _request(row: Mapping[str, Any]) -> Request:
 
 
 def _store_samples(store: RunStore, samples: Sequence[_Sample]) -> None:
-    items: dict[str, dict[str, Mapping[str, Any]]] = {}
+    items: dict[str, dict[str, Item]] = {}
     contexts: dict[str, ContextRow] = {}
     answers: dict[str, _Answer] = {}
     for sample in samples:

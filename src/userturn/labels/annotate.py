@@ -36,6 +36,7 @@ from userturn.records import LABELS, Label, Turn
 from userturn.stats.correction import MIN_HUMAN_LABELS
 from userturn.store.database import RunStore
 from userturn.store.meta import AnnotationSample
+from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
 
 DEFAULT_SIZE = 100
@@ -244,8 +245,8 @@ class AnnotationServer:
         if not isinstance(note, str) or len(note) > MAX_NOTE:
             raise _Reject(HTTPStatus.BAD_REQUEST, f"note must be text of at most {MAX_NOTE} chars")
         with self._lock, closing(RunStore.open(self.folder)) as store:
-            store.put_labels([(key, HUMAN_VERSION,
-                               Label(label, source=self.source, rationale=note.strip()))])
+            store.put_labels([LabelRow(key, HUMAN_VERSION,
+                                       Label(label, source=self.source, rationale=note.strip()))])
             return self._next(store)
 
     def undo(self) -> dict[str, Any]:
@@ -264,13 +265,14 @@ class AnnotationServer:
                 "progress": self._progress(mine)}
 
     def _mine(self, store: RunStore) -> set[str]:
-        return {key for key, _, _ in store.keys_labelled_by(self.source)}
+        return {row.key for row in store.keys_labelled_by(self.source)}
 
     def _last(self, store: RunStore) -> dict[str, str] | None:
         """This annotator's newest label in the sample (rowid breaks ties of equal times)."""
-        for key, label, rationale in store.keys_labelled_by(self.source):
-            if key in self.contexts:
-                return {"key": key, "label": label, "note": rationale or ""}  # type: ignore[dict-item]
+        for row in store.keys_labelled_by(self.source):
+            if row.key in self.contexts:
+                return {"key": row.key, "label": row.label,  # type: ignore[dict-item]
+                        "note": row.rationale or ""}
         return None
 
     def _progress(self, mine: set[str]) -> dict[str, int]:

@@ -27,6 +27,7 @@ from userturn.errors import UserturnError
 from userturn.records import HUMAN_PREFIX, LABELS, Label, Turn, human_label
 from userturn.store.database import RunStore
 from userturn.store.meta import AnnotationSample
+from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
 
 PREDICTED = ("follow_up", "other")  # the calibration strata
@@ -110,13 +111,13 @@ def _stratified_inclusion(store: RunStore, sample: AnnotationSample,
 
 
 def imported_labels(store: RunStore, path: Path, annotator: str
-                    ) -> list[tuple[str, str, Label]]:
-    """The ``key,label`` rows of ``path`` (CSV with a header, or JSONL) as (key, version, label)
-    rows of ``human:NAME``, every row checked against the run (open to read only: the CLI
+                    ) -> list[LabelRow]:
+    """The ``key,label`` rows of ``path`` (CSV with a header, or JSONL) as label rows of
+    ``human:NAME``, every row checked against the run (open to read only: the CLI
     stores them after, under the lock). An unknown key or label is named with its line."""
     path = Path(path)
     rows = _jsonl_rows(path) if path.suffix.lower() in JSONL_SUFFIXES else _csv_rows(path)
-    known = {row["key"] for row in store.user_turn_rows()}
+    known = {row.key for row in store.user_turn_rows()}
     labels = []
     for line, key, label in rows:
         if key not in known:
@@ -125,8 +126,9 @@ def imported_labels(store: RunStore, path: Path, annotator: str
         if label not in LABELS:
             raise CalibrationError(f"{path} line {line}: unknown label {label!r} (one of "
                                    f"{', '.join(LABELS)})")
-        labels.append((key, "human", Label(label, source=f"{HUMAN_PREFIX}{annotator}",  # type: ignore[arg-type]
-                                           rationale="imported")))
+        labels.append(LabelRow(key, "human", Label(
+            label, source=f"{HUMAN_PREFIX}{annotator}",  # type: ignore[arg-type]
+            rationale="imported")))
     if not labels:
         raise CalibrationError(f"{path} holds no key,label rows")
     return labels

@@ -15,6 +15,7 @@ from typing import Sequence
 from userturn.labels.sources import MAJORITY
 from userturn.records import Label
 from userturn.store.database import RunStore
+from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
 
 
@@ -37,6 +38,6 @@ def store_majority(store: RunStore, judges: Sequence[str]) -> int:
     for turn in read_turns(store, list(judges)):
         verdicts = {lab.source: lab.label for lab in turn.labels if lab.source in judges}
         if verdicts:
-            rows.append((turn.key, version, majority_label(verdicts, judges)))
+            rows.append(LabelRow(turn.key, version, majority_label(verdicts, judges)))
     store.put_labels(rows)
     return len(rows)

@@ -27,6 +27,7 @@ from userturn.labels.sources import (
 )
 from userturn.records import Case, Label, Labeller, Progress, StoredLabel, Turn, silent_progress
 from userturn.store.database import RunStore
+from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def label_with(store: RunStore, labellers: Sequence[Classifier],
         advance = (progress or silent_progress)(f"label · {source.name}", len(todo))
         cases = [t.case((headers or {}).get(t.model, "")) for t in todo]
         for chunk, labels in in_chunks(source, cases):  # each chunk stored as it is labelled
-            store.put_labels([(t.key, source.version, label)
+            store.put_labels([LabelRow(t.key, source.version, label)
                               for t, label in zip(todo[chunk], labels)])
             if stored is not None:
                 stored.update((t.key, label.label) for t, label in zip(todo[chunk], labels))
@@ -186,11 +187,11 @@ def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
         raise UserturnError("judge scope 'uncertain' needs the classifier's labels: run "
                             "`userturn label RUN` first (or use --scope undecided)")
     advance = (progress or silent_progress)(f"judge {judge.name}", len(wanted))
-    received: list[tuple[str, str, Label]] = []
+    received: list[LabelRow] = []
     verdicts = judge.classify_as_done([turn.case() for turn in wanted])
     try:
         for index, label in verdicts:
-            received.append((wanted[index].key, judge.version, label))
+            received.append(LabelRow(wanted[index].key, judge.version, label))
             store.tally.count("judge", label.error)
             if len(received) >= chunk:
                 # An interrupt inside this commit rolls it back: ``received`` still holds the

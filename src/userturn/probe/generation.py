@@ -8,7 +8,7 @@ back, not generated again; the thinking is split out of the text once, for every
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Mapping, Sequence
+from typing import Literal, Mapping, Sequence
 
 from userturn.backends import Backend
 from userturn.chat.thinking import (
@@ -43,8 +43,10 @@ class Job:
 
 
 def generate_jobs(store: RunStore, backend: Backend, role: str, jobs: Sequence[Job],
-              executor: Executor, progress: Progress, description: str) -> dict[str, Any]:
-    """Generate what the store lacks, unit by unit, committing each unit; return all rows."""
+              executor: Executor, progress: Progress, description: str
+              ) -> dict[str, GenerationRow]:
+    """Generate what the store lacks, unit by unit, committing each unit; return every job's
+    stored row, by key."""
     keys = [job.key for job in jobs]
     finished = store.finished_keys(keys)
     missing = [job for job in jobs if job.key not in finished]
@@ -57,7 +59,7 @@ def generate_jobs(store: RunStore, backend: Backend, role: str, jobs: Sequence[J
     for result in executor.run(units):
         advance(store_unit(store, backend, role, result.unit, result.generations, fmt, by_key))
     rows = store.generations(keys)
-    return {job.key: {**dict(rows[job.key]), "item_id": job.item_id} for job in jobs}
+    return {job.key: rows[job.key] for job in jobs}
 
 
 def generate(store: RunStore, backend: Backend, requests: Sequence[Request], *,
@@ -77,11 +79,7 @@ def generate(store: RunStore, backend: Backend, requests: Sequence[Request], *,
     engine = engine_of(backend)
     rows = generate_jobs(store, backend, role, jobs, executor or LocalExecutor({engine.spec: engine}),
                      progress or silent_progress, f"{backend.spec} · {role} turns")
-    return [Generation(text=row["text"], raw_text=row["raw_text"],
-                       finish_reason=row["finish_reason"], prompt_tokens=row["prompt_tokens"],
-                       completion_tokens=row["completion_tokens"], error=row["error"],
-                       thinking=row["thinking"])
-            for row in (rows[job.key] for job in jobs)]
+    return [rows[job.key].generation for job in jobs]
 
 
 def store_unit(store: RunStore, backend: Backend, role: str, unit: WorkUnit,

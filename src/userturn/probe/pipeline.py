@@ -55,7 +55,7 @@ from userturn.records import (
 from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.meta import StageTime
-from userturn.store.rows import ContextRow, GenerationRow, PlanRow
+from userturn.store.rows import ContextRow, GenerationRow, PlanRow, ScoreRow
 from userturn.store.sqlite import DB_NAME, generation_key
 from userturn.version import __version__
 
@@ -198,7 +198,7 @@ def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
                 executor: Executor, progress: Progress, clock: StageClock) -> None:
     store.keep_plan([*backends, HUMAN], [dataset.name for dataset in datasets])
     for dataset in datasets:
-        store.put_items(dataset.name, [_item_record(item) for item in dataset.items])
+        store.put_items(dataset.name, dataset.items)
     for dataset in datasets:
         # Each answer is generated once per answering model and shared by every prober,
         # temperature and perturbation that uses it.
@@ -296,18 +296,21 @@ def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, plan: 
     _replan(store, "assistant", backend.spec, dataset.name, jobs)
     rows = generate_jobs(store, backend, "assistant", jobs, executor, progress,
                      f"{backend.spec} · {dataset.name} · assistant turns")
-    _score(store, dataset, rows)
-    return {job.item_id: (job.key, rows[job.key]["text"]) for job in jobs
-            if rows[job.key]["error"] is None}
+    _score(store, dataset, jobs, rows)
+    return {job.item_id: (job.key, rows[job.key].generation.text) for job in jobs
+            if rows[job.key].generation.error is None}
 
 
-def _score(store: RunStore, dataset: Dataset, rows: Mapping[str, Any]) -> None:
+def _score(store: RunStore, dataset: Dataset, jobs: Sequence[Job],
+           rows: Mapping[str, GenerationRow]) -> None:
     if dataset.scorer is None:  # open conversations: no task accuracy
         return
     done = store.scored_keys(dataset.scorer.name)
     items = {item.id: item for item in dataset.items}
-    scores = [(key, dataset.scorer.name, dataset.scorer.score(items[row["item_id"]], row["text"]))
-              for key, row in rows.items() if key not in done and row["error"] is None]
+    item_ids = {job.key: job.item_id for job in jobs}
+    scores = [ScoreRow(key, dataset.scorer.name,
+                       dataset.scorer.score(items[item_ids[key]], row.generation.text))
+              for key, row in rows.items() if key not in done and row.generation.error is None]
     store.put_scores(scores)
 
 
@@ -348,7 +351,8 @@ def _answer_thinking(store: RunStore, answer_sets: Mapping[str, Mapping[str, tup
     """assistant generation key -> its thinking, for the answers that have one."""
     keys = sorted({key for answers in answer_sets.values() for key, _ in answers.values() if key})
     rows = store.generations(keys)
-    return {key: row["thinking"] for key, row in rows.items() if row["thinking"]}
+    return {key: row.generation.thinking for key, row in rows.items()
+            if row.generation.thinking}
 
 
 def _variants(answer: str, item_id: str, texts: Mapping[str, str],
@@ -397,12 +401,6 @@ def _replan(store: RunStore, role: str, model: str, dataset: str, jobs: Sequence
                     job.perturbation)
             for job in jobs]
     store.replace_plan(rows, role=role, model=model, dataset=dataset)
-
-
-def _item_record(item: Item) -> dict[str, Any]:
-    return {"id": item.id, "messages": [dict(m) for m in item.messages],
-            "reference": item.reference, "metadata": dict(item.metadata),
-            "data_answer": item.data_answer, "next_user_turn": item.next_user_turn}
 
 
 def _model_meta(backends: Mapping[str, Backend], conversation: Sequence[Message]

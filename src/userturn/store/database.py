@@ -17,13 +17,24 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence, cast
 
 from userturn.credentials import scrub, scrub_value
 from userturn.errors import DamagedStore, StoreError
-from userturn.records import Label, Score
-from userturn.store.meta import AnnotationSample, RunMeta, damaged_meta
-from userturn.store.rows import ContextRow, GenerationRow, PlanRow
+from userturn.records import FinishReason, Generation, GenerationParams, Item, Request
+from userturn.store.meta import AnnotationSample, MetaChanges, RunMeta, damaged_meta
+from userturn.store.rows import (
+    AnswerRow,
+    ContextRow,
+    GenerationRow,
+    LabelRow,
+    PlanRow,
+    ScoreRow,
+    StoredLabelRow,
+    UserTurnRow,
+    item_from_record,
+    item_record,
+)
 from userturn.store.sqlite import (
     DB_NAME,
     SCHEMA,
@@ -44,6 +55,9 @@ from userturn.store.sqlite import (
     storage_error,
     storage_errors,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's own from Python 3.11
 
 
 class RunStore:
@@ -154,16 +168,34 @@ class RunStore:
             self._copy = None
 
     # -- metadata and items -------------------------------------------------------------------
-    def update_meta(self, **changes: Any) -> RunMeta:
-        """Change fields of the run's :class:`RunMeta` (validated first: a wrong type is a bug
-        caught here, not a report that misreads it later); returns the metadata as stored."""
+    def update_meta(self, **changes: Unpack[MetaChanges]) -> RunMeta:
+        """Change fields of the run's :class:`RunMeta`, named and typed by :class:`MetaChanges`
+        (a name it lacks is refused; a value is validated first: a wrong type is a bug caught
+        here, not a report that misreads it later). All of them are stored in one transaction,
+        or none; returns the metadata as stored."""
+        unknown = sorted(set(changes) - set(MetaChanges.__annotations__))
+        if unknown:
+            raise TypeError(f"update_meta: {', '.join(map(repr, unknown))} "
+                            f"{'is' if len(unknown) == 1 else 'are'} not a field of the run's "
+                            "metadata a command changes (MetaChanges: "
+                            f"{', '.join(MetaChanges.__annotations__)})")
         current = self.meta()
         updated = RunMeta.model_validate({**current.model_dump(), **changes})
+        self._write_meta(updated, changes)
+        return updated
+
+    def put_meta(self, meta: RunMeta) -> RunMeta:
+        """A new run's metadata as one value (an imported run's): every field ``meta`` was given,
+        the keys this version does not know among them, stored in one transaction; the fields
+        it was not given stay as stored. Returns the metadata as stored."""
+        self._write_meta(meta, [*meta.model_fields_set, *(meta.model_extra or {})])
+        return self.meta()
+
+    def _write_meta(self, meta: RunMeta, fields: Iterable[str]) -> None:
         with self.db:
             self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                 [(k, json.dumps(scrub_value(v)))
-                                 for k, v in updated.rows(changes).items()])
-        return updated
+                                 for k, v in meta.rows(fields).items()])
 
     def put_annotation_sample(self, annotator: str, sample: AnnotationSample) -> None:
         samples = self.meta().annotation_samples
@@ -177,15 +209,16 @@ class RunStore:
                                f"{self.folder}` says what can be recovered", damaged)
         return RunMeta.from_rows({key: json.loads(value) for key, value in rows.items()})
 
-    def put_items(self, dataset: str, items: Iterable[Mapping[str, Any]]) -> None:
+    def put_items(self, dataset: str, items: Iterable[Item]) -> None:
         with self.db:
             self.db.executemany(
                 "INSERT OR REPLACE INTO items VALUES (?, ?, ?)",
-                [(dataset, i["id"], scrub(json.dumps(i))) for i in items])
+                [(dataset, i.id, scrub(json.dumps(item_record(i)))) for i in items])
 
-    def items(self, dataset: str) -> dict[str, dict[str, Any]]:
+    def items(self, dataset: str) -> dict[str, Item]:
+        """Item id -> the item, of one dataset of the run."""
         rows = self.db.execute("SELECT item_id, data FROM items WHERE dataset = ?", (dataset,))
-        return {r["item_id"]: json.loads(r["data"]) for r in rows}
+        return {r["item_id"]: item_from_record(json.loads(r["data"])) for r in rows}
 
     # -- the plan -----------------------------------------------------------------------------
     def replace_plan(self, rows: Sequence[PlanRow], *, role: str, model: str,
@@ -228,53 +261,54 @@ class RunStore:
                 "thinking) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 [generation_values(row, now) for row in rows])
 
-    def generations(self, keys: Sequence[str]) -> dict[str, sqlite3.Row]:
-        out: dict[str, sqlite3.Row] = {}
+    def generations(self, keys: Sequence[str]) -> dict[str, GenerationRow]:
+        """Key -> the stored generation, for the keys the store holds (as stored: the same row
+        :meth:`put_generations` took)."""
+        out: dict[str, GenerationRow] = {}
         for start in range(0, len(keys), 500):
             chunk = keys[start:start + 500]
             marks = ",".join("?" * len(chunk))
             rows = self.db.execute(f"SELECT * FROM generations WHERE key IN ({marks})", chunk)
-            out.update((r["key"], r) for r in rows)
+            out.update((r["key"], _generation_row(r)) for r in rows)
         return out
 
     # -- scores and labels --------------------------------------------------------------------
-    def put_scores(self, rows: Sequence[tuple[str, str, Score]]) -> None:
+    def put_scores(self, rows: Sequence[ScoreRow]) -> None:
         with self.db:
             self.db.executemany(
                 "INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?, ?)",
-                [(key, scorer, int(s.correct), s.extracted, s.reference,
-                  json.dumps(dict(s.details))) for key, scorer, s in rows])
+                [(r.key, r.scorer, int(r.score.correct), r.score.extracted, r.score.reference,
+                  json.dumps(dict(r.score.details))) for r in rows])
 
-    def put_labels(self, rows: Sequence[tuple[str, str, Label]]) -> None:
-        """Store (key, version, label); one label per key and source, the newest wins."""
+    def put_labels(self, rows: Sequence[LabelRow]) -> None:
+        """One label per key and source, the newest wins."""
         now = time.time()
         with self.db:
             self.db.executemany(
                 "INSERT OR REPLACE INTO labels (key, source, version, label, rationale, error, "
                 "created, probability) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(key, lab.source, version, lab.label, scrubbed(lab.rationale),
-                  scrubbed(lab.error), now, lab.probability) for key, version, lab in rows])
+                [(r.key, r.label.source, r.version, r.label.label, scrubbed(r.label.rationale),
+                  scrubbed(r.label.error), now, r.label.probability) for r in rows])
 
     def delete_label(self, key: str, source: str) -> None:
         with self.db:
             self.db.execute("DELETE FROM labels WHERE key = ? AND source = ?", (key, source))
 
-    def label_rows(self) -> list[sqlite3.Row]:
-        """Every stored label (key, source, version, label, rationale, error), by source."""
-        return list(self.db.execute("SELECT key, source, version, label, rationale, error, "
-                                    "probability FROM labels ORDER BY source"))
+    def label_rows(self) -> list[StoredLabelRow]:
+        """Every stored label, by source."""
+        return [StoredLabelRow(**dict(r)) for r in self.db.execute(
+            f"SELECT {LABEL_COLUMNS} FROM labels ORDER BY source")]
 
     def stored_label_sources(self) -> list[str]:
         """Every source the run holds labels from, by name."""
         return [r["source"] for r in
                 self.db.execute("SELECT DISTINCT source FROM labels ORDER BY source")]
 
-    def keys_labelled_by(self, source: str) -> list[tuple[str, str | None, str | None]]:
-        """(key, label, rationale) of one source's labels, newest first (rowid breaks ties of
-        equal times)."""
-        rows = self.db.execute("SELECT key, label, rationale FROM labels WHERE source = ? "
+    def keys_labelled_by(self, source: str) -> list[StoredLabelRow]:
+        """One source's labels, newest first (rowid breaks ties of equal times)."""
+        rows = self.db.execute(f"SELECT {LABEL_COLUMNS} FROM labels WHERE source = ? "
                                "ORDER BY created DESC, rowid DESC", (source,))
-        return [(r["key"], r["label"], r["rationale"]) for r in rows]
+        return [StoredLabelRow(**dict(r)) for r in rows]
 
     def labelled_keys(self, source: str, version: str) -> set[str]:
         """Keys ``source`` labelled at ``version`` without error: only successes are cached, a
@@ -292,7 +326,7 @@ class RunStore:
         """Which labellers decide a turn's label, first non-empty wins (set by run and judge)."""
         return self.meta().label_sources
 
-    def user_turn_rows(self) -> list[dict[str, Any]]:
+    def user_turn_rows(self) -> list[UserTurnRow]:
         """Every planned user turn joined with its generation, the answer it follows (the
         context's answer, perturbed or not) and that answer's task score, in report order.
         ``userturn.store.turns.read_turns`` makes them :class:`~userturn.store.turns.Turn` values."""
@@ -310,7 +344,8 @@ class RunStore:
         ORDER BY p.model, p.answerer, p.dataset, p.perturbation, p.temperature, p.item_id,
                  p.sample_index
         """
-        return [dict(r) for r in self.db.execute(query)]
+        return [UserTurnRow(**{**dict(r), "correct": _correct(r["correct"])})
+                for r in self.db.execute(query)]
 
     def plan_rows(self, role: str) -> list[PlanRow]:
         """The planned generations of one role, for exports that rebuild a run elsewhere."""
@@ -323,8 +358,9 @@ class RunStore:
             self.db.executemany("INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",
                                 [(r.context, r.perturbation, scrub(r.answer)) for r in rows])
 
-    def answer_rows(self) -> list[dict[str, Any]]:
-        """Every planned assistant answer joined with its task score (``details`` decoded)."""
+    def answer_rows(self) -> list[AnswerRow]:
+        """Every planned assistant answer joined with its task scores: one row per answer and
+        scorer, one with the score fields None where the answer is not scored."""
         query = """
         SELECT p.model, p.dataset, p.item_id, p.key, g.text, g.thinking, g.error,
                g.finish_reason, s.correct, s.extracted, s.reference, s.scorer, s.details
@@ -332,10 +368,27 @@ class RunStore:
         LEFT JOIN scores s ON s.key = p.key
         WHERE p.role = 'assistant' ORDER BY p.model, p.dataset, p.item_id
         """
-        rows = [dict(r) for r in self.db.execute(query)]
-        for row in rows:
-            row["details"] = json.loads(row["details"]) if row["details"] else {}
-        return rows
+        return [AnswerRow(**{**dict(r), "correct": _correct(r["correct"]),
+                             "details": json.loads(r["details"]) if r["details"] else {}})
+                for r in self.db.execute(query)]
+
+
+LABEL_COLUMNS = "key, source, version, label, rationale, error, probability"
+
+
+def _correct(stored: int | None) -> bool | None:
+    return None if stored is None else bool(stored)
+
+
+def _generation_row(r: sqlite3.Row) -> GenerationRow:
+    request = Request(r["prompt"], GenerationParams(r["temperature"], r["top_p"],
+                                                    r["max_tokens"]),
+                      tuple(json.loads(r["stop"])), r["seed"])
+    generation = Generation(r["text"], r["raw_text"], cast(FinishReason, r["finish_reason"]),
+                            r["prompt_tokens"], r["completion_tokens"], r["error"],
+                            r["thinking"])
+    return GenerationRow(r["key"], r["role"], r["model"], r["revision"], r["template_hash"],
+                         request, r["sample_index"], generation)
 
 
 for _name, _method in list(vars(RunStore).items()):

@@ -11,7 +11,7 @@ extra fields, written back unchanged).
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -139,6 +139,25 @@ class RunMeta(BaseModel):
             else:
                 out[name] = (self.model_extra or {})[name]
         return out
+
+
+class MetaChanges(TypedDict, total=False):
+    """The fields of :class:`RunMeta` a command changes, with their types:
+    ``RunStore.update_meta(finished=time.time())`` is checked by the type checker, and a name not
+    here is refused when called. Each is typed as the :class:`RunMeta` field of the same name
+    (``tests/test_store_rows.py`` holds them together); ``schema_version`` is the store's own."""
+
+    config: dict[str, Any]
+    versions: dict[str, str]
+    started: float | None
+    finished: float | None
+    models: dict[str, ModelMeta]
+    skipped: dict[str, int]
+    dataset_notes: dict[str, list[str]]
+    label_sources: list[str]
+    labeller: Labeller | None
+    annotation_samples: dict[str, AnnotationSample]
+    stages: list[StageTime]
 
 
 def damaged_meta(rows: Mapping[str, str]) -> str:

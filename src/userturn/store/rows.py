@@ -1,16 +1,26 @@
-"""The rows the probe hands the store: named values, one per table row, so that a field cannot
-move or go missing between the stage that plans or generates and the SQL that stores it."""
+"""The rows the store takes and gives back: named values, one per table row (or per joined row of
+a read), so that a field cannot move or go missing between the stage that plans, generates or
+labels and the SQL that stores it, nor between the SQL and the readers of a run.
+
+Rows in: :class:`GenerationRow`, :class:`PlanRow`, :class:`ContextRow`, :class:`ScoreRow`,
+:class:`LabelRow`, and :class:`~userturn.records.Item`. Rows out: :class:`GenerationRow` (the
+same row as stored), :class:`PlanRow`, :class:`StoredLabelRow`, :class:`UserTurnRow`,
+:class:`AnswerRow`, and :class:`~userturn.records.Item`. No ``sqlite3.Row`` or dict leaves the
+store.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-from userturn.records import Generation, Request
+from userturn.records import Generation, Item, Label, Request, Score
 
 
 @dataclass(frozen=True)
 class GenerationRow:
-    """One finished (or failed) generation and everything its key was made of."""
+    """One finished (or failed) generation and everything its key was made of. Read back, its
+    request has no ``constraint`` (the store keeps none: the probe's own turns have none)."""
 
     key: str
     role: str
@@ -49,3 +59,102 @@ class ContextRow:
     context: str
     perturbation: str
     answer: str
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    """The task score of one assistant answer (generation ``key``) by one scorer."""
+
+    key: str
+    scorer: str
+    score: Score
+
+
+@dataclass(frozen=True)
+class LabelRow:
+    """One label of a user turn (generation ``key``) to store: the source is ``label.source``;
+    ``version`` is the source's version (a judge's rubric, a classifier's file), so a label of
+    another version is made again."""
+
+    key: str
+    version: str
+    label: Label
+
+
+@dataclass(frozen=True)
+class StoredLabelRow:
+    """One source's label of a user turn as stored (``label`` None: undecided, or invalid with
+    ``error``; ``rationale`` None where the source gave none)."""
+
+    key: str
+    source: str
+    version: str
+    label: str | None
+    rationale: str | None
+    error: str | None
+    probability: float | None
+    """How sure the source is (the learned classifier's calibrated probability), else None."""
+
+
+@dataclass(frozen=True)
+class UserTurnRow:
+    """One planned user turn joined with its generation, the answer it follows as shown (the
+    context's answer, perturbed or not) and that answer's task score."""
+
+    model: str
+    dataset: str
+    item_id: str
+    context: str
+    temperature: float
+    sample_index: int
+    answerer: str
+    perturbation: str
+    key: str
+    text: str
+    raw_text: str
+    thinking: str | None
+    finish_reason: str
+    error: str | None
+    prompt: str
+    answer: str | None
+    """None: the answer's generation is not stored (a run stopped before it)."""
+    correct: bool | None
+    """The answer's task score (None: not scored)."""
+
+
+@dataclass(frozen=True)
+class AnswerRow:
+    """One planned assistant answer joined with one of its task scores (the score fields None:
+    not scored)."""
+
+    model: str
+    dataset: str
+    item_id: str
+    key: str
+    text: str
+    thinking: str | None
+    error: str | None
+    finish_reason: str
+    correct: bool | None
+    extracted: str | None
+    reference: str | None
+    scorer: str | None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+def item_record(item: Item) -> dict[str, Any]:
+    """An item as the store keeps it (and the lm-eval export carries it): one JSON object."""
+    return {"id": item.id, "messages": [dict(m) for m in item.messages],
+            "reference": item.reference, "metadata": dict(item.metadata),
+            "data_answer": item.data_answer, "next_user_turn": item.next_user_turn}
+
+
+def item_from_record(record: Mapping[str, Any]) -> Item:
+    """The item of a stored record. A run stored before items had ``next_user_turn`` (or
+    ``data_answer``) lacks the field: the next user turn is then in the item's metadata."""
+    metadata = dict(record.get("metadata") or {})
+    next_user_turn = (record["next_user_turn"] if "next_user_turn" in record
+                      else metadata.get("next_user_turn"))
+    return Item(id=record["id"], messages=tuple(dict(m) for m in record.get("messages", ())),
+                reference=record.get("reference"), metadata=metadata,
+                data_answer=record.get("data_answer"), next_user_turn=next_user_turn)

@@ -11,9 +11,9 @@ need not import the store. The flat export's columns (:func:`flat_records`) are 
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from userturn.records import COLUMNS, Answer, Message, StoredLabel, Turn
+from userturn.records import COLUMNS, Answer, Item, Message, StoredLabel, Turn
 from userturn.store.database import RunStore
 
 
@@ -64,36 +64,28 @@ def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> li
     sources = label_sources(store, labels)
     stored: dict[str, list[StoredLabel]] = {}
     for found in store.label_rows():
-        stored.setdefault(found["key"], []).append(StoredLabel(
-            found["source"], found["version"], found["label"], found["rationale"], found["error"],
-            found["probability"]))
-    items: dict[str, dict[str, dict[str, Any]]] = {}
+        stored.setdefault(found.key, []).append(StoredLabel(
+            found.source, found.version, found.label, found.rationale, found.error,
+            found.probability))
+    items: dict[str, dict[str, Item]] = {}
     turns = []
     for row in store.user_turn_rows():
-        if row["dataset"] not in items:
-            items[row["dataset"]] = store.items(row["dataset"])
-        record = items[row["dataset"]].get(row["item_id"], {})
-        messages = tuple(record.get("messages", ()))
-        own = tuple(stored.get(row["key"], ()))
+        if row.dataset not in items:
+            items[row.dataset] = store.items(row.dataset)
+        item = items[row.dataset].get(row.item_id)
+        messages = item.messages if item is not None else ()
+        own = tuple(stored.get(row.key, ()))
         turns.append(Turn(
-            model=row["model"], answerer=row["answerer"], dataset=row["dataset"],
-            perturbation=row["perturbation"], temperature=row["temperature"],
-            sample_index=row["sample_index"], item_id=row["item_id"], context=row["context"],
-            key=row["key"], query=_query(messages), answer=row["answer"] or "",
-            answer_correct=None if row["correct"] is None else bool(row["correct"]),
-            user_turn=row["text"], raw_user_turn=row["raw_text"], thinking=row["thinking"],
-            finish_reason=row["finish_reason"], error=row["error"], prompt=row["prompt"],
-            messages=messages, next_user_turn=_next_user_turn(record),
+            model=row.model, answerer=row.answerer, dataset=row.dataset,
+            perturbation=row.perturbation, temperature=row.temperature,
+            sample_index=row.sample_index, item_id=row.item_id, context=row.context,
+            key=row.key, query=_query(messages), answer=row.answer or "",
+            answer_correct=row.correct, user_turn=row.text, raw_user_turn=row.raw_text,
+            thinking=row.thinking, finish_reason=row.finish_reason, error=row.error,
+            prompt=row.prompt, messages=messages,
+            next_user_turn=item.next_user_turn if item is not None else None,
             labels=own, **_resolve(own, sources)))
     return turns
-
-
-def _next_user_turn(record: Mapping[str, Any]) -> str | None:
-    """The item's real next user turn; a run stored before items had the field keeps it in the
-    item's metadata."""
-    if "next_user_turn" in record:
-        return record["next_user_turn"]
-    return record.get("metadata", {}).get("next_user_turn")
 
 
 def _query(messages: Sequence[Message]) -> str:
@@ -117,8 +109,7 @@ def _resolve(labels: Sequence[StoredLabel], sources: Sequence[str]) -> dict[str,
 
 def read_answers(store: RunStore) -> list[Answer]:
     """Every planned assistant answer with its task score, by model, dataset and item."""
-    return [Answer(row["model"], row["dataset"], row["item_id"], row["key"], row["text"],
-                   row["thinking"], row["error"], row["finish_reason"],
-                   None if row["correct"] is None else bool(row["correct"]), row["extracted"],
-                   row["reference"], row["scorer"], row["details"])
+    return [Answer(row.model, row.dataset, row.item_id, row.key, row.text, row.thinking,
+                   row.error, row.finish_reason, row.correct, row.extracted, row.reference,
+                   row.scorer, row.details)
             for row in store.answer_rows()]
