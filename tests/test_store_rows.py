@@ -12,11 +12,10 @@ import pytest
 from pydantic import ValidationError
 
 from userturn.errors import StoreError
-from userturn.records import Generation, GenerationParams, Item, Label, Request, Score
+from userturn.records import Answer, Generation, GenerationParams, Item, Label, Request, Score
 from userturn.store.database import RunStore
 from userturn.store.meta import MetaChanges, RunMeta
 from userturn.store.rows import (
-    AnswerRow,
     ContextRow,
     GenerationRow,
     LabelRow,
@@ -85,9 +84,9 @@ def test_user_turns_and_answers_come_back_typed_with_their_scores_and_contexts(s
         prompt="<user>2+2?<assistant>It is 4.<user>", answer="It is",  # the context's answer
         correct=True)
     assert store.answer_rows() == [
-        AnswerRow("fake/m", "gsm", "q1", "a1", "It is 4.", "add", None, "stop", True, "4", "4",
+        Answer("fake/m", "gsm", "q1", "a1", "It is 4.", "add", None, "stop", True, "4", "4",
                   "gsm", {"loose": 1.0}),
-        AnswerRow("fake/m", "gsm", "q2", "a2", "", None, "timed out", "error", None, None, None,
+        Answer("fake/m", "gsm", "q2", "a2", "", None, "timed out", "error", None, None, None,
                   None, {})]  # not scored: the score fields None, not 0 or ""
 
 

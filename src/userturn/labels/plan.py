@@ -30,6 +30,19 @@ def unique_judges(judge: str | list[str] | None) -> list[str]:
     return list(dict.fromkeys([judge] if isinstance(judge, str) else judge))
 
 
+def checked_file(value: Path | None, info: ValidationInfo,
+                 load: Callable[[Path], object]) -> Path | None:
+    """A parameters file read whole by ``load`` when the settings are read, before any dataset
+    or model loads: a wrong file fails in one line, not after the run has generated everything.
+    (A stored run's file was read when it ran: reading its settings back does not need it.)"""
+    if value is not None and not reading_stored(info):
+        try:
+            load(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
 class JudgeSpec(Spec):
     """Who judges which turns, where: what `userturn judge` is given (a run's labelling plan
     holds the same settings under the same names)."""
@@ -54,15 +67,9 @@ class JudgeSpec(Spec):
     @field_validator("judge_calibration")
     @classmethod
     def _calibration_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        """Read whole before any model loads (a stored run's file was read when it ran)."""
-        if value is not None and not reading_stored(info):
-            from userturn.labels.local_judge import JudgeCalibration
+        from userturn.labels.local_judge import JudgeCalibration
 
-            try:
-                JudgeCalibration.load(value)
-            except ConfigError as exc:
-                raise ValueError(str(exc)) from None
-        return value
+        return checked_file(value, info, JudgeCalibration.load)
 
     @property
     def judges(self) -> list[str]:
@@ -101,17 +108,9 @@ class LabellingPlan(JudgeSpec):
     @field_validator("classifier")
     @classmethod
     def _classifier_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        """The classifier file is read whole here, before any dataset or model loads: a wrong
-        file fails in one line, not after the run has generated everything. (A stored run's
-        file was read when it ran: reading its plan back does not need the file.)"""
-        if value is not None and not reading_stored(info):
-            from userturn.labels.classifier import LinearModel
+        from userturn.labels.classifier import LinearModel
 
-            try:
-                LinearModel.load(value)
-            except ConfigError as exc:
-                raise ValueError(str(exc)) from None
-        return value
+        return checked_file(value, info, LinearModel.load)
 
     @property
     def offline(self) -> OfflineLabeller:

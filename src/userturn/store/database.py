@@ -21,10 +21,9 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence, cast
 
 from userturn.credentials import scrub, scrub_value
 from userturn.errors import DamagedStore, StoreError
-from userturn.records import FinishReason, Generation, GenerationParams, Item, Request
+from userturn.records import Answer, FinishReason, Generation, GenerationParams, Item, Request
 from userturn.store.meta import AnnotationSample, MetaChanges, RunMeta, damaged_meta
 from userturn.store.rows import (
-    AnswerRow,
     ContextRow,
     GenerationRow,
     LabelRow,
@@ -358,7 +357,7 @@ class RunStore:
             self.db.executemany("INSERT OR REPLACE INTO contexts VALUES (?, ?, ?)",
                                 [(r.context, r.perturbation, scrub(r.answer)) for r in rows])
 
-    def answer_rows(self) -> list[AnswerRow]:
+    def answer_rows(self) -> list[Answer]:
         """Every planned assistant answer joined with its task scores: one row per answer and
         scorer, one with the score fields None where the answer is not scored."""
         query = """
@@ -368,7 +367,7 @@ class RunStore:
         LEFT JOIN scores s ON s.key = p.key
         WHERE p.role = 'assistant' ORDER BY p.model, p.dataset, p.item_id
         """
-        return [AnswerRow(**{**dict(r), "correct": _correct(r["correct"]),
+        return [Answer(**{**dict(r), "correct": _correct(r["correct"]),
                              "details": json.loads(r["details"]) if r["details"] else {}})
                 for r in self.db.execute(query)]
 

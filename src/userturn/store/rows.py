@@ -5,13 +5,13 @@ labels and the SQL that stores it, nor between the SQL and the readers of a run.
 Rows in: :class:`GenerationRow`, :class:`PlanRow`, :class:`ContextRow`, :class:`ScoreRow`,
 :class:`LabelRow`, and :class:`~userturn.records.Item`. Rows out: :class:`GenerationRow` (the
 same row as stored), :class:`PlanRow`, :class:`StoredLabelRow`, :class:`UserTurnRow`,
-:class:`AnswerRow`, and :class:`~userturn.records.Item`. No ``sqlite3.Row`` or dict leaves the
-store.
+:class:`~userturn.records.Answer` (the read model's own value), and :class:`~userturn.records.Item`.
+No ``sqlite3.Row`` or dict leaves the store.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from userturn.records import Generation, Item, Label, Request, Score
@@ -120,26 +120,6 @@ class UserTurnRow:
     """None: the answer's generation is not stored (a run stopped before it)."""
     correct: bool | None
     """The answer's task score (None: not scored)."""
-
-
-@dataclass(frozen=True)
-class AnswerRow:
-    """One planned assistant answer joined with one of its task scores (the score fields None:
-    not scored)."""
-
-    model: str
-    dataset: str
-    item_id: str
-    key: str
-    text: str
-    thinking: str | None
-    error: str | None
-    finish_reason: str
-    correct: bool | None
-    extracted: str | None
-    reference: str | None
-    scorer: str | None
-    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 def item_record(item: Item) -> dict[str, Any]:

@@ -109,7 +109,4 @@ def _resolve(labels: Sequence[StoredLabel], sources: Sequence[str]) -> dict[str,
 
 def read_answers(store: RunStore) -> list[Answer]:
     """Every planned assistant answer with its task score, by model, dataset and item."""
-    return [Answer(row.model, row.dataset, row.item_id, row.key, row.text, row.thinking,
-                   row.error, row.finish_reason, row.correct, row.extracted, row.reference,
-                   row.scorer, row.details)
-            for row in store.answer_rows()]
+    return store.answer_rows()
