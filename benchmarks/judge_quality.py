@@ -139,13 +139,14 @@ def calibration_rows(turns: Sequence[Turn], verdicts: dict[str, dict]) -> list[t
             if key_of(t) in verdicts and verdicts[key_of(t)].get("logprobs")]
 
 
-def fit_calibration(rows: Sequence[tuple[Turn, dict]], judge: str, fit_on: str):  # type: ignore[no-untyped-def]
+def fit_calibration(rows: Sequence[tuple[Turn, dict]], judge: str, fit_on: str,  # type: ignore[no-untyped-def]
+                    revision: str = ""):
     """A JudgeCalibration fit on ``rows`` (their reference labels), by multinomial logistic
-    regression on the clipped log-probabilities."""
+    regression on the clipped log-probabilities; ``revision``: the judge model's."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
-    from userturn.labels.local_judge import JudgeCalibration
+    from userturn.labels.local_judge import LABEL_RUBRIC_VERSION, JudgeCalibration
 
     x = np.clip(np.array([row["logprobs"] for _, row in rows], dtype=float), -50.0, 0.0)
     y = [turn.example.label for turn, _ in rows]
@@ -153,9 +154,20 @@ def fit_calibration(rows: Sequence[tuple[Turn, dict]], judge: str, fit_on: str):
     coef, bias = model.coef_, model.intercept_
     if len(model.classes_) == 2:  # sklearn gives one row for two classes: both, as softmax
         coef, bias = np.vstack([-coef[0] / 2, coef[0] / 2]), np.array([-bias[0] / 2, bias[0] / 2])
-    return JudgeCalibration(judge, tuple(str(c) for c in model.classes_),
+    return JudgeCalibration(judge, revision, LABEL_RUBRIC_VERSION,
+                            tuple(str(c) for c in model.classes_),
                             tuple(tuple(map(float, row)) for row in coef),
                             tuple(map(float, bias)), fit_on)
+
+
+def judge_revision(judge: str) -> str:
+    """The revision of the model a judge's name (``judge:SPEC@rubric...``) names, read from the
+    model as a run would load it (a GGUF's content hash): a calibration holds for that model
+    wherever it lives."""
+    from userturn.backends import load_backend
+
+    spec = judge.removeprefix("judge:").rpartition("@")[0]
+    return str(load_backend(spec, batch_size=1).revision)
 
 
 def out_of_source_verdicts(turns: Sequence[Turn], verdicts: dict[str, dict]) -> dict[str, dict]:
@@ -229,7 +241,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             raise SystemExit("no train-split verdicts with log-probabilities to fit on")
         judge = rows[0][1]["judge"]
         fit = fit_calibration(rows, judge, f"{len(rows)} train-split turns of "
-                              + ", ".join(sorted({t.generator for t, _ in rows})))
+                              + ", ".join(sorted({t.generator for t, _ in rows})),
+                              judge_revision(judge))
         fit.save(args.fit_calibration)
         print(f"wrote {args.fit_calibration}: {fit.fit_on}; use it with userturn run --judge "
               f"SPEC --judge-calibration {args.fit_calibration}")

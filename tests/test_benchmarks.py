@@ -273,7 +273,7 @@ def test_judge_quality_calibrates_a_leaning_judge_on_sources_it_was_not_fit_to(
         for row in map(json.loads, rows):
             scores = [-1.0 if label == "meta" else -1.5 if label == row["label"] else -6.0
                       for label in LABELS]
-            out.write(json.dumps({"judge": "judge:leaning@rubric1-labels", "key": turn_key(
+            out.write(json.dumps({"judge": "judge:tiny@rubric1-labels", "key": turn_key(
                 row["query"], row["answer"], row["user_turn"]), "group": "?", "label": "meta",
                 "probability": 0.5, "error": None, "seconds": 0.1, "logprobs": scores}) + "\n")
     fitted = tmp_path / "cal.json"
@@ -285,5 +285,6 @@ def test_judge_quality_calibrates_a_leaning_judge_on_sources_it_was_not_fit_to(
     human = re.search(r"^\| human \| 251 \| 0 \| (\d\.\d+) ", calibrated, re.M)
     assert human and float(human.group(1)) > 0.9, calibrated
     calibration = JudgeCalibration.load(fitted)
-    assert calibration.judge == "judge:leaning@rubric1-labels"
+    assert calibration.judge == "judge:tiny@rubric1-labels"
+    assert (calibration.revision, calibration.rubric) == ("tiny-v1", "1-labels")  # the model's
     assert "train-split turns of authored, qwen2.5-coder-1.5b, smollm2" in calibration.fit_on

@@ -42,6 +42,7 @@ class ScriptedScores:
 
     def __init__(self, scores, spec: str = "fake/scores") -> None:
         self.spec, self.template, self.scores = spec, fake_template(spec), scores
+        self.revision = "scripted"
         self.prompts: list[str] = []
 
     def score_options(self, prompt: str, options: Sequence[str], *,
@@ -186,10 +187,11 @@ def test_a_run_judged_by_label_probabilities_stores_them_where_the_rules_abstain
     assert judge_with_all(store, [LabelProbabilityJudge(scores)], "undecided") == 0
 
 
-def shifted_calibration(judge: str, towards: str, by: float) -> JudgeCalibration:
+def shifted_calibration(revision: str, towards: str, by: float) -> JudgeCalibration:
     """The raw reading (identity weights) with ``towards`` raised by ``by`` in log space."""
     n = len(LABELS)
-    return JudgeCalibration(judge, tuple(LABELS),
+    return JudgeCalibration("judge:fake/scores@rubric1-labels", revision, "1-labels",
+                            tuple(LABELS),
                             tuple(tuple(1.0 if i == j else 0.0 for j in range(n))
                                   for i in range(n)),
                             tuple(by if label == towards else 0.0 for label in LABELS))
@@ -206,7 +208,7 @@ def test_a_calibrated_judge_reads_the_calibrated_label_under_a_name_of_its_own()
     assert label.label == "meta" and label.source == same.name
     assert label.probability == pytest.approx(0.6 / 0.9, abs=1e-6)  # the renormalised raw one
     # A judge that under-says new_query, corrected: e^1 * 0.3 > 0.6.
-    shifted = LabelProbabilityJudge(scores, calibration=shifted_calibration(raw.name,
+    shifted = LabelProbabilityJudge(scores, calibration=shifted_calibration("scripted",
                                                                             "new_query", 1.0))
     label = shifted.classify(CASE)
     expected = 0.3 * math.e / (0.3 * math.e + 0.6 + 5 * 1e-9)
@@ -220,13 +222,16 @@ def test_a_calibrated_judge_reads_the_calibrated_label_under_a_name_of_its_own()
 
 def test_a_calibration_must_be_whole_and_fit_for_the_judge_it_calibrates(tmp_path) -> None:
     scores = ScriptedScores(lambda p: logprobs(meta=0.6))
-    with pytest.raises(ConfigError, match="fit for judge:other@rubric1-labels, not "
-                                          "judge:fake/scores@rubric1-labels"):
+    with pytest.raises(ConfigError, match="fit for model llamacpp:gguf-sha256:0123 and rubric "
+                                          "1-labels, not scripted and 1-labels"):
         LabelProbabilityJudge(scores, calibration=shifted_calibration(
-            "judge:other@rubric1-labels", "meta", 0.0))
+            "llamacpp:gguf-sha256:0123", "meta", 0.0))
     damaged = tmp_path / "cal.json"
-    for text in ("{", '{"judge": "j", "labels": ["follow_up"], "weights": [[1]], "bias": [0]}',
-                 '{"judge": "j", "labels": ["nope"], "weights": [[0,0,0,0,0,0,0]], "bias": [0]}'):
+    whole = '"judge": "j", "revision": "r", "rubric": "1-labels"'
+    for text in ("{", '{' + whole + ', "labels": ["follow_up"], "weights": [[1]], "bias": [0]}',
+                 '{' + whole + ', "labels": ["nope"], "weights": [[0,0,0,0,0,0,0]], '
+                 '"bias": [0]}', '{"judge": "j", "labels": ["follow_up"], "weights": '
+                 '[[0,0,0,0,0,0,0]], "bias": [0]}'):
         damaged.write_text(text)
         with pytest.raises(ConfigError, match="is not a judge calibration"):
             JudgeCalibration.load(damaged)

@@ -115,9 +115,13 @@ def verdict_from_logprobs(logprobs: Sequence[float], source: str,
 @dataclass(frozen=True)
 class JudgeCalibration:
     """The label from the judge's seven log-probabilities: softmax(weights . logprobs + bias),
-    fit for one judge (``judge``: its name, with the rubric version) on labelled turns."""
+    fit for one judge model (``revision``: its backend's revision, e.g. the GGUF's content
+    hash, so the file holds wherever the model lives) and one rubric on labelled turns
+    (``judge``: the judge's name when it was fit, for the reader)."""
 
     judge: str
+    revision: str
+    rubric: str
     labels: tuple[str, ...]
     weights: tuple[tuple[float, ...], ...]  # one row per label in ``labels``, one column per LABELS
     bias: tuple[float, ...]
@@ -138,7 +142,8 @@ class JudgeCalibration:
         return {label: e / total for label, e in zip(self.labels, exps)}
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps({"judge": self.judge, "labels": list(self.labels),
+        path.write_text(json.dumps({"judge": self.judge, "revision": self.revision,
+                                    "rubric": self.rubric, "labels": list(self.labels),
                                     "weights": [list(r) for r in self.weights],
                                     "bias": list(self.bias), "fit_on": self.fit_on}, indent=1)
                         + "\n", encoding="utf-8")
@@ -151,7 +156,8 @@ class JudgeCalibration:
             labels = tuple(str(label) for label in data["labels"])
             weights = tuple(tuple(float(w) for w in row) for row in data["weights"])
             bias = tuple(float(b) for b in data["bias"])
-            judge = str(data["judge"])
+            judge, revision, rubric = str(data["judge"]), str(data["revision"]), \
+                str(data["rubric"])
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{path} is not a judge calibration ({type(exc).__name__}: "
                               f"{exc})") from None
@@ -162,7 +168,7 @@ class JudgeCalibration:
             raise ConfigError(f"{path} is not a judge calibration: it needs one row of "
                               f"{len(LABELS)} finite weights and a bias per label, labels among "
                               f"{', '.join(LABELS)}")
-        return cls(judge, labels, weights, bias, str(data.get("fit_on", "")))
+        return cls(judge, revision, rubric, labels, weights, bias, str(data.get("fit_on", "")))
 
 
 def calibrated_verdict(logprobs: Sequence[float], source: str, calibration: JudgeCalibration,
@@ -189,10 +195,13 @@ class LabelProbabilityJudge(Judge):
         spec = getattr(backend, "spec", type(backend).__name__)
         name = name or f"judge:{spec}@rubric{LABEL_RUBRIC_VERSION}"
         if calibration is not None:
-            if calibration.judge != name:
-                raise ConfigError(f"the judge calibration was fit for {calibration.judge}, not "
-                                  f"{name}: fit one for this judge (benchmarks/judge_quality.py "
-                                  "--fit-calibration)")
+            revision = str(getattr(backend, "revision", ""))
+            if (calibration.revision, calibration.rubric) != (revision, LABEL_RUBRIC_VERSION):
+                raise ConfigError(
+                    f"the judge calibration was fit for model {calibration.revision} and rubric "
+                    f"{calibration.rubric}, not {revision} and {LABEL_RUBRIC_VERSION} "
+                    f"({calibration.judge} then, {name} now): fit one for this judge "
+                    "(benchmarks/judge_quality.py --fit-calibration)")
             name = f"{name}+cal:{calibration.tag}"  # calibrated labels are another source
         super().__init__(None, name=name, concurrency=1)
         self.backend, self.min_mass, self.calibration = backend, min_mass, calibration
