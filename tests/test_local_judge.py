@@ -29,6 +29,7 @@ from userturn.labels.plan import JudgeSpec
 from userturn.labels.stages import judge_with_all
 from userturn.probe.pipeline import run_experiment
 from userturn.records import LABELS, Case
+from userturn.store.database import RunStore
 from userturn.store.turns import read_turns
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -246,3 +247,28 @@ def test_a_calibration_must_be_whole_and_fit_for_the_judge_it_calibrates(tmp_pat
     with pytest.raises(ConfigError, match=r"invalid config \(judge_calibration\): .*cal.json is "
                                           r"not a judge calibration"):
         load_experiment(None, {"judge": "tiny", "judge_calibration": str(damaged)})
+
+
+def test_a_run_stopped_while_judging_keeps_its_sources_and_every_verdict(
+        gsm_file, tmp_path, monkeypatch):
+    """Ctrl-C on the judge's third turn: the verdicts received stay, and the run's label sources
+    are recorded anyway (rules, the judge, the classifier), so the classifier's labels decide
+    every turn the judge did not reach."""
+    calls = []
+
+    def scores(prompt: str) -> list[float]:
+        calls.append(prompt)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return logprobs(new_query=0.9)
+
+    judge = LabelProbabilityJudge(ScriptedScores(scores))
+    monkeypatch.setattr("userturn.labels.judges.judge_from_spec", lambda spec, **_: judge)
+    exp = experiment(gsm_file, tmp_path, judge="scripted")
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+    store = RunStore.open(exp.output)
+    assert store.meta().label_sources == ["rules", judge.name, "classifier"]
+    turns = read_turns(store)
+    assert sum(t.label_source == judge.name for t in turns) == 2  # received before the stop
+    assert {t.label_source for t in turns} == {"rules", judge.name, "classifier"}

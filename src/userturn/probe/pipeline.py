@@ -218,13 +218,16 @@ def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
     clock.timed("labelling", "labels", lambda: label_offline(
         store, labelling.offline, backends, classifier_path=labelling.classifier,
         progress=progress))
-    if judges:
-        clock.timed("judge", "requests", lambda: judge_with_all(
-            store, judges, labelling.judge_scope, progress,
-            threshold=labelling.judge_threshold, record=False))
-    # The run's label sources, worked out once from its plan and the judges' names.
-    record_sources(store, labelling.offline, [judge.name for judge in judges],
-                   labelling.judge_scope)
+    try:
+        if judges:
+            clock.timed("judge", "requests", lambda: judge_with_all(
+                store, judges, labelling.judge_scope, progress,
+                threshold=labelling.judge_threshold, record=False))
+    finally:
+        # The run's label sources, worked out once from its plan and the judges' names; also
+        # when judging stops early (Ctrl-C), so the labels it has decide where they exist.
+        record_sources(store, labelling.offline, [judge.name for judge in judges],
+                       labelling.judge_scope)
 
 
 def _human_stage(store: RunStore, dataset: Dataset,
