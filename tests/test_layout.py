@@ -238,3 +238,12 @@ def test_only_report_and_cli_print() -> None:
                  if name.split(".")[1:2] not in (["report"], ["cli"])
                  and (found := printing(path.read_text(encoding="utf-8")))}
     assert offenders == {}
+
+
+def test_a_stored_experiment_is_read_through_its_specs_not_by_string_key() -> None:
+    """A run's ``meta.config`` is read back typed (``ProbePlan.stored(meta.config)`` and the
+    other specs' ``stored``): a key renamed in a spec then fails in one place, not in a reader."""
+    found = [f"{name}:{number}: {line.strip()}" for name, path in modules().items()
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if "config.get(" in line or "meta.config[" in line]
+    assert found == []
