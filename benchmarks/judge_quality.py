@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/judge_quality.py --judge llamacpp/corpus/work/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
     .venv/bin/python benchmarks/judge_quality.py --judge smollm2 --limit 40   # the floor, a sample
-    .venv/bin/python benchmarks/judge_quality.py --table corpus/judge_verdicts.jsonl  # table only
+    .venv/bin/python benchmarks/judge_quality.py --table corpus/judge_verdicts_qwen.jsonl  # table only
     .venv/bin/python benchmarks/judge_quality.py --table corpus/judge_verdicts_qwen.jsonl \
         --calibrate --fit-calibration corpus/judge_calibration_qwen.json  # the calibrated judge
 
@@ -49,7 +49,7 @@ from userturn.labels.corpus import CORPUS_FILE  # noqa: E402
 from userturn.labels.training import evaluate  # noqa: E402
 
 GROUPS = ("human", "smollm2", "qwen2.5-coder-1.5b", "authored")
-DEFAULT_VERDICTS = Path(__file__).resolve().parent.parent / "corpus" / "judge_verdicts.jsonl"
+DEFAULT_VERDICTS = Path(__file__).resolve().parent.parent / "corpus" / "judge_verdicts_qwen.jsonl"
 
 
 def key_of(turn: Turn) -> str:
