@@ -10,8 +10,7 @@ from typing import Any, Callable
 from userturn.cli.flags import (
     Flag,
     add_flags,
-    count_or_all,
-    count_or_auto,
+    count_or,
     flag_values,
     key_values,
     names,
@@ -35,8 +34,8 @@ EXAMPLE_ANSWER = ("She makes 24 + 18 = 42 muffins. After selling 35, she has 42 
 RUN_FLAGS: dict[str, Flag] = {
     "models": Flag(("--model",), repeat=True, metavar="MODEL"),
     "datasets": Flag(("--dataset",), repeat=True, metavar="DATASET"),
-    "limit": Flag(parse=count_or_all, metavar="N|all"),
-    "batch_size": Flag(parse=count_or_auto, metavar="N|auto"),
+    "limit": Flag(parse=count_or("all"), metavar="N|all"),
+    "batch_size": Flag(parse=count_or("auto"), metavar="N|auto"),
     "fields": Flag(("--field",), repeat=True, collect=parse_field_mappings,
                    metavar="FIELD=COLUMN"),
     "answerers": Flag(("--answerer",), repeat=True, metavar="ANSWERER"),

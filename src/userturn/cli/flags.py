@@ -160,26 +160,21 @@ def on_off(text: str) -> list[bool]:
         raise argparse.ArgumentTypeError(f"expected on, off or on,off, got {text!r}") from None
 
 
-def count_or_all(text: str) -> int | str:
-    """A count, or ``all`` for no limit (as ``limit: all`` in a file)."""
-    if text.strip().lower() == "all":
-        return "all"
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number or all, got {text!r}") \
-            from None
+def count_or(word: str) -> Callable[[str], int | str]:
+    """A flag parser for a count or ``word`` (``all`` for no limit, ``auto`` for what the device
+    holds), as the same key takes in a file (``limit: all``, ``batch_size: auto``)."""
 
+    def parse(text: str) -> int | str:
+        if text.strip().lower() == word:
+            return word
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number or {word}, got "
+                                             f"{text!r}") from None
 
-def count_or_auto(text: str) -> int | str:
-    """A count, or ``auto`` for what the device holds (as ``batch_size: auto`` in a file)."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") \
-            from None
+    parse.__name__ = f"count_or_{word}"  # argparse names the parser in its usage errors
+    return parse
 
 
 def key_values(pairs: list[str]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from the labeller table (:mod:`.sources`) and is recorded once, by :func:`record
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 from userturn.errors import TemplateError, UserturnError
 from userturn.labels.classifier import in_chunks
@@ -71,7 +71,7 @@ def label_offline(store: RunStore, offline: OfflineLabeller,
     learned = offline.learned_classifier(classifier_path)
     turns = [t for t in read_turns(store, RULES) if t.error is None]
     rules = RulesClassifier()
-    rules_labels = {lab_key: label for lab_key, label in _stored_labels(turns, rules)}
+    rules_labels = _stored_labels(turns, rules)
     added = label_with(store, [rules], headers, progress, turns=turns, stored=rules_labels)
     if learned is not None:
         # In the cascade the classifier decides only where the rules abstain, so it labels those
@@ -91,26 +91,23 @@ def record_sources(store: RunStore, offline: OfflineLabeller, judges: Sequence[s
     return sources
 
 
-def _stored_labels(turns: Sequence[Turn], rules: Classifier) -> list[tuple[str, str | None]]:
-    """The rules' stored verdict of each turn that has one at the rules' version."""
-    return [(t.key, lab.label) for t in turns for lab in t.labels
-            if lab.source == rules.name and lab.version == rules.version]
+def _stored_labels(turns: Sequence[Turn], rules: Classifier) -> dict[str, str | None]:
+    """The rules' stored verdict of each turn that has one at the rules' version, by key."""
+    return {t.key: lab.label for t in turns for lab in t.labels
+            if lab.source == rules.name and lab.version == rules.version}
 
 
 def label_with(store: RunStore, labellers: Sequence[Classifier],
-               headers: Mapping[str, str] | None = None, progress: Progress | None = None,
-               only: Callable[[Turn], bool] | None = None, *,
+               headers: Mapping[str, str] | None = None, progress: Progress | None = None, *,
                turns: Sequence[Turn] | None = None,
                stored: dict[str, str | None] | None = None) -> int:
     """Label every generated user turn (or ``turns``, as read by the caller) that each of
     ``labellers`` has not labelled at its version, each under its own source; a turn is shown as
     :meth:`Turn.case` makes it, with its model's assistant header from ``headers`` (model spec
-    -> header). ``only``: the turns (read with the rules' labels) that need these labellers.
-    ``stored``: key -> label, filled with each new label (the next stage reads it instead of
+    -> header). ``stored``: key -> label, filled with each new label (the next stage reads it instead of
     the store). Returns the labels added."""
     if turns is None:
         turns = [t for t in read_turns(store, RULES) if t.error is None]
-    turns = [t for t in turns if only is None or only(t)]
     count = 0
     for source in labellers:
         done = store.labelled_keys(source.name, source.version)
