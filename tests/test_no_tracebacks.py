@@ -169,27 +169,31 @@ def test_a_second_interrupt_during_judge_exits_at_once_with_what_was_received(fi
     assert main(["run", *RUN, "-o", str(folder)]) == 0  # four user turns
     capsys.readouterr()
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
-    with FakeOpenAI() as fake:
+    first_line = "userturn: interrupted;" if first == signal.SIGINT else \
+        "userturn: terminated (SIGTERM);"
+    errors = tmp_path / "stderr.txt"
+    with FakeOpenAI() as fake, errors.open("w") as stderr:
         fake.then(Answer(), Answer())
         fake.always(Answer(delay=30.0))  # two requests stay in flight
         judging = subprocess.Popen(
             [sys.executable, "-m", "userturn.cli.main", "judge", str(folder), "--judge",
              "openai/j", "--base-url", fake.url, "--scope", "all", "--concurrency", "2"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
         wait_for(lambda: len(fake.requests) >= 4)
         wait_for(lambda: judge_labels(folder) == 2, seconds=10)
         judging.send_signal(first)
-        time.sleep(1.0)  # the first interrupt's line is out; the in-flight requests wait on
+        # The first interrupt is handled (its line is out); the in-flight requests wait on.
+        wait_for(lambda: first_line in errors.read_text(), seconds=10)
         assert judging.poll() is None
         judging.send_signal(signal.SIGINT)
         started = time.monotonic()
-        _, err = judging.communicate(timeout=20)
+        judging.communicate(timeout=20)
         assert time.monotonic() - started < 5  # at once, not after the 30 s requests
+    err = errors.read_text()
     assert judging.returncode == (130 if first == signal.SIGINT else 143), err
     assert "Traceback" not in err
     lines = err.strip().splitlines()
-    assert lines[-2].startswith("userturn: interrupted;" if first == signal.SIGINT
-                                else "userturn: terminated (SIGTERM);")
+    assert lines[-2].startswith(first_line)
     assert lines[-1].startswith("userturn: interrupted again: exiting now without waiting for 2 "
                                 "request(s) in flight")
     assert judge_labels(folder) == 2
