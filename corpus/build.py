@@ -19,7 +19,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from userturn.labels.agreement import cohen_kappa, confusion_matrix
+from userturn.stats.agreement import cohen_kappa, confusion_matrix
 from userturn.labels.corpus import CORPUS_FILE
 from userturn.labels.training import group_of, split_of
 from userturn.records import LABELS
