@@ -78,6 +78,9 @@ SMOKES = {
     # The rubric does not fit the tiny model's context: every verdict is an error label, counted.
     "judge_quality.py": Smoke(("--judge", "tiny", "--limit", "3", "--bootstrap", "5"),
                               r"^\| all \| 3 \| 3 \| - \|"),
+    # Six of people's corpus turns as the held-out set, a judge that is always right.
+    "unseen_people.py": Smoke(("--bootstrap", "5"),
+                              rf"^\| cascade \| 6 \| {NUMBER} \[{NUMBER}, {NUMBER}\]"),
     "offline_error_card.py": Smoke((str(ROOT / "corpus" / "lomo_round10.txt"),),
                                    r'^ "source": "benchmarks/leave_one_model_out.py --context'),
     "busy_refusal.py": Smoke(("--repeats", "1"),
@@ -182,6 +185,8 @@ def test_benchmark_runs_and_prints_its_figure(name, tmp_path, monkeypatch, capsy
         args = (*args, "--verdicts", str(tmp_path / "verdicts.jsonl"))
     if name == "leave_one_model_out.py":
         args = (*args, "--judge-verdicts", str(perfect_verdicts(tmp_path / "perfect.jsonl")))
+    if name == "unseen_people.py":
+        args = (*args, *people_set(tmp_path))
     if smoke.own_process:
         stdout = run_script(name, args, tmp_path)
     else:
@@ -190,6 +195,8 @@ def test_benchmark_runs_and_prints_its_figure(name, tmp_path, monkeypatch, capsy
     assert any(re.search(smoke.figure, line) for line in stdout.splitlines()), stdout[-3000:]
     if name == "leave_one_model_out.py":
         check_judge_curve(stdout)
+    if name == "unseen_people.py":
+        check_unseen_people(stdout)
 
 
 def corpus_run(folder: Path) -> Path:
@@ -241,6 +248,52 @@ def perfect_verdicts(path: Path) -> Path:
             out.write(json.dumps({"judge": "judge:perfect", "key": turn_key(
                 row["query"], row["answer"], row["user_turn"]), "label": row["label"]}) + "\n")
     return path
+
+
+def people_set(folder: Path) -> tuple[str, ...]:
+    """Six of people's corpus turns, materialized as corpus/sharegpt.py writes its set, with a
+    judge that scores every turn's adjudicated label highest and an identity calibration: the
+    arguments of benchmarks/unseen_people.py."""
+    import gzip
+
+    from userturn.labels.context import turn_key
+    from userturn.labels.corpus import CORPUS_FILE
+    from userturn.records import LABELS
+
+    with gzip.open(CORPUS_FILE, "rt", encoding="utf-8") as handle:
+        people = [row for row in map(json.loads, handle) if row["source"]["kind"] == "human"]
+    chosen = [next(r for r in people if r["label"] == label) for label in
+              ("follow_up", "new_query", "generic")] + [r for r in people
+                                                        if r["label"] == "follow_up"][1:4]
+    folder.mkdir(parents=True, exist_ok=True)
+    with gzip.open(folder / "people.jsonl.gz", "wt", encoding="utf-8") as out:
+        out.writelines(json.dumps({**row, "group": row["id"]}) + "\n" for row in chosen)
+    with (folder / "verdicts.jsonl").open("w") as out:
+        for row in chosen:
+            scores = [0.0 if label == row["label"] else -5.0 for label in LABELS]
+            out.write(json.dumps({"judge": "judge:right@rubric1-labels", "key": turn_key(
+                row["query"], row["answer"], row["user_turn"]), "label": row["label"],
+                "logprobs": scores}) + "\n")
+    identity = [[1.0 if i == j else 0.0 for j in range(len(LABELS))] for i in range(len(LABELS))]
+    (folder / "identity.json").write_text(json.dumps({
+        "judge": "judge:right@rubric1-labels", "revision": "r", "rubric": "1-labels",
+        "labels": list(LABELS), "weights": identity, "bias": [0.0] * len(LABELS)}))
+    return ("--set", str(folder / "people.jsonl.gz"), "--judge-verdicts",
+            str(folder / "verdicts.jsonl"), "--calibration", str(folder / "identity.json"))
+
+
+def check_unseen_people(out: str) -> None:
+    """A judge that is always right agrees fully, raw and through an identity calibration; asked
+    below a higher threshold it is asked more often, and the cascade never agrees less for it."""
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in out.splitlines()
+            if line.startswith("| ")}
+    for name in ("judge (raw)", "judge (calibrated, identity.json)"):
+        assert rows[name][1] == "6" and rows[name][2].startswith("1.000"), out
+    alone = float(rows["cascade, same turns"][2].split()[0])
+    mixed = [(int(re.search(r"judge on (\d+)%", name).group(1)), float(row[2].split()[0]))
+             for name, row in rows.items() if name.startswith("cascade + judge (raw) below")]
+    assert len(mixed) == 5 and [s for s, _ in mixed] == sorted(s for s, _ in mixed), out
+    assert all(kappa >= alone - 1e-9 for _, kappa in mixed), out
 
 
 def check_judge_curve(out: str) -> None:
