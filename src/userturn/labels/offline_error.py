@@ -1,9 +1,10 @@
-"""How far the offline labeller was from people on models it was never fit to, said beside a rate.
+"""How far the offline labeller was from people on sources it was never fit to, said beside a rate.
 
 A rate labelled by the rules and the learned classifier alone is only as good as they are on the
 run's model, which they were not fit to. ``offline_error.json`` ships the leave-one-model-out
 figures of the labelled corpus (``benchmarks/offline_error_card.py`` writes it from the output of
-``benchmarks/leave_one_model_out.py --context``): per held-out group (each generator, people), the
+``benchmarks/leave_one_model_out.py --context``, and ``benchmarks/unseen_people.py`` for people's
+ShareGPT turns): per held-out group (each generator, people), the
 shipped labeller's kappa against the adjudicated labels and how far the follow-up rate it printed
 was from the adjudicated rate in each condition. The summary and the report say so beside every
 rate that comes from offline labels alone, with the way to correct it.
@@ -31,7 +32,7 @@ class OfflineError:
 
     def note(self) -> str:
         low, high = self.kappa_follow_up
-        return (f"offline labels only (rules and classifier): on models it was never fit to "
+        return (f"offline labels only (rules and classifier): on sources it was never fit to "
                 f"({', '.join(self.groups)}), its kappa with people was {low:.2f}-{high:.2f} "
                 f"(follow-up vs rest) and the follow-up rate it printed was off by "
                 f"{self.mean_gap:.1f} points on average, up to {self.max_gap:.0f}, in a "
