@@ -19,10 +19,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from userturn.stats.agreement import cohen_kappa, confusion_matrix
 from userturn.labels.corpus import CORPUS_FILE
 from userturn.labels.training import group_of, split_of
 from userturn.records import LABELS
+from userturn.stats.agreement import cohen_kappa, confusion_matrix
 
 HERE = Path(__file__).resolve().parent
 ANNOTATIONS = HERE / "annotations"
