@@ -1,7 +1,7 @@
 """The offline labeller's measured error, as the summary and the report show it beside a rate.
 
     .venv/bin/python benchmarks/offline_error_card.py corpus/lomo_round10.txt \
-        --unseen corpus/unseen_people_cascade.txt > src/userturn/labels/offline_error.json
+        --unseen corpus/unseen_people.txt > src/userturn/labels/offline_error.json
 
 Reads the output of ``benchmarks/leave_one_model_out.py --context`` (the table it prints) and
 keeps, for the shipped default labeller (``cascade (+context+hidden)``) and the form-only one
