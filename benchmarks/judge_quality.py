@@ -72,11 +72,69 @@ def judging_order(turns: Sequence[Turn], seed: int = 0) -> list[Turn]:
     return ordered
 
 
-def judge_corpus(spec: str, turns: Sequence[Turn], path: Path, limit: int | None) -> str:
+def few_shot_cases(turns: Sequence[Turn], count: int) -> list[Turn]:
+    """``count`` worked cases for the rubric from the generators' and the authored train split
+    (never people's, never dev or test): the labels in turn, each time the shortest case of that
+    label not taken yet, so that every label is shown before any twice."""
+    from userturn.records import LABELS
+
+    pool = sorted((t for t in turns if t.example.split == "train" and t.generator != "human"),
+                  key=lambda t: (len(t.example.case.query) + len(t.example.case.answer)
+                                 + len(t.example.case.user_turn), key_of(t)))
+    chosen: list[Turn] = []
+    while len(chosen) < count:
+        before = len(chosen)
+        for label in LABELS:
+            found = next((t for t in pool if t.example.label == label and t not in chosen), None)
+            if found is not None and len(chosen) < count:
+                chosen.append(found)
+        if len(chosen) == before:
+            break
+    return chosen
+
+
+def few_shot_judge(judge, cases: Sequence[Turn]):  # type: ignore[no-untyped-def]
+    """The label-probability ``judge`` with ``cases`` added to its rubric as worked cases and the
+    case's closing line asking for the label alone (rubric 1's asks for the JSON verdict, which
+    the label judge does not read), under a name of its own."""
+    from userturn.chat.render import render_assistant_turn
+    from userturn.labels.judge import neutralize
+    from userturn.labels.local_judge import (
+        ANSWER_PREFIX,
+        LabelProbabilityJudge,
+        judged_case,
+        label_rubric,
+    )
+
+    shown = "\n\n".join(f"QUERY: {judged_case(t.example.case).query}\nASSISTANT: "
+                         f"{judged_case(t.example.case).answer}\nUSER_TURN: "
+                         f"{t.example.case.user_turn}\n{ANSWER_PREFIX} {t.example.label}"
+                         for t in cases)
+    system = f"{label_rubric()}\n\nCases people labelled:\n\n{shown}"
+
+    class FewShot(LabelProbabilityJudge):
+        def prompt(self, case):  # type: ignore[no-untyped-def]
+            case = judged_case(case)
+            blocks = "\n".join(f"<{tag}>\n{neutralize(text)}\n</{tag}>" for tag, text in (
+                ("query", case.query), ("assistant_answer", case.answer),
+                ("user_turn", case.user_turn)))
+            messages = [{"role": "system", "content": system},
+                        {"role": "user", "content": f"Classify the USER_TURN.\n\n{blocks}\n\n"
+                                                    f"Answer with \"{ANSWER_PREFIX}\" and the "
+                                                    "label alone."}]
+            return render_assistant_turn(self.backend.template, messages).text + ANSWER_PREFIX
+
+    return FewShot(judge.backend, name=f"{judge.name}+fewshot{len(cases)}")
+
+
+def judge_corpus(spec: str, turns: Sequence[Turn], path: Path, limit: int | None,
+                 few_shot: Sequence[Turn] = ()) -> str:
     """Judge the turns not yet in ``path`` (at most ``limit`` in all); returns the judge's name."""
     from userturn.labels.judges import judge_from_spec
 
     judge = judge_from_spec(spec)
+    if few_shot:
+        judge = few_shot_judge(judge, few_shot)
     done = verdict_rows(path, judge.name)
     todo = [t for t in turns if key_of(t) not in done]
     if limit is not None:
@@ -204,6 +262,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--limit", type=int, default=None,
                         help="judge at most this many turns in all (a stratified prefix)")
     parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--few-shot", type=int, default=0, metavar="N",
+                        help="a label-probability judge with N worked cases from the generators' "
+                             "train split added to its rubric (a study: named +fewshotN)")
+    parser.add_argument("--split", choices=("train", "dev", "test"), default=None,
+                        help="judge only this split's turns (choose a rubric on dev)")
+    parser.add_argument("--groups", default=None,
+                        help="judge only these groups, comma-separated (" + ", ".join(GROUPS) + ")")
     parser.add_argument("--calibrate", action="store_true",
                         help="also the calibrated judge, each source measured by a calibration "
                              "fit on the others' train split (never on people)")
@@ -213,11 +278,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="fit the calibration on every generator's and authored train-split "
                              "turn and write it here (the file --judge-calibration reads)")
     args = parser.parse_args(argv)
-    turns = judging_order(read_corpus(args.corpus))
+    corpus = read_corpus(args.corpus)
+    shots = few_shot_cases(corpus, args.few_shot) if args.few_shot else []
+    turns = judging_order([t for t in corpus if (args.split is None or t.example.split == args.split)
+                           and (args.groups is None or t.generator in args.groups.split(","))
+                           and t not in shots])
     if args.table is not None:
         verdicts = verdict_rows(args.table, None)
     elif args.judge:
-        name = judge_corpus(args.judge, turns, args.verdicts, args.limit)
+        name = judge_corpus(args.judge, turns, args.verdicts, args.limit, shots)
         verdicts = verdict_rows(args.verdicts, name)
     else:
         parser.error("give --judge SPEC (to judge and print) or --table FILE")

@@ -341,3 +341,37 @@ def test_judge_quality_calibrates_a_leaning_judge_on_sources_it_was_not_fit_to(
     assert calibration.judge == "judge:tiny@rubric1-labels"
     assert (calibration.revision, calibration.rubric) == ("tiny-v1", "1-labels")  # the model's
     assert "train-split turns of authored, qwen2.5-coder-1.5b, smollm2" in calibration.fit_on
+
+
+def test_judge_quality_few_shot_study_shows_train_cases_and_judges_only_what_was_asked(
+        tmp_path, monkeypatch, capsys):
+    """``--few-shot N`` adds N worked cases from the generators' train split (every label before
+    any twice, never people's, never a judged turn) under a judge name of its own, asks for the
+    label alone, and ``--split``/``--groups`` judge only the turns named."""
+    from userturn.labels.judges import judge_from_spec
+    from userturn.records import LABELS, Case
+
+    verdicts = tmp_path / "fewshot.jsonl"
+    out = run_in_process("judge_quality.py", (
+        "--judge", "tiny", "--few-shot", "7", "--split", "dev", "--groups", "smollm2",
+        "--limit", "3", "--bootstrap", "5", "--verdicts", str(verdicts)), tmp_path, monkeypatch,
+        capsys)
+    assert "+fewshot7: 0 turns judged before, 3 to judge" in out
+    spec = importlib.util.spec_from_file_location("jq_study", BENCHMARKS / "judge_quality.py")
+    assert spec and spec.loader
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    asked = {script.key_of(t) for t in script.read_corpus()
+             if t.example.split == "dev" and t.generator == "smollm2"}
+    rows = [json.loads(line) for line in verdicts.read_text().splitlines()]
+    assert len(rows) == 3 and all(row["judge"].endswith("+fewshot7") for row in rows)
+    assert {row["key"] for row in rows} <= asked
+    shots = script.few_shot_cases(script.read_corpus(), 9)
+    assert [t.example.label for t in shots[:7]] == list(LABELS)
+    assert all(t.example.split == "train" and t.generator != "human" for t in shots)
+    judge = script.few_shot_judge(judge_from_spec("tiny"), shots)
+    prompt = judge.prompt(Case("What is 2 + 2?", "4.", "Why 4?", "Why 4?"))
+    assert all(t.example.case.user_turn in prompt for t in shots)
+    assert prompt.endswith("Label:") and "JSON verdict only" not in prompt
+    assert judge.name.endswith("+fewshot9")

@@ -212,6 +212,11 @@ class LabelProbabilityJudge(Judge):
     def classify(self, case: Case) -> Label:
         return self.classify_with_scores(case)[0]
 
+    def prompt(self, case: Case) -> str:
+        """The raw prompt whose next words are the verdict (a study of another rubric, e.g.
+        ``benchmarks/judge_quality.py --few-shot``, overrides it under a name of its own)."""
+        return label_prompt(self.backend.template, case)  # type: ignore[attr-defined]
+
     def classify_with_scores(self, case: Case) -> tuple[Label, list[float] | None]:
         """The verdict and the seven labels' log-probabilities it was read from (in the order
         of ``LABELS``; None where none were read), for a study that recalibrates or combines
@@ -219,7 +224,7 @@ class LabelProbabilityJudge(Judge):
         if case.thinking.strip() and not case.user_turn.strip():
             return thinking_only(self.name), None
         try:
-            prompt = label_prompt(self.backend.template, case)  # type: ignore[attr-defined]
+            prompt = self.prompt(case)
             with self._lock:
                 logprobs = list(self.backend.score_options(prompt, OPTIONS))
         except Exception as exc:  # a labeller must never break the batch: stored, counted
