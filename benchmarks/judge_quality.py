@@ -269,6 +269,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="judge only this split's turns (choose a rubric on dev)")
     parser.add_argument("--groups", default=None,
                         help="judge only these groups, comma-separated (" + ", ".join(GROUPS) + ")")
+    parser.add_argument("--same-turns-as", type=Path, default=None, metavar="FILE",
+                        help="the table on the turns another verdicts file judged (compare two "
+                             "rubrics on the same turns)")
     parser.add_argument("--calibrate", action="store_true",
                         help="also the calibrated judge, each source measured by a calibration "
                              "fit on the others' train split (never on people)")
@@ -290,6 +293,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         verdicts = verdict_rows(args.verdicts, name)
     else:
         parser.error("give --judge SPEC (to judge and print) or --table FILE")
+    if args.same_turns_as is not None:
+        other = verdict_rows(args.same_turns_as, None)
+        verdicts = {key: row for key, row in verdicts.items() if key in other}
     groups = {g: sum(t.generator == g for t in turns) for g in GROUPS}
     print(f"corpus: {len(turns)} adjudicated turns ("
           + ", ".join(f"{g} {n}" for g, n in groups.items()) + f"); judged {len(verdicts)}")
