@@ -5,6 +5,11 @@
     .venv/bin/python benchmarks/judge_quality.py --table corpus/judge_verdicts_qwen.jsonl  # table only
     .venv/bin/python benchmarks/judge_quality.py --table corpus/judge_verdicts_qwen.jsonl \
         --calibrate --fit-calibration corpus/judge_calibration_qwen.json  # the calibrated judge
+    .venv/bin/python benchmarks/judge_quality.py --judge ... --few-shot 14 --split dev \
+        --groups smollm2,qwen2.5-coder-1.5b --verdicts F   # a rubric study, chosen on dev
+    .venv/bin/python benchmarks/judge_quality.py --table G --same-turns-as F  # G on F's turns
+    .venv/bin/python benchmarks/judge_quality.py --judge ... \
+        --corpus corpus/work/people_sharegpt.jsonl.gz --verdicts F  # people's ShareGPT turns
 
 A judge is not fit to the corpus, so every adjudicated turn counts (all splits). Turns are judged
 in a fixed order that keeps any prefix a stratified sample: people's turns first (the fewest),
