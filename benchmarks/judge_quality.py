@@ -103,7 +103,7 @@ def few_shot_judge(judge, cases: Sequence[Turn]):  # type: ignore[no-untyped-def
     case's closing line asking for the label alone (rubric 1's asks for the JSON verdict, which
     the label judge does not read), under a name of its own."""
     from userturn.chat.render import render_assistant_turn
-    from userturn.labels.judge import neutralize
+    from userturn.labels.judge import case_message
     from userturn.labels.local_judge import (
         ANSWER_PREFIX,
         LabelProbabilityJudge,
@@ -111,22 +111,18 @@ def few_shot_judge(judge, cases: Sequence[Turn]):  # type: ignore[no-untyped-def
         label_rubric,
     )
 
-    shown = "\n\n".join(f"QUERY: {judged_case(t.example.case).query}\nASSISTANT: "
-                         f"{judged_case(t.example.case).answer}\nUSER_TURN: "
-                         f"{t.example.case.user_turn}\n{ANSWER_PREFIX} {t.example.label}"
-                         for t in cases)
-    system = f"{label_rubric()}\n\nCases people labelled:\n\n{shown}"
+    def shown(turn: Turn) -> str:
+        case = judged_case(turn.example.case)
+        return (f"QUERY: {case.query}\nASSISTANT: {case.answer}\nUSER_TURN: {case.user_turn}\n"
+                f"{ANSWER_PREFIX} {turn.example.label}")
+
+    system = f"{label_rubric()}\n\nCases people labelled:\n\n" + "\n\n".join(map(shown, cases))
+    reply = f"Answer with \"{ANSWER_PREFIX}\" and the label alone."
 
     class FewShot(LabelProbabilityJudge):
         def prompt(self, case):  # type: ignore[no-untyped-def]
-            case = judged_case(case)
-            blocks = "\n".join(f"<{tag}>\n{neutralize(text)}\n</{tag}>" for tag, text in (
-                ("query", case.query), ("assistant_answer", case.answer),
-                ("user_turn", case.user_turn)))
             messages = [{"role": "system", "content": system},
-                        {"role": "user", "content": f"Classify the USER_TURN.\n\n{blocks}\n\n"
-                                                    f"Answer with \"{ANSWER_PREFIX}\" and the "
-                                                    "label alone."}]
+                        {"role": "user", "content": case_message(judged_case(case), reply)}]
             return render_assistant_turn(self.backend.template, messages).text + ANSWER_PREFIX
 
     return FewShot(judge.backend, name=f"{judge.name}+fewshot{len(cases)}")

@@ -149,11 +149,11 @@ def neutralize(text: str) -> str:
     return _TAG_PATTERN.sub(lambda m: f"[{m.group(1)}{m.group(2)}]", text)
 
 
-def case_message(case: Case) -> str:
-    """The user message: the case in delimited blocks."""
+def case_message(case: Case, reply: str = "Reply with the JSON verdict only.") -> str:
+    """The user message: the case in delimited blocks, then how to reply."""
     blocks = zip(_TAGS, (case.query, case.answer, case.user_turn))
     body = "\n".join(f"<{tag}>\n{neutralize(text)}\n</{tag}>" for tag, text in blocks)
-    return f"Classify the USER_TURN.\n\n{body}\n\nReply with the JSON verdict only."
+    return f"Classify the USER_TURN.\n\n{body}\n\n{reply}"
 
 
 def judge_messages(case: Case) -> list[dict[str, str]]:
