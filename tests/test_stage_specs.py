@@ -60,6 +60,12 @@ def test_a_stored_plan_reads_what_the_run_stored_and_says_what_it_cannot_read(tm
     assert LabellingPlan.stored({"classifier": str(missing)}).classifier == missing
     with pytest.raises(ConfigError, match="elsewhere.json"):
         load_experiment(None, {"classifier": str(missing)})
+    # So was a user-turn variant's template: the stored run reads back without it.
+    gone = tmp_path / "gone.jinja"
+    plan = ProbePlan.stored({"user_turn_variants": [f"template:{gone}"]})
+    assert [v.spec for v in plan.user_turn_variants] == [f"template:{gone}"]
+    with pytest.raises(ConfigError, match="gone.jinja: file not found"):
+        load_experiment(None, {"user_turn_variants": [f"template:{gone}"]})
 
 
 def test_one_address_check_for_the_engine_and_one_list_rule():

@@ -14,11 +14,11 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, PlainSerializer, field_validator
+from pydantic import BeforeValidator, Field, PlainSerializer, ValidationInfo, field_validator
 
 from userturn.probe.perturb import Perturbation, parse_perturbations
 from userturn.probe.user_variants import UserVariant, parse_user_variants
-from userturn.settings import Spec, check_folder_name
+from userturn.settings import Spec, check_folder_name, reading_stored
 
 MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise; inf/nan break every backend
 MAX_ITEMS = 1_000_000
@@ -34,9 +34,10 @@ def _perturbations(values: Any) -> Any:
     return values
 
 
-def _user_variants(values: Any) -> Any:
+def _user_variants(values: Any, info: ValidationInfo) -> Any:
     if isinstance(values, (list, tuple)) and all(isinstance(v, str) for v in values):
-        return parse_user_variants(values)
+        # A stored run's template file was read when it generated: reading it back needs none.
+        return parse_user_variants(values, check_files=not reading_stored(info))
     return values
 
 

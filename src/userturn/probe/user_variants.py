@@ -58,7 +58,9 @@ class UserVariant:
         return self.kind if self.kind == "native" else f"{self.kind}:{self.value}"
 
 
-def parse_user_variant(text: str) -> UserVariant:
+def parse_user_variant(text: str, check_file: bool = True) -> UserVariant:
+    """``check_file``: a ``template:FILE`` must exist (not for a stored run's settings read back:
+    the file was read when the run generated, perhaps on another machine)."""
     kind, colon, value = str(text).partition(":")
     kind = kind.strip()
     if kind not in KINDS:
@@ -76,13 +78,13 @@ def parse_user_variant(text: str) -> UserVariant:
         if not value.strip().isdigit() or not 1 <= int(value) <= len(WARMUP):
             raise ConfigError(f"warmup:K takes K from 1 to {len(WARMUP)}, not {value!r}")
         return UserVariant(kind, str(int(value)))
-    if kind == "template" and not Path(value).expanduser().is_file():
+    if kind == "template" and check_file and not Path(value).expanduser().is_file():
         raise ConfigError(f"user-turn variant template:{value}: file not found")
     return UserVariant(kind, value)
 
 
-def parse_user_variants(values: Sequence[str]) -> list[UserVariant]:
-    variants = [parse_user_variant(v) for v in values]
+def parse_user_variants(values: Sequence[str], check_files: bool = True) -> list[UserVariant]:
+    variants = [parse_user_variant(v, check_files) for v in values]
     specs = [v.spec for v in variants]
     if len(set(specs)) != len(specs):
         raise ConfigError(f"user_turn_variants lists a variant twice: {specs}")
