@@ -157,9 +157,9 @@ def export_run(store: RunStore, out: Path, *, force: bool = False) -> int:
     with its card; returns the number of rows."""
     datasets = require("datasets", "the Hugging Face dataset export")
     view = read_run(store)
-    rows = [turn_row(turn, ProbePlan.stored(view.meta.config).system_prompt)
-            for turn in view.turns]
-    card = run_card(view.meta, view.turns, view.summary(), Path(store.folder).name)
+    plan = ProbePlan.stored(view.meta.config)  # read once for every row and the card
+    rows = [turn_row(turn, plan.system_prompt) for turn in view.turns]
+    card = run_card(view.meta, plan, view.turns, view.summary(), Path(store.folder).name)
 
     def build(folder: Path) -> None:
         table = datasets.Dataset.from_list(rows, features=features(RUN_COLUMNS)) if rows \
@@ -182,13 +182,12 @@ def turn_row(turn: Turn, system: str | None = None) -> dict[str, Any]:
                         "error": lab.error} for lab in turn.labels]}
 
 
-def run_card(meta: RunMeta, turns: Sequence[Turn], summary: Sequence[SummaryRow],
-             name: str) -> str:
+def run_card(meta: RunMeta, plan: ProbePlan, turns: Sequence[Turn],
+             summary: Sequence[SummaryRow], name: str) -> str:
     models = sorted({t.model for t in turns} or set(meta.models))
     datasets = sorted({t.dataset for t in turns})
     sources = sorted({lab.source for t in turns for lab in t.labels})
     revisions = {spec: info.revision or None for spec, info in meta.models.items()}
-    plan = ProbePlan.stored(meta.config)
     header = {
         "pretty_name": f"userturn run {name}",
         "license": _licence([*models, *datasets]),

@@ -45,10 +45,10 @@ def export_inspect(store: RunStore, out: Path, *, force: bool = False) -> int:
     meta = view.meta
     tokens = {key: (row.generation.prompt_tokens or 0, row.generation.completion_tokens or 0)
               for key, row in store.generations([turn.key for turn in view.turns]).items()}
-    samples = [_sample(turn, ProbePlan.stored(meta.config).system_prompt, tokens.get(turn.key))
-               for turn in view.turns]
+    plan = ProbePlan.stored(meta.config)  # read once for the whole log
+    samples = [_sample(turn, plan.system_prompt, tokens.get(turn.key)) for turn in view.turns]
     log = log_module.EvalLog(
-        status="success", eval=_spec(meta, view.turns, Path(store.folder)),
+        status="success", eval=_spec(meta, plan, view.turns, Path(store.folder)),
         results=log_module.EvalResults(
             total_samples=len(samples), completed_samples=len(samples),
             # The first score is Inspect's headline (evals_df's score_headline_*): the whole
@@ -69,11 +69,10 @@ def export_inspect(store: RunStore, out: Path, *, force: bool = False) -> int:
     return len(samples)
 
 
-def _spec(meta: RunMeta, turns: Sequence[Turn], folder: Path) -> Any:
+def _spec(meta: RunMeta, plan: ProbePlan, turns: Sequence[Turn], folder: Path) -> Any:
     from inspect_ai.log import EvalConfig, EvalDataset, EvalSpec
     from inspect_ai.model import GenerateConfig
 
-    config, plan = meta.config, ProbePlan.stored(meta.config)
     models = sorted({t.model for t in turns}) or sorted(meta.models)
     datasets = sorted({t.dataset for t in turns})
     temperatures = sorted({t.temperature for t in turns})
@@ -93,7 +92,7 @@ def _spec(meta: RunMeta, turns: Sequence[Turn], folder: Path) -> Any:
         config=EvalConfig(),
         metadata={"userturn_version": __version__, "run": str(folder), "models": models,
                   "datasets": datasets, "temperatures": temperatures,
-                  "label_sources": meta.label_sources, "config": config,
+                  "label_sources": meta.label_sources, "config": meta.config,
                   "versions": meta.versions})
 
 
