@@ -205,9 +205,9 @@ def fit_calibration(rows: Sequence[tuple[Turn, dict]], judge: str, fit_on: str, 
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
-    from userturn.labels.local_judge import LABEL_RUBRIC_VERSION, JudgeCalibration
+    from userturn.labels.local_judge import LABEL_RUBRIC_VERSION, LOGPROB_FLOOR, JudgeCalibration
 
-    x = np.clip(np.array([row["logprobs"] for _, row in rows], dtype=float), -50.0, 0.0)
+    x = np.clip(np.array([row["logprobs"] for _, row in rows], dtype=float), LOGPROB_FLOOR, 0.0)
     y = [turn.example.label for turn, _ in rows]
     model = LogisticRegression(C=1.0, max_iter=5000).fit(x, y)
     coef, bias = model.coef_, model.intercept_

@@ -45,6 +45,9 @@ LABEL_RUBRIC_VERSION = f"{RUBRIC_VERSION}-labels"
 ANSWER_PREFIX = "Label:"
 OPTIONS = tuple(f" {label}" for label in LABELS)  # a space-led word: one clean token boundary
 MIN_LABEL_MASS = 0.2
+# A calibration reads log-probabilities floored here, as it was fit (a label the model all but
+# rules out would otherwise weigh by how far out; -inf would break the arithmetic).
+LOGPROB_FLOOR = -50.0
 # The judge reads the query's beginning and the answer's end (what the user read last); long
 # texts are cut in the middle, which the prompt shows, so a CPU judge's cost stays bounded.
 MAX_QUERY_CHARS = 2000
@@ -134,7 +137,7 @@ class JudgeCalibration:
         return hashlib.sha256(numbers.encode()).hexdigest()[:8]
 
     def probabilities(self, logprobs: Sequence[float]) -> dict[str, float]:
-        scores = [sum(w * max(v, -50.0) for w, v in zip(row, logprobs)) + b
+        scores = [sum(w * max(v, LOGPROB_FLOOR) for w, v in zip(row, logprobs)) + b
                   for row, b in zip(self.weights, self.bias)]
         top = max(scores)
         exps = [math.exp(s - top) for s in scores]

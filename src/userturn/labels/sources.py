@@ -13,26 +13,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
 
 from userturn.errors import ConfigError
-from userturn.records import Case, Label, Labeller
 from userturn.records import JudgeScopeName as JudgeScope
+from userturn.records import Labeller
 
 if TYPE_CHECKING:
-    from userturn.labels.classifier import LearnedClassifier
+    from userturn.labels.classifier import Labelling, LearnedClassifier
     from userturn.store.meta import RunMeta
 
 RULES = "rules"
 CLASSIFIER = "classifier"
 MAJORITY = "judges:majority"
 OFFLINE = (RULES, CLASSIFIER)
-
-
-class CaseLabeller(Protocol):
-    """What labels one case: the rules, the classifier, the cascade, a judge."""
-
-    def classify(self, case: Case) -> Label: ...
 
 
 @dataclass(frozen=True)
@@ -72,7 +66,7 @@ class OfflineLabeller:
 
         return LearnedClassifier(path=path) if path else LearnedClassifier()
 
-    def case_labeller(self, path: Path | None = None) -> CaseLabeller:
+    def case_labeller(self, path: Path | None = None) -> Labelling:
         """How this labeller labels one case outside a run (``userturn classify``, the API)."""
         from userturn.labels.classifier import Cascade
         from userturn.labels.rules import RulesClassifier
