@@ -140,10 +140,8 @@ def run_script(name: str, args: tuple[str, ...], cwd: Path) -> str:
     return result.stdout
 
 
-def run_in_process(name: str, args: tuple[str, ...], cwd: Path,
-                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
-    """The script imported by path and its ``main(argv)`` called here. Its stdout."""
-    monkeypatch.chdir(cwd)
+def import_script(name: str, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """The script imported by path (``sys.path`` and ``sys.modules`` restored after the test)."""
     monkeypatch.setattr(sys, "path", list(sys.path))  # a script may add its own folder
     spec = importlib.util.spec_from_file_location(f"benchmark_{name.removesuffix('.py')}",
                                                   BENCHMARKS / name)
@@ -153,6 +151,14 @@ def run_in_process(name: str, args: tuple[str, ...], cwd: Path,
     # script's module up by name while it is being executed.
     monkeypatch.setitem(sys.modules, spec.name, script)
     spec.loader.exec_module(script)
+    return script
+
+
+def run_in_process(name: str, args: tuple[str, ...], cwd: Path,
+                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> str:
+    """The script imported by path and its ``main(argv)`` called here. Its stdout."""
+    monkeypatch.chdir(cwd)
+    script = import_script(name, monkeypatch)
     # A script may pin torch's threads for its own timing; the rest of the session keeps its own.
     torch = sys.modules.get("torch")
     threads = torch.get_num_threads() if torch else None
@@ -357,11 +363,7 @@ def test_judge_quality_few_shot_study_shows_train_cases_and_judges_only_what_was
         "--limit", "3", "--bootstrap", "5", "--verdicts", str(verdicts)), tmp_path, monkeypatch,
         capsys)
     assert "+fewshot7: 0 turns judged before, 3 to judge" in out
-    spec = importlib.util.spec_from_file_location("jq_study", BENCHMARKS / "judge_quality.py")
-    assert spec and spec.loader
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = import_script("judge_quality.py", monkeypatch)
     asked = {script.key_of(t) for t in script.read_corpus()
              if t.example.split == "dev" and t.generator == "smollm2"}
     rows = [json.loads(line) for line in verdicts.read_text().splitlines()]
@@ -375,3 +377,22 @@ def test_judge_quality_few_shot_study_shows_train_cases_and_judges_only_what_was
     assert all(t.example.case.user_turn in prompt for t in shots)
     assert prompt.endswith("Label:") and "JSON verdict only" not in prompt
     assert judge.name.endswith("+fewshot9")
+
+
+def test_the_error_card_script_adds_the_unseen_people_row(tmp_path, monkeypatch, capsys) -> None:
+    """``offline_error_card.py --unseen`` keeps the cascade's kappas and its rate's gap from
+    unseen_people.py's table; output without that row is one clear error."""
+    unseen = tmp_path / "unseen.txt"
+    unseen.write_text("| rules | 238 | 0.071 [0.04, 0.11] | 0.080 [0.01, 0.15] | 0.77 / 0.15 | "
+                      "10.9% vs 56.7% |\n| cascade | 238 | 0.260 [0.17, 0.34] | 0.314 [0.20, "
+                      "0.42] | 0.75 / 0.58 | 43.7% vs 56.7% |\n")
+    lomo = str(ROOT / "corpus" / "lomo_round10.txt")
+    card = json.loads(run_in_process("offline_error_card.py", (lomo, "--unseen", str(unseen)),
+                                     tmp_path, monkeypatch, capsys))
+    assert card["labellers"]["context"]["people (ShareGPT)"] == {
+        "turns": 238, "kappa": 0.26, "kappa_follow_up": 0.314, "gaps": [-13.0]}
+    assert "people (ShareGPT)" not in card["labellers"]["form"]
+    unseen.write_text("| rules | 238 | 0.071 [0.04, 0.11] | 0.080 [0.01, 0.15] | x | y |\n")
+    with pytest.raises(SystemExit, match="unseen_people.py"):
+        run_in_process("offline_error_card.py", (lomo, "--unseen", str(unseen)), tmp_path,
+                       monkeypatch, capsys)

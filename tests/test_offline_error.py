@@ -72,31 +72,6 @@ def test_with_human_labels_the_corrected_rate_takes_the_notes_place(capsys, run,
     assert code == 0 and NOTE not in " ".join(printed.split()) and "corrected" in printed
 
 
-def test_the_card_script_adds_the_unseen_people_row(tmp_path, capsys) -> None:
-    """``offline_error_card.py --unseen`` keeps the cascade's kappas and its rate's gap from
-    unseen_people.py's table; output without that row is one clear error."""
-    import importlib.util
-
-    root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("offline_error_card",
-                                                  root / "benchmarks" / "offline_error_card.py")
-    assert spec and spec.loader
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    unseen = tmp_path / "unseen.txt"
-    unseen.write_text("| rules | 238 | 0.071 [0.04, 0.11] | 0.080 [0.01, 0.15] | 0.77 / 0.15 | "
-                      "10.9% vs 56.7% |\n| cascade | 238 | 0.260 [0.17, 0.34] | 0.314 [0.20, "
-                      "0.42] | 0.75 / 0.58 | 43.7% vs 56.7% |\n")
-    script.main([str(root / "corpus" / "lomo_round10.txt"), "--unseen", str(unseen)])
-    card = json.loads(capsys.readouterr().out)
-    assert card["labellers"]["context"]["people (ShareGPT)"] == {
-        "turns": 238, "kappa": 0.26, "kappa_follow_up": 0.314, "gaps": [-13.0]}
-    assert "people (ShareGPT)" not in card["labellers"]["form"]
-    unseen.write_text("| rules | 238 | 0.071 [0.04, 0.11] | 0.080 [0.01, 0.15] | x | y |\n")
-    with pytest.raises(SystemExit, match="unseen_people.py"):
-        script.main([str(root / "corpus" / "lomo_round10.txt"), "--unseen", str(unseen)])
-
-
 def test_a_missing_or_broken_card_means_no_note_not_a_crash(tmp_path) -> None:
     assert offline_error(path=tmp_path / "none.json") is None
     broken = tmp_path / "broken.json"
