@@ -8,7 +8,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence, cast
+from typing import Any, Iterable, Mapping, Sequence
 
 from pydantic import ValidationError
 
@@ -93,7 +93,7 @@ def import_samples(paths: Sequence[Path], out: Path, *, labeller: Labeller | Non
         try:
             store.put_meta(meta)
             _store_samples(store, samples)
-            label_turns(store, cast(Labeller, chosen))
+            label_turns(store, chosen)
             store.update_meta(finished=time.time())
         finally:
             store.close()

@@ -2,9 +2,10 @@
 
 The offline stage reads the run's turns once and passes them along (the rules' verdicts go to the
 classifier in memory), and all judges share one read; a later stage reads again, to see the labels
-the earlier ones wrote. Each stage writes its labels back as it goes, and none generates, so any of them can be run again on a finished run
-(``userturn label``, ``userturn judge``). The order in which the sources then decide a turn comes
-from the labeller table (:mod:`.sources`) and is recorded once, by :func:`record_sources`.
+the earlier ones wrote. Each stage writes its labels back as it goes, and none generates, so any
+of them can be run again on a finished run (``userturn label``, ``userturn judge``). The order in
+which the sources then decide a turn comes from the labeller table (:mod:`.sources`) and is
+recorded once, by :func:`record_sources`.
 """
 
 from __future__ import annotations
