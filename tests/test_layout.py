@@ -243,7 +243,22 @@ def test_only_report_and_cli_print() -> None:
 def test_a_stored_experiment_is_read_through_its_specs_not_by_string_key() -> None:
     """A run's ``meta.config`` is read back typed (``ProbePlan.stored(meta.config)`` and the
     other specs' ``stored``): a key renamed in a spec then fails in one place, not in a reader."""
-    found = [f"{name}:{number}: {line.strip()}" for name, path in modules().items()
-             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-             if "config.get(" in line or "meta.config[" in line]
+    found = [f"{name}:{node.lineno}" for name, path in modules().items()
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if _reads_stored_config_by_key(node)]
     assert found == []
+
+
+def _meta_config(node: ast.AST) -> bool:
+    """``meta.config`` or ``<anything>.meta.config``: a run's stored experiment."""
+    return (isinstance(node, ast.Attribute) and node.attr == "config"
+            and (isinstance(node.value, ast.Name) and node.value.id == "meta"
+                 or isinstance(node.value, ast.Attribute) and node.value.attr == "meta"))
+
+
+def _reads_stored_config_by_key(node: ast.AST) -> bool:
+    """``meta.config[...]`` or ``meta.config.get(...)``, however ``meta`` is reached."""
+    if isinstance(node, ast.Subscript):
+        return _meta_config(node.value)
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get" and _meta_config(node.func.value))
