@@ -31,7 +31,7 @@ for row in run.summary(labels):
     temperature = "greedy" if row.temperature <= 0 else f"{row.temperature:g}"
     print(f"{row.model:<12} {row.perturbation:<10} {row.dataset:<14} {temperature:>6}  "
           f"follow-up {shown:<14} n={rate.n:<3} undecided={row.undecided} "
-          f"invalid={row.invalid} errors={row.errors}")
+          f"label_errors={row.label_errors} errors={row.errors}")
 
 # 3. Every user turn as a Turn: its context, its text, every label, and its status.
 turns = run.turns(labels)

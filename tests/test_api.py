@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def fake_run(tmp_path, gsm_file) -> userturn.Run:
     """A fake-model run whose rules labels are all follow-ups, then a judge that disagrees on
-    some turns (one verdict invalid), so the chosen label sources change the rates."""
+    some turns (one verdict failed), so the chosen label sources change the rates."""
     out = tmp_path / "run"
     run = userturn.run(models=["fake/probe"], datasets=[str(gsm_file)], limit=3, samples=2,
                        output=out)
@@ -49,19 +49,23 @@ def test_summary_reads_the_label_sources_asked_for(fake_run):
     assert (greedy.follow_up.hits, greedy.follow_up.n) == (3, 3)  # the rules: all follow-ups
     greedy, sampled = fake_run.summary(["judge:x@r1", "rules"])
     assert (greedy.follow_up.hits, greedy.follow_up.n) == (0, 3)  # the judge's generic wins
-    assert (sampled.invalid, sampled.follow_up.n) == (0, 6)  # past its invalid verdict: rules
+    # past its failed verdict the rules decide: the turn keeps its label and counts
+    assert (sampled.label_errors, sampled.follow_up.hits, sampled.follow_up.n) == (1, 6, 6)
     greedy, sampled = fake_run.summary("judge:x@r1")
-    assert (sampled.invalid, sampled.undecided, sampled.follow_up.n) == (1, 5, 5)
+    # with the judge alone, the failed verdict leaves its turn undecided, as if never asked;
+    # it is counted as a label error, never as a label and never out of the rate
+    assert (sampled.label_errors, sampled.undecided, sampled.follow_up.n) == (1, 6, 6)
 
 
 def test_turn_status_is_the_rate_definition(fake_run):
     turns = {t.key: t for t in fake_run.turns(["judge:x@r1"])}
     statuses = [t.status for t in turns.values()]
-    assert statuses.count("generic") == 3 and statuses.count("invalid") == 1
-    assert statuses.count("undecided") == 5  # the judge did not look at them
-    assert [t.counts_toward_rate for t in turns.values()].count(False) == 1
-    invalid = next(t for t in turns.values() if t.status == "invalid")
-    assert invalid.label is None and invalid.label_error == "bad verdict"
+    assert statuses.count("generic") == 3
+    assert statuses.count("undecided") == 6  # the judge did not look at 5, and failed on 1
+    assert all(t.counts_toward_rate for t in turns.values())
+    invalid = next(t for t in turns.values() if t.label_error is not None)
+    assert invalid.status == "undecided" and invalid.label is None
+    assert invalid.label_error == "bad verdict"
     # every label of the turn is kept, by source: the offline cascade's (the rules', and the
     # classifier's where the rules abstain) and the judge's
     rules = next(lab for lab in invalid.labels if lab.source == "rules")
@@ -143,7 +147,7 @@ def test_the_example_prints_the_numbers_of_userturn_report(fake_run, capsys):
     assert len(printed) == len(table) == 2
     for row, line in zip(table, printed):
         cells = [cell.strip() for cell in row.split("│")]
-        rate, undecided, invalid, errors = cells[6], cells[7], cells[8], cells[9]
+        rate, undecided, label_errors, errors = cells[6], cells[7], cells[8], cells[9]
         assert f"follow-up {rate} " in line
-        assert f"undecided={undecided} invalid={invalid} errors={errors}" in line
+        assert f"undecided={undecided} label_errors={label_errors} errors={errors}" in line
     assert "follow-up rate recomputed from the DataFrame" in tour or "pip install" in tour

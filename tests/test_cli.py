@@ -116,7 +116,7 @@ def test_run_report_and_export_end_to_end(capsys, tmp_path, tiny_backend):
     for row in rows:
         assert [row.model, row.dataset, temperature(row.temperature), str(row.items),
                 str(row.turns), rate_interval(row.follow_up), str(row.undecided),
-                str(row.invalid), str(row.errors), rate_interval(row.accuracy)] in printed_rows
+                str(row.label_errors), str(row.errors), rate_interval(row.accuracy)] in printed_rows
     code, exported, _ = run_cli(capsys, "export", str(out), "--format", "jsonl")
     assert code == 0 and "wrote 4 user turns" in exported
     assert len((out / "user_turns.jsonl").read_text().splitlines()) == 4

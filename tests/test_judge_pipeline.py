@@ -64,7 +64,7 @@ def test_rejudging_a_finished_run_generates_nothing_and_is_cached(gsm_file, tmp_
     assert "labels from: rules" in rules_view
 
 
-def test_unreachable_judge_is_counted_invalid_and_the_run_goes_on(gsm_file, tmp_path):
+def test_unreachable_judge_is_counted_as_label_errors_and_the_run_goes_on(gsm_file, tmp_path):
     waits: list[float] = []  # the client's backoff, recorded instead of slept through
     with FakeOpenAI() as fake:
         fake.always(Drop())
@@ -77,7 +77,7 @@ def test_unreachable_judge_is_counted_invalid_and_the_run_goes_on(gsm_file, tmp_
     greedy, sampled = load_run(store).summary()
     assert greedy.labels == {"generic": GSM_ITEMS}
     # Without the judge's verdicts the rules' undecided turns keep the classifier's label...
-    assert sampled.invalid == 0 and sampled.undecided == 0
+    assert sampled.label_errors == GSM_ITEMS * GSM_SAMPLES and sampled.undecided == 0
     turns = [t for t in read_turns(store) if t.temperature > 0]
     assert {t.label_source for t in turns} == {"classifier"}
     # ...and the failures stay on record under the judge's own source.
@@ -159,7 +159,8 @@ def test_two_judges_each_stored_their_agreement_printed_and_their_majority_decid
     sampled = [t for t in turns if t.temperature > 0]
     assert {t.label for t in greedy} == {"follow_up"}
     assert {t.label_source for t in greedy} == {"judges:majority"}
-    assert {t.status for t in sampled} == {"invalid"}  # no majority: split, named in the error
+    # no majority (a split, named in the error): the next source, the classifier, decides
+    assert {t.label_source for t in sampled} == {"classifier"}
     assert all("no majority" in t.label_error for t in sampled)
 
 

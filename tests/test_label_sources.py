@@ -30,8 +30,9 @@ A, B = "judge:openai/a@rubric1", "judge:openai/b@rubric1"
     ("cascade", [A, B], "undecided", ["rules", "judges:majority", "classifier"]),
     ("classifier", [A, B], "undecided", ["judges:majority", "classifier"]),
     ("rules", [A, B], "undecided", ["rules", "judges:majority"]),
-    ("cascade", [A], "all", [A]),
-    ("classifier", [A, B], "all", ["judges:majority"]),
+    # scope all: the judges decide every turn, the offline sources only where a verdict failed
+    ("cascade", [A], "all", [A, "rules", "classifier"]),
+    ("classifier", [A, B], "all", ["judges:majority", "classifier"]),
     ("cascade", ["judges:majority"], "undecided", ["rules", "judges:majority", "classifier"]),
 ])
 def test_source_order(labeller, judges, scope, expected):

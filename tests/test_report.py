@@ -22,7 +22,7 @@ from helpers import (
 )
 
 from userturn import load_run
-from userturn.records import Label
+from userturn.records import LABELS, STATUSES, Label
 from userturn.report import export_tables, write_html_report
 from userturn.report.markup import json_for_script
 from userturn.stats.rates import paired_difference
@@ -35,7 +35,7 @@ JUDGE_XSS = 'judge says <img src=x onerror="window.__pwned=3">'
 
 
 def add_judge_labels(store: RunStore) -> None:
-    """A fake judge labels what the rules left undecided (some verdicts invalid), and a human
+    """A fake judge labels what the rules left undecided (some verdicts failed), and a human
     labels a few turns; the run then reads rules, then the judge."""
     undecided = [t for t in read_turns(store, "rules") if t.error is None and t.label is None]
     rows = []
@@ -144,13 +144,13 @@ def test_tables_are_exported_with_the_summary_numbers(report_html, run_folder):
         assert int(record["follow_up_hits"]) == row.follow_up.hits
         assert int(record["follow_up_n"]) == row.follow_up.n
         assert math.isclose(float(record["follow_up_low"]), row.follow_up.low, abs_tol=1e-6)
-        assert (int(record["undecided"]), int(record["invalid"]), int(record["errors"])) == (
-            row.undecided, row.invalid, row.errors)
-    assert sum(r.errors for r in rows) > 0 and sum(r.invalid for r in rows) > 0
+        assert (int(record["undecided"]), int(record["label_errors"]),
+                int(record["errors"])) == (row.undecided, row.label_errors, row.errors)
+    assert sum(r.errors for r in rows) > 0 and sum(r.label_errors for r in rows) > 0
     assert len(read_csv(tables / "user_turns.csv")) == len(turns)
     stored = store.db.execute("SELECT COUNT(*) FROM labels").fetchone()[0]
     assert len(read_csv(tables / "turn_labels.csv")) == stored
-    assert len(read_csv(tables / "labels.csv")) == len(rows) * 10
+    assert len(read_csv(tables / "labels.csv")) == len(rows) * (len(LABELS) + len(STATUSES))
     assert len(read_csv(tables / "right_vs_wrong.csv")) == len(MODELS) * len(REPORT_TEMPERATURES)
     assert len(read_csv(tables / "accuracy_vs_follow_up.csv")) == len(MODELS) * len(REPORT_TEMPERATURES)
     assert len(read_csv(tables / "rank_correlation.csv")) == len(REPORT_TEMPERATURES)
@@ -175,7 +175,7 @@ def test_perturbation_differences_are_paired_over_shared_items(report_html, run_
     store = RunStore.open(run_folder)
     sides: dict[tuple, list[tuple[str, bool]]] = defaultdict(list)
     for t in read_turns(store):
-        if t.error is None and (t.label is not None or not t.label_error):
+        if t.error is None:  # every generated turn counts, a failed verdict's included
             sides[(t.model, t.perturbation, t.temperature)].append(
                 (t.item_id, t.label == "follow_up"))
     store.close()
@@ -250,7 +250,7 @@ def test_page_in_headless_chromium(browser, report_html, run_folder, tmp_path):
     choose("status", "follow_up", lambda t: t.model == "fake/beta"
            and t.perturbation == "truncate" and t.status == "follow_up")
     page.click("#reset")
-    choose("status", "invalid", lambda t: t.status == "invalid")
+    choose("status", "undecided", lambda t: t.status == "undecided")
     page.click("#reset")
 
     # markup written by a model is shown as text
@@ -284,4 +284,4 @@ def test_page_in_headless_chromium(browser, report_html, run_folder, tmp_path):
     page.close()
     assert errors == []
     assert all(url.startswith("file://") for url in requests), requests
-    assert Counter(t.status for t in turns)["invalid"] > 0
+    assert Counter(t.status for t in turns)["undecided"] > 0

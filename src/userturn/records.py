@@ -144,7 +144,8 @@ class Score:
 # What readers of a stored run get (store.turns.read_turns builds them): plain values, so the
 # statistics in stats/ take them without importing the store.
 
-STATUSES = ("undecided", "invalid", "failed")  # what a turn without a label is instead
+STATUSES = ("undecided", "failed")  # what a turn without a label is instead
+VERDICT_ERROR = "error"  # what one source said of a turn where its verdict failed
 # The one column list of a user turn: the export, the report's user_turns table, the browser.
 COLUMNS = ("model", "answerer", "dataset", "perturbation", "temperature", "sample_index",
            "item_id", "context", "query", "answer", "answer_correct", "user_turn",
@@ -213,7 +214,9 @@ class Turn:
     """Which source gave :attr:`label`."""
     rationale: str | None
     label_error: str | None
-    """With no label: the first source's error (a judge's invalid verdict), else None."""
+    """The first failed verdict (a judge request that failed, a reply outside the label set)
+    among the sources ranked above the one that decided (all of them, where none did), else
+    None. A failed verdict never stands in for a label: the next source in the order decides."""
     messages: tuple[Message, ...] = ()
     """The item's conversation up to the answer."""
     next_user_turn: str | None = None
@@ -223,18 +226,19 @@ class Turn:
 
     @property
     def status(self) -> str:
-        """The label, or why there is none: ``undecided`` (no source decided), ``invalid`` (a
-        judge failed or answered out of the label set) or ``failed`` (the generation failed)."""
+        """The label, or why there is none: ``undecided`` (no source decided: a source whose
+        verdict failed decided nothing) or ``failed`` (the generation failed)."""
         if self.error is not None:
             return "failed"
-        return self.label or ("invalid" if self.label_error else "undecided")
+        return self.label or "undecided"
 
     @property
     def counts_toward_rate(self) -> bool:
         """Whether the turn is in the denominator of a follow-up rate: every generated turn a
         labeller could look at. An undecided turn has not been judged a follow-up (a rate is a
-        lower bound until a judge labels it); invalid verdicts and failed generations are out."""
-        return self.status not in ("invalid", "failed")
+        lower bound until a judge labels it); failed generations are out. A failed verdict
+        changes nothing here: the turn counts with the label the next source gave."""
+        return self.status != "failed"
 
     @property
     def probability(self) -> float | None:
@@ -270,11 +274,12 @@ class Turn:
 
     def source_values(self, source: str) -> tuple[str | None, float | None]:
         """What ``source`` said of the turn: its label (``undecided`` where it abstained,
-        ``invalid`` where it failed) and probability; (None, None) where it did not label it."""
+        ``error`` where its verdict failed) and probability; (None, None) where it did not
+        label it."""
         lab = next((lab for lab in self.labels if lab.source == source), None)
         if lab is None:
             return None, None
-        return lab.label or ("invalid" if lab.error else "undecided"), lab.probability
+        return lab.label or (VERDICT_ERROR if lab.error else "undecided"), lab.probability
 
 
 def is_human(source: str | None) -> bool:

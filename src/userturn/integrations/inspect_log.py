@@ -160,7 +160,7 @@ def _scores(turn: Turn) -> dict[str, Any]:
     if turn.counts_toward_rate:
         scores["follow_up"] = Score(value=1.0 if turn.follow_up else 0.0)
     for lab in turn.labels:
-        # A source that abstained is undecided; only one that failed (an error) is invalid.
+        # A source that abstained is undecided; one whose verdict failed says "error".
         scores[f"label:{lab.source}"] = Score(
             value=turn.source_values(lab.source)[0] or "undecided",
             explanation=lab.rationale or lab.error or None,
@@ -176,10 +176,10 @@ def _score(row: SummaryRow) -> Any:
                  "perturbation": row.perturbation, "temperature": row.temperature}
     metrics = {"follow_up_rate": rate.value, "ci_low": rate.low, "ci_high": rate.high,
                "follow_ups": rate.hits, "turns": rate.n, "undecided": row.undecided,
-               "invalid": row.invalid, "failed": row.errors}
+               "label_errors": row.label_errors, "failed": row.errors}
     name = score_name(row)
     return EvalScore(name=name, scorer=TASK, scored_samples=rate.n,
-                     unscored_samples=row.invalid + row.errors, metadata=condition,
+                     unscored_samples=row.errors, metadata=condition,
                      metrics={key: EvalMetric(name=key, value=_finite(value))
                               for key, value in metrics.items()})
 

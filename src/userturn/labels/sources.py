@@ -49,13 +49,15 @@ class OfflineLabeller:
           already the majority stays as it is.
         - The learned classifier comes last (``cascade``, ``classifier``): the judge is asked
           where the classifier is unsure, so its verdict goes before the classifier's guess.
-        - With scope ``all`` the judges decide alone: they labelled every turn.
+        - With scope ``all`` the judges come first: they labelled every turn. The offline
+          sources follow them, so that where a verdict failed the turn keeps its offline label
+          (a failed verdict never stands in for a label).
         """
         deciding = ([] if not judges else [judges[0]] if len(judges) == 1 else [MAJORITY])
+        rules, learned = [RULES] if self.rules else [], [CLASSIFIER] if self.learned else []
         if deciding and scope == "all":
-            return deciding
-        return [*([RULES] if self.rules else []), *deciding,
-                *([CLASSIFIER] if self.learned else [])]
+            return [*deciding, *rules, *learned]
+        return [*rules, *deciding, *learned]
 
     def learned_classifier(self, path: Path | None = None) -> LearnedClassifier | None:
         """The classifier this labeller uses (its parameters from ``path``, default the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from userturn.records import LABELS
+from userturn.records import LABELS, VERDICT_ERROR
 from userturn.report import charts, plots
 from userturn.report.compute import CATEGORIES, Report
 from userturn.report.markup import count, esc, group_starts, rate_html, section, table
@@ -25,8 +25,10 @@ from userturn.stats.effects import PerturbationEffect
 from userturn.stats.rates import Difference, McNemar, Rate
 
 NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "
-                  "judge labels them; invalid verdicts and failed generations are left out of the "
-                  "rate and counted beside it.")
+                  "judge labels them; failed generations are left out of the rate and counted "
+                  "beside it. Label errors: turns where a label source's verdict failed (a judge "
+                  "request that failed, a reply outside the label set); each kept the next "
+                  "source's label, so a failed verdict never moves the rate.")
 
 
 def _keys(report: Report) -> list[str]:
@@ -39,19 +41,19 @@ def summary(report: Report) -> str:
     humans = any(r.human_labels for r in report.rows)
     headers = ["model", *keys, "T", "items", "turns", "follow-up [95% CI]", "n",
                *(["corrected [95% CI]", "human only [95% CI]", "human labels"] if humans else []),
-               "undecided",
-               "invalid", "errors", "accuracy [95% CI]", "n"]
+               "undecided", "label errors", "errors", "accuracy [95% CI]", "n"]
     rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
              str(r.items), str(r.turns), rate_html(r.follow_up), str(r.follow_up.n),
              *([_corrected_html(r.corrected), _corrected_html(r.human_only),
                 str(r.human_labels)] if humans else []),
-             count(r.undecided, False), count(r.invalid), count(r.errors), rate_html(r.accuracy),
+             count(r.undecided, False), count(r.label_errors), count(r.errors),
+             rate_html(r.accuracy),
              str(r.accuracy.n) if r.accuracy else "–"] for r in report.rows]
     main = table(headers, rows, numeric_from=1 + len(keys),
                    groups=group_starts([r.model for r in report.rows]))
     label_rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
-                   *(str(r.labels.get(key, 0)) for key, _ in CATEGORIES[:-3]),
-                   count(r.undecided), count(r.invalid), count(r.errors)] for r in report.rows]
+                   *(str(r.labels.get(key, 0)) for key in LABELS),
+                   count(r.undecided), count(r.errors)] for r in report.rows]
     counts = table(["model", *keys, "T", *(esc(name) for _, name in CATEGORIES)], label_rows,
                     numeric_from=1 + len(keys),
                     groups=group_starts([r.model for r in report.rows]))
@@ -288,7 +290,7 @@ def agreement(report: Report) -> str:
                        "as good as a person"], rows, numeric_from=2)
     if judges:
         body += table(["judge", "turns judged", *(esc(label_header(x)) for x in LABELS),
-                       "invalid"], judges, numeric_from=1)
+                       "errors"], judges, numeric_from=1)
     intro = ("How far each label source can be trusted: kappa with a 95% interval bootstrapped "
              "over items, and, because follow-ups are rare under greedy decoding (where kappa "
              "misleads), Gwet's AC1, PABAK and the agreement of always giving the reference's "
@@ -304,17 +306,18 @@ def _kappa(kappa: float, low: float, high: float) -> str:
 
 
 def _judge_rows(report: Report) -> list[list[str]]:
-    """Per judge source: turns judged, the label distribution, and the invalid verdicts."""
+    """Per judge source: turns judged, the label distribution, and the failed verdicts."""
     counts: dict[str, dict[str, int]] = {}
     for turn in report.turns:
         for stored in turn.labels:
             if stored.source.startswith("judge:"):
                 row = counts.setdefault(stored.source, {})
-                key = stored.label or ("invalid" if stored.error else "undecided")
+                key = stored.label or (VERDICT_ERROR if stored.error else "undecided")
                 row[key] = row.get(key, 0) + 1
     rows = []
     for source, row in sorted(counts.items()):
         total = sum(row.values())
         rows.append([esc(source), str(total), *(str(row.get(label, 0)) for label in LABELS),
-                     f"{row.get('invalid', 0)} ({percent(row.get('invalid', 0) / total)})"])
+                     f"{row.get(VERDICT_ERROR, 0)} "
+                     f"({percent(row.get(VERDICT_ERROR, 0) / total)})"])
     return rows

@@ -24,7 +24,7 @@ from userturn.report.numbers import (
 from userturn.stats.correction import Corrected
 from userturn.stats.summary import SummaryRow
 
-NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "invalid", "errors", "accuracy",
+NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "label errors", "errors", "accuracy",
            "vs real turn")
 CORRECTION = ("corrected", "human only", "human labels")
 
@@ -47,7 +47,7 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
     humans = any(row.human_labels for row in rows)
     for name in ("model", *extra, "dataset", "T", "items", "turns", "follow-up",
                  *(CORRECTION if humans else []), "undecided",
-                 "invalid", "errors", "accuracy", *(["vs real turn"] if similar else [])):
+                 "label errors", "errors", "accuracy", *(["vs real turn"] if similar else [])):
         table.add_column(name, justify="right" if name in NUMERIC + CORRECTION else "left")
     for row in rows:
         # escape: a variant's name (MODEL[user=...]) is not rich markup.
@@ -56,7 +56,7 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
                       rate_interval(row.follow_up),
                       *([corrected_text(row), corrected_text(row, row.human_only),
                          str(row.human_labels)] if humans else []),
-                      str(row.undecided), str(row.invalid),
+                      str(row.undecided), str(row.label_errors),
                       str(row.errors), rate_interval(row.accuracy),
                       *([f1(row.similarity)] if similar else []))
     console.print(table)

@@ -72,7 +72,7 @@ def _summary_record(row: SummaryRow) -> dict[str, Any]:
             "human_only_low": _num(row.human_only.low) if row.human_only else None,
             "human_only_high": _num(row.human_only.high) if row.human_only else None,
             "human_labels": row.human_labels, "undecided": row.undecided,
-            "invalid": row.invalid, "errors": row.errors, **_rate_cols("accuracy", row.accuracy),
+            "label_errors": row.label_errors, "errors": row.errors, **_rate_cols("accuracy", row.accuracy),
             **{f"label_{label}": row.labels.get(label, 0) for label in LABELS}}
 
 

@@ -21,10 +21,12 @@ class SummaryRow:
     temperature: float
     items: int
     turns: int
-    follow_up: Rate  # over labelled and undecided turns; invalid and failed ones are beside it
+    follow_up: Rate  # over labelled and undecided turns; failed generations are beside it
     labels: dict[str, int] = field(default_factory=dict)
     undecided: int = 0  # no labeller decided (the rules leave hard cases to a judge)
-    invalid: int = 0  # a judge failed or answered out of the label set
+    # Turns where a label source's verdict failed (a judge request that failed, a reply outside
+    # the label set): each kept the next source's label, so the rate did not move.
+    label_errors: int = 0
     errors: int = 0  # the generation itself failed
     accuracy: Rate | None = None
     answerer: str = "self"
@@ -46,10 +48,9 @@ class SummaryRow:
     offline_only: bool = False
 
     def status_counts(self) -> dict[str, int]:
-        """Turns per label and per status of the turns without one (undecided, invalid,
-        failed): every turn of the row is counted once."""
-        return {**self.labels, "undecided": self.undecided, "invalid": self.invalid,
-                "failed": self.errors}
+        """Turns per label and per status of the turns without one (undecided, failed): every
+        turn of the row is counted once."""
+        return {**self.labels, "undecided": self.undecided, "failed": self.errors}
 
 
 def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
@@ -78,7 +79,8 @@ def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
             follow_up=clustered_rate((t.item_id, t.follow_up) for t in group
                                      if t.counts_toward_rate),
             labels=dict(Counter(t.label for t in group if t.error is None and t.label)),
-            undecided=status["undecided"], invalid=status["invalid"], errors=status["failed"],
+            undecided=status["undecided"], errors=status["failed"],
+            label_errors=sum(1 for t in group if t.error is None and t.label_error),
             accuracy=accuracy.get((c.model if c.answerer == "self" else c.answerer, c.dataset)),
             answerer=c.answerer, perturbation=c.perturbation,
             similarity=_similarity(group) if c.model != HUMAN else None,

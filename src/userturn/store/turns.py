@@ -58,8 +58,8 @@ def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> li
     """Every planned user turn of the run, in the store's order.
 
     ``labels`` names the label sources in priority order (default: the run's own); a turn takes
-    the first non-empty label, and ``label_error`` keeps the first error (e.g. a judge's invalid
-    verdict) when none of them labelled it.
+    the first non-empty label, and ``label_error`` keeps the first failed verdict ranked above
+    it (a failed verdict never stands in for a label).
     """
     sources = label_sources(store, labels)
     stored: dict[str, list[StoredLabel]] = {}
@@ -94,6 +94,9 @@ def _query(messages: Sequence[Message]) -> str:
 
 
 def _resolve(labels: Sequence[StoredLabel], sources: Sequence[str]) -> dict[str, str | None]:
+    """The first label among ``sources``, in order. A source whose verdict failed (an error: a
+    judge request that failed, a reply outside the label set) decides nothing: the turn keeps
+    the next source's label, and the failure is kept beside it as ``label_error``."""
     by_source = {label.source: label for label in labels}
     error = None
     for source in sources:
@@ -102,7 +105,7 @@ def _resolve(labels: Sequence[StoredLabel], sources: Sequence[str]) -> dict[str,
             continue
         if found.label is not None:
             return {"label": found.label, "label_source": source, "rationale": found.rationale,
-                    "label_error": None}
+                    "label_error": error}
         error = error or found.error
     return {"label": None, "label_source": None, "rationale": None, "label_error": error}
 

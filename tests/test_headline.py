@@ -1,0 +1,87 @@
+"""The printed rate never moves behind the user's back: a failed verdict is never a label, a
+judge that decides says whether it was checked against people, another labeller is another
+source, and a resumed run keeps what its generating runs measured."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from openai_fake import Drop, FakeOpenAI
+
+from userturn.api import load_run
+from userturn.cli.main import main
+
+RUN = ["--model", "fake/probe", "--dataset", "gsm_symbolic", "--limit", "3", "--samples", "2"]
+
+
+def rates(capsys: pytest.CaptureFixture[str], *argv: str) -> list[str]:
+    """The follow-up cells of the rate table ``report`` prints."""
+    assert main(["report", *argv]) == 0
+    out = capsys.readouterr().out
+    return [cells[6] for cells in (
+        [c.strip() for c in line.split("│")] for line in out.splitlines()
+        if line.startswith("│ fake/probe"))][:2]
+
+
+@pytest.fixture
+def run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    folder = tmp_path / "run"
+    assert main(["run", *RUN, "-o", str(folder)]) == 0
+    capsys.readouterr()
+    return folder
+
+
+def test_a_judge_whose_every_verdict_failed_changes_no_rate_and_no_export(run, tmp_path, capsys,
+                                                                         monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    before = rates(capsys, str(run))
+    turns_before = {t.key: t.label for t in load_run(run).turns()}
+    with FakeOpenAI() as fake:
+        fake.always(Drop())
+        code = main(["judge", str(run), "--judge", "openai/x", "--base-url", fake.url,
+                     "--scope", "all"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "9 of 9 judge request(s) failed" in err
+    assert "a failed verdict is never a label" in out
+    assert rates(capsys, str(run)) == before
+    turns = load_run(run).turns()
+    assert {t.key: t.label for t in turns} == turns_before  # every label where it was
+    assert all(t.label_error and t.counts_toward_rate for t in turns)
+    (greedy, sampled) = load_run(run).summary()
+    assert (greedy.label_errors, sampled.label_errors) == (3, 6)
+    assert (greedy.undecided, sampled.undecided) == (0, 0)
+    # the exports read the same labels: none is empty, no sample is scored invalid
+    assert main(["export", str(run), "--format", "hf", "-o", str(tmp_path / "hf")]) == 0
+    pq = pytest.importorskip("pyarrow.parquet")
+    (part,) = (tmp_path / "hf" / "data").glob("train-*.parquet")
+    rows = pq.read_table(part).to_pylist()
+    assert {row["key"]: row["label"] for row in rows} == turns_before
+    assert main(["export", str(run), "--format", "inspect", "-o", str(tmp_path / "x.eval")]) == 0
+    from inspect_ai.log import read_eval_log
+
+    samples = read_eval_log(str(tmp_path / "x.eval")).samples or []
+    assert len(samples) == 9
+    assert {s.scores["label"].value for s in samples} == set(turns_before.values())
+
+
+def test_failed_verdicts_under_labels_chosen_by_hand_are_undecided_in_table_and_footer(
+        run, capsys):
+    from userturn.records import Label
+    from userturn.store.database import RunStore
+    from userturn.store.rows import LabelRow
+
+    store = RunStore.open(run)
+    keys = [t.key for t in load_run(run).turns()]
+    store.put_labels([LabelRow(key, "r1", Label(None, "judge:x@r1", error="HTTP 401"))
+                      for key in keys])
+    store.close()
+    assert main(["report", str(run), "--labels", "judge:x@r1"]) == 0
+    out = capsys.readouterr().out
+    rows = [[c.strip() for c in line.split("│")] for line in out.splitlines()
+            if line.startswith("│ fake/probe")][:2]
+    # 0% of every turn (undecided: a lower bound), not a rate over the turns a judge got right
+    assert [(r[5], r[6][:2], r[7], r[8]) for r in rows] == [("3", "0%", "3", "3"),
+                                                             ("6", "0%", "6", "6")]
+    assert re.search(r"labelled by nobody \(undecided\) 9\b", " ".join(out.split()))
