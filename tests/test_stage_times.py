@@ -54,16 +54,42 @@ def test_a_run_stores_and_prints_each_stage(tmp_path: Path, capsys: pytest.Captu
     assert "Time by stage" in html and stages["user turns"].line() in html
 
 
-def test_a_resumed_run_counts_what_it_did_not_what_it_read_back(tmp_path: Path) -> None:
+def test_a_run_run_again_keeps_what_its_generating_run_measured(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]
+                                                               ) -> None:
     out = tmp_path / "run"
     assert main(run_args(out)) == 0
+    first = {s.stage: s for s in RunStore.read(out).meta().stages}
     assert main(run_args(out)) == 0  # everything is stored: nothing is generated again
-    store = RunStore.read(out)
-    stages = {s.stage: s for s in store.meta().stages}
-    store.close()
-    assert (stages["answers"].count, stages["answers"].tokens) == (0, 0)
-    assert (stages["user turns"].count, stages["user turns"].tokens) == (0, 0)
-    assert stages["labelling"].count == 0  # labelled already, at this version
+    again = {s.stage: s for s in RunStore.read(out).meta().stages}
+    assert list(again) == list(first)
+    for stage in ("answers", "user turns", "labelling"):  # nothing done twice, nothing lost
+        assert (again[stage].count, again[stage].tokens) == (first[stage].count,
+                                                             first[stage].tokens)
+        assert first[stage].seconds <= again[stage].seconds < first[stage].seconds + 1.0
+    assert main(["report", str(out)]) == 0
+    assert again["user turns"].line() in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_finished_run_run_again_never_loads_the_weights(tmp_path: Path, monkeypatch) -> None:
+    """The transformers backend loads its tokenizer (the template, the keys) at once and its
+    weights on first use: a re-run that generates nothing never loads them, and a run that does
+    counts their load as its model load, not as its answers' time."""
+    out = tmp_path / "run"
+    tiny = ["run", "--model", "tiny", "--limit", "1", "--samples", "1", "--max-tokens", "4",
+            "--user-max-tokens", "4", "--labeller", "rules", "-o", str(out)]
+    assert main(tiny) == 0
+    first = {s.stage: s for s in RunStore.read(out).meta().stages}
+    import transformers
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the weights were loaded for a run with nothing to generate")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    assert main(tiny) == 0
+    again = {s.stage: s for s in RunStore.read(out).meta().stages}
+    assert (again["user turns"].count, again["answers"].count) == (
+        first["user turns"].count, first["answers"].count) == (2, 1)
 
 
 def test_a_stage_that_runs_once_per_dataset_adds_up(tmp_path: Path) -> None:

@@ -26,13 +26,17 @@ class TransformersBackend:
     """``batch_size="auto"``: on a GPU, batches start at ``auto_start`` prompts and halve each
     time one runs out of memory, for the rest of the run (the size found is said once); on the
     CPU, where memory is rarely what limits a batch, it is CPU_BATCH. ``auto_start`` given
-    searches on any device."""
+    searches on any device.
+
+    The tokenizer (the chat template, the keys of every generation) loads now; the weights on
+    first use, so a finished run re-run, which generates nothing, never loads them
+    (``load_seconds``: the time they took, which the run counts as its model load)."""
 
     def __init__(self, ref: ModelRef, *, batch_size: BatchSize = CPU_BATCH,
                  device: str | None = None, trust_remote_code: bool = False,
                  auto_start: int | None = None) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # our own bars report progress; theirs interleave
@@ -47,12 +51,12 @@ class TransformersBackend:
             self.batch_size = CPU_BATCH if batch_size == "auto" else int(batch_size)
         self._batch_said = not self.searching
         self.chunk_size = self.batch_size
+        self._ref, self._trust_remote_code = ref, trust_remote_code
+        self._model: Any = None
+        self.load_seconds = 0.0
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(ref.path, trust_remote_code=trust_remote_code)
-            self.model = AutoModelForCausalLM.from_pretrained(
-                ref.path, dtype=torch.float32 if self.device == "cpu" else "auto",
-                trust_remote_code=trust_remote_code,
-            ).to(self.device).eval()
+            config = AutoConfig.from_pretrained(ref.path, trust_remote_code=trust_remote_code)
         except OSError as exc:
             raise ModelError(f"cannot load model {ref.spec!r}: {str(exc).splitlines()[0]}") from exc
         self.tokenizer.padding_side = "left"
@@ -62,9 +66,29 @@ class TransformersBackend:
         self._special = specials_longest_first(self.tokenizer.all_special_tokens)
         # The model's context: a prompt that does not fit fails alone, a budget that runs past it
         # is clamped to what is left (once said).
-        self.context_length: int | None = getattr(self.model.config, "max_position_embeddings",
-                                                  None)
+        self.context_length: int | None = getattr(config, "max_position_embeddings", None)
         self._clamp_warned = False
+
+    @property
+    def model(self) -> Any:
+        """The weights, loaded on first use."""
+        if self._model is None:
+            import time
+
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            start = time.perf_counter()
+            try:
+                self._model = AutoModelForCausalLM.from_pretrained(
+                    self._ref.path, dtype=torch.float32 if self.device == "cpu" else "auto",
+                    trust_remote_code=self._trust_remote_code,
+                ).to(self.device).eval()
+            except OSError as exc:
+                raise ModelError(f"cannot load model {self._ref.spec!r}: "
+                                 f"{str(exc).splitlines()[0]}") from exc
+            self.load_seconds += time.perf_counter() - start
+        return self._model
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)

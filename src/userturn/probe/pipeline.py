@@ -126,6 +126,7 @@ def _run(exp: RunSpec, backends: Mapping[str, Backend], executor: Executor,
          judge_sleep: Callable[[float], None], loading: float = 0.0) -> RunStore:
     """``loading``: the seconds it took to load the models here (0: loaded elsewhere)."""
     plan, labelling = exp.plan, exp.labelling
+    engines = list(backends.values())  # the loaded engines (the variants below wrap them)
     for backend in backends.values():  # misuse fails here, before the store is written
         _check_renders(backend, datasets[0].items[0], plan)
     first = _conversation(datasets[0].items[0], plan)
@@ -150,9 +151,9 @@ def _run(exp: RunSpec, backends: Mapping[str, Backend], executor: Executor,
                       started=time.time(), finished=None,
                       models=_model_meta(backends, first),
                       skipped={d.name: d.skipped for d in datasets if d.skipped},
-                      dataset_notes={d.name: list(d.notes) for d in datasets if d.notes},
-                      stages=[])
-    clock = StageClock(store)
+                      dataset_notes={d.name: list(d.notes) for d in datasets if d.notes})
+    clock = StageClock(store, loading=lambda: sum(
+        getattr(engine, "load_seconds", 0.0) for engine in engines))
     if loading:
         clock.add(StageTime(stage="model load", seconds=loading, count=len(backends),
                             unit="models"))
