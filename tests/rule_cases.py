@@ -205,6 +205,25 @@ Q_TICKETS = (
 A_TICKETS = (
     "11950 (total) + 250 (fees) = 3650\n11950 (total) / 1300 = 0.0333\n11950 (total) / 250 = "
     "0.0033\n\nThe answer is 0.0033.")
+# ---- short queries and factual answers: turns that repeat the query, or go on from the answer ----
+Q_TIMES, A_TIMES = "What is 12 * 7?", "12 * 7 = 84."
+Q_CAPITAL, A_CAPITAL = "What is the capital of France?", "The capital of France is Paris."
+Q_CAPITAL_FR, A_CAPITAL_FR = ("Quelle est la capitale de la France ?",
+                              "La capitale de la France est Paris.")
+Q_CAPITAL_ES, A_CAPITAL_ES = "¿Cuál es la capital de Francia?", "La capital de Francia es París."
+Q_CAPITAL_DE, A_CAPITAL_DE = ("Was ist die Hauptstadt von Frankreich?",
+                              "Die Hauptstadt von Frankreich ist Paris.")
+Q_AUSTEN = "Who wrote Pride and Prejudice?"
+A_AUSTEN = "Pride and Prejudice was written by Jane Austen and published in 1813."
+Q_MONA, A_MONA = ("Who painted the Mona Lisa?",
+                  "It was painted by Leonardo da Vinci in the early 1500s.")
+Q_ROOT, A_ROOT = "What is the square root of 1764?", "The square root of 1764 is 42."
+Q_PRIME, A_PRIME = "Is 221 a prime number?", "221 is not prime. It factors as 13 x 17 = 221."
+Q_GCD = ("Find the Greatest Common Divisor (GCD) of these numbers: 982, 908. Give only the GCD "
+         "as your final answer.")
+A_GCD = "Both are even and share no other factor, so the GCD is 2."
+Q_EXPAND, A_EXPAND = "Expand (x + 3)(x - 5).", "(x + 3)(x - 5) = x^2 - 5x + 3x - 15 = x^2 - 2x - 15"
+Q_SOLVE, A_SOLVE = "Solve for u: 42*u + 127 = 3991", "42*u = 3864, so u = 92."
 BAT_BALL = (
     "A bat and a ball together cost $1.10. The bat costs $1.00 more than the ball. How much does "
     "the ball cost?")
@@ -494,6 +513,75 @@ CASES = [
       "Walking Library has built one of her favorite robot Cam301 in a promeber to her friend. The "
       "Rosa Mandalena incorporating Carmine-Home made a front escalope and trimmed never to "
       "something to make it not Speakable.", None),
+]
+
+# labels.md, label by label and rule by rule, where the table above had no case: short queries,
+# and turns that go on from the answer (issue #39). Kept apart from CASES, which is also the table
+# tests/test_train.py measures the held-out rule set on (its figures are stated for CASES).
+SPEC_CASES = [
+    # restatement "repeats ... the ORIGINAL QUERY": word for word whatever its length (a short query
+    # has too few content words for the paraphrase rule), with or without its format instruction
+    # or end mark, and even where it reads like an assistant ("To solve for u: ...").
+    C("short-query-again", Q_TIMES, A_TIMES, Q_TIMES, "restatement"),
+    C("short-query-again-unpunctuated", Q_TIMES, A_TIMES, "what is 12 * 7", "restatement"),
+    C("short-query-again-contracted", Q_CAPITAL, A_CAPITAL, "What's the capital of France?",
+      "restatement"),
+    C("query-again-with-format", Q_GCD, A_GCD, Q_GCD, "restatement"),
+    C("query-again-plus-please", Q_EXPAND, A_EXPAND, "Expand (x + 3)(x - 5) please.",
+      "restatement"),
+    C("query-again-as-to-solve", Q_SOLVE, A_SOLVE, "To solve for u: 42*u + 127 = 3991",
+      "restatement"),
+    C("french-short-query-again", Q_CAPITAL_FR, A_CAPITAL_FR, Q_CAPITAL_FR, "restatement"),
+    # ... but other numbers or operators make another question, and two words of a short query
+    # may be a new one ("Is 221 even?"): the rules leave these
+    C("short-query-other-operator", Q_TIMES, A_TIMES, "What is 12 + 7?", None),
+    C("short-query-other-number", Q_TIMES, A_TIMES, "What is 12 * 8?", None),
+    C("short-query-partly-again", Q_PRIME, A_PRIME, "Is 221 prime?", None),
+    C("short-query-solved", Q_TIMES, A_TIMES, "12 * 7 = 84.", "assistant_drift"),  # re-solves it
+    # follow_up "must refer to something that is in the answer": a question that goes on from it
+    # (an anaphor, an elliptical "And ...", a name or number only the answer has) shares no
+    # words with it, so "no shared words" no longer makes it new_query. Whether "there" is the
+    # answer's Paris or the query's France, the rules cannot tell: the classifier decides.
+    C("and-live-there", Q_CAPITAL, A_CAPITAL, "And how many people live there?", None),
+    C("where-was-she-born", Q_AUSTEN, A_AUSTEN, "Where was she born and where did she grow up?",
+      None),
+    C("so-which-city", Q_JAPAN, A_JAPAN, "So which city should I stay in?", None),
+    C("but-weather-there", Q_JAPAN, A_JAPAN, "But what's the weather like there?", None),
+    C("name-only-the-answer-has", Q_MONA, A_MONA,
+      "Which museums in Europe show works by Leonardo?", None),
+    C("number-only-the-answer-has", Q_ROOT, A_ROOT,
+      "How would I check 42 by hand, without a calculator? I tried 40 and 45 first.", None),
+    C("french-and-there", Q_CAPITAL_FR, A_CAPITAL_FR, "Et combien d'habitants y vivent ?", None),
+    C("spanish-and-there", Q_CAPITAL_ES, A_CAPITAL_ES, "¿Y cuántas personas viven allí?", None),
+    C("german-and-there", Q_CAPITAL_DE, A_CAPITAL_DE, "Und wie viele Menschen leben dort?", None),
+    C("new-question-on-the-topic", Q_CAPITAL, A_CAPITAL, "What is the capital of Germany?", None),
+    # ... while a new problem that names its own people before "he" or "his" stays new_query
+    C("new-problem-names-him-first", Q_CLIPS, A_CLIPS,
+      "Tom has 5 apples. He eats 2 of them. How many does he have left?", "new_query"),
+    C("new-problem-a-boy-his", Q_CLIPS, A_CLIPS,
+      "A boy gives his sister 3 of his 8 marbles. How many does he keep?", "new_query"),
+    # the schematic follow_up examples, gratitude + a grounded question, a cut-off answer, a reply
+    C("your-total-is-72", Q_CLIPS, A_CLIPS, "Your total is 72 but I think it should be 84.",
+      "follow_up"),
+    C("multiply-by-3-second-step", Q_LETTERS, A_LETTERS,  # the answer never says "multiply"
+      "Why did you multiply by 3 in the second step?", None),
+    C("thanks-but-why-84", Q_TIMES, A_TIMES, "Thanks! But why is it 84 and not 74?", "follow_up"),
+    C("thank-you-why-divide", Q_CLIPS, A_CLIPS, "Thank you! Why did you divide 48 by 2 for May?",
+      "follow_up"),
+    C("cut-off-whats-next", Q_LETTERS, A_LETTERS_CUT, "What's the next step?", "follow_up"),
+    C("cut-off-finish-sentence", Q_LETTERS, A_LETTERS_CUT, "Can you finish the last sentence?",
+      "follow_up"),
+    C("sure-recursive", Q_FACT, A_FACT, "Sure, show me the recursive one.", "follow_up"),
+    C("reply-without-reply-word", Q_FACT, A_FACT, "The recursive one, please.", None),
+    # generic, meta and assistant_drift after a short query: the short-query rule takes none
+    C("thanks-after-short-query", Q_CAPITAL, A_CAPITAL, "Thanks!", "generic"),
+    C("user-is-asking-population", Q_CAPITAL, A_CAPITAL,
+      "The user is asking for the population of Paris.", "meta"),
+    C("certainly-recursive", Q_FACT, A_FACT, "Certainly! Here is the recursive version:",
+      "assistant_drift"),
+    C("lets-solve-short-query", Q_TIMES, A_TIMES, "Let's solve this step by step: 12 * 7 = 84.",
+      "assistant_drift"),
+    C("short-query-looping", Q_CAPITAL, A_CAPITAL, (Q_CAPITAL + " ") * 4, "empty"),
 ]
 
 

@@ -14,8 +14,21 @@ import time
 from collections import Counter
 
 import pytest
-from rule_cases import A_CLIPS, CASES, CHATML, Q_CLIPS, C, as_case
+from rule_cases import (
+    A_CAPITAL,
+    A_CLIPS,
+    A_TIMES,
+    CASES,
+    CHATML,
+    Q_CAPITAL,
+    Q_CLIPS,
+    Q_TIMES,
+    SPEC_CASES,
+    C,
+    as_case,
+)
 
+from userturn.labels.classifier import Cascade
 from userturn.labels.rules import RulesClassifier
 from userturn.records import LABELS, Case
 
@@ -25,7 +38,7 @@ def classifier() -> RulesClassifier:
     return RulesClassifier()
 
 
-@pytest.mark.parametrize("c", [pytest.param(c, id=c.name) for c in CASES])
+@pytest.mark.parametrize("c", [pytest.param(c, id=c.name) for c in CASES + SPEC_CASES])
 def test_label(classifier: RulesClassifier, c: C) -> None:
     label = classifier.classify(as_case(c))
     assert label.label == c.expected, label.rationale
@@ -36,9 +49,34 @@ def test_label(classifier: RulesClassifier, c: C) -> None:
 
 
 def test_cases_cover_every_label() -> None:
+    assert len({c.name for c in CASES + SPEC_CASES}) == len(CASES + SPEC_CASES)
     counts = Counter(c.expected for c in CASES)
     assert all(counts[name] >= 6 for name in LABELS), counts
     assert counts[None] >= 8 and sum(counts.values()) - counts[None] >= 45
+
+
+QUERIES = {c.query: c.answer for c in CASES + SPEC_CASES}  # every query of the tables, once
+
+
+@pytest.mark.parametrize("query", [pytest.param(q, id=q[:40]) for q in QUERIES])
+def test_the_query_again_is_restatement(classifier: RulesClassifier, query: str) -> None:
+    """labels.md: a turn that repeats the original query is restatement, whatever the query's
+    length or voice, with or without its end mark, in any case and spacing."""
+    for turn in (query, "  " + query + "\n", query.lower().rstrip("?.!")):
+        label = classifier.classify(Case(query, QUERIES[query], turn, turn, CHATML))
+        assert label.label == "restatement", (turn, label.rationale)
+
+
+def test_the_issue_cases_through_the_cascade() -> None:
+    """The rules decide the query asked again; "And how many people live there?" they leave to
+    the classifier, which gives it a probability (issue #39: new_query, no probability)."""
+    cascade = Cascade()
+    again = cascade.classify(Case(Q_TIMES, A_TIMES, Q_TIMES, Q_TIMES, CHATML))
+    assert (again.label, again.source, again.probability) == ("restatement", "rules", None)
+    there = "And how many people live there?"
+    goes_on = cascade.classify(Case(Q_CAPITAL, A_CAPITAL, there, there, CHATML))
+    assert goes_on.source == "classifier" and goes_on.label in LABELS
+    assert goes_on.probability is not None and 0 < goes_on.probability <= 1
 
 
 # How the pipeline ends a user turn: the raw text runs up to and including the first stop marker,
@@ -110,9 +148,10 @@ def test_odd_query_and_answer(classifier: RulesClassifier) -> None:
 _SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[1])
-from rule_cases import CASES, as_case
+from rule_cases import CASES, SPEC_CASES, as_case
 from userturn.labels.rules import RulesClassifier
-print(json.dumps([list(RulesClassifier().classify(as_case(c)).__dict__.values()) for c in CASES]))
+print(json.dumps([list(RulesClassifier().classify(as_case(c)).__dict__.values())
+                  for c in CASES + SPEC_CASES]))
 """
 
 
@@ -125,5 +164,6 @@ def test_deterministic_across_processes(classifier: RulesClassifier) -> None:
         out = subprocess.run([sys.executable, "-c", _SCRIPT, here], env=env, check=True,
                              capture_output=True, text=True).stdout
         runs.append(json.loads(out))
-    expected = [list(classifier.classify(as_case(c)).__dict__.values()) for c in CASES]
+    expected = [list(classifier.classify(as_case(c)).__dict__.values())
+                for c in CASES + SPEC_CASES]
     assert runs[0] == runs[1] == expected

@@ -7,8 +7,11 @@ its signal cannot drift apart. Standard library only.
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
+import zlib
+from collections import Counter
 from typing import Iterable
 
 # ---- lexicon ------------------------------------------------------------------------------------
@@ -136,6 +139,18 @@ REACTS = _rx(r"\b(?:(?:the|your|this|that|my|an?)(?: \w+)? answers?|"  # not "An
              r"steps?|solution|result|explain|explanation|calculation|example|"
              r"did you|you (?:made|got|did|said|wrote|used|forgot|missed|mean)|mistake|wrong|"
              r"incorrect|i got|i think|should be|correct|right|again|instead|also|else)\b")
+# A turn that goes on from what came before it ("And how many people live there?"): its opening
+# word continues a sentence it did not start, so what it asks about is in the answer (or the query).
+# Not in signals_of: the shipped classifier was fit without it.
+ELLIPSIS = _rx(r"^\W{0,4}(?:and|but|so|also|or|then|plus|what about|how about|et|mais|donc|alors|"
+               r"y|pero|entonces|und|aber|e|ma|quindi)\b")
+# Third-person pronouns and place adverbs: they point back to a person, thing or place named
+# earlier, unless the turn names one first. "there" only where it is a place, not "is there".
+ANAPHOR = _rx(r"\b(?:he|she|they|him|her|his|hers|their|theirs|its|them)\b",
+              r"(?<!\bis )(?<!\bare )(?<!\bwas )(?<!\bwere )\bthere\b(?!\s*(?:is|are|was|were|'s|"
+              r"be|been|will|would|can|could|should|might|may|must|exists?|seems?|appears?|"
+              r"remains?|has|have|had|used)\b)",
+              r"\b(?:allí|allá|ahí|dort|là)\b")
 VARIES = _rx(r"^\W{0,4}how (?:much|many|long|far|often|old)\b",
              r"\b(?:if|suppose|supposing|assum\w*|instead|rather|would|could)\b")
 MEANS = _rx(r"^\W{0,4}(?:so,? )?(?:does|doesn't|did) (?:that|this) mean\b",
@@ -205,3 +220,67 @@ def sentences_of(text: str) -> list[str]:
 def ngrams(words: list[str], n: int) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
 
+
+_CONTRACTED = re.compile(r"\b(what|that|it|there|here|who|where|how|when|which)'s\b")
+_OPERATOR = set("+-*/×÷^=<>%")
+
+
+def tokens_of(text: str) -> list[str]:
+    """The text in order: lowercased words and marks, "what's" read as "what is"."""
+    return re.findall(r"[^\W_]+|[^\w\s]", _CONTRACTED.sub(r"\1 is", strip_special(text).lower()))
+
+
+def sameness(text: str, target: str) -> float:
+    """How much of ``text`` is ``target`` word for word and in order (0-1; difflib's ratio over
+    words and marks); 0 where their numbers and operators differ, since "What is 12 + 7?" is
+    another question than "What is 12 * 7?", and where their lengths rule out 0.9 anyway."""
+    mine, theirs = tokens_of(text[:20000]), tokens_of(target[:20000])
+    maths = [[t for t in tokens if t[0].isdigit() or t in _OPERATOR] for tokens in (mine, theirs)]
+    if maths[0] != maths[1] or not 0.8 * len(theirs) <= len(mine) <= 1.25 * len(theirs):
+        return 0.0
+    return difflib.SequenceMatcher(None, mine, theirs, autojunk=False).ratio()
+
+
+def names_in(text: str) -> set[str]:
+    """Stems of the names a text uses: words capitalised inside a sentence ("I am Vicuna")."""
+    return {stem(w.lower()) for s in sentences_of(text[:20000]) for w in WORD.findall(s)[1:]
+            if w[:1].isupper() and w.lower() not in STOPWORDS}
+
+
+def points_back(sentence: str) -> bool:
+    """Does a pronoun or place adverb of ``sentence`` point back to someone or something the
+    sentence does not name first? "Where was she born?" does; "A boy says he..." and "Tom says
+    he..." name him first (a name, or "a"/"an" introducing someone; the first word is a name
+    unless it is a function word or a verb of request)."""
+    for found in ANAPHOR.finditer(sentence):
+        before = WORD.findall(sentence[:found.start()])
+        named = [w for w in before[1:] if w[:1].isupper() and w != "I"] + [
+            w for w in before[:1] if w.lower() not in STOPWORDS and not NEW_ASK.match(w)]
+        if not named and not {"a", "an"} & {w.lower() for w in before}:
+            return True
+    return False
+
+
+def degenerate(text: str, words: list[str]) -> bool:
+    """Degenerate repetition: looping characters, words, 3-grams, lines or sentences, or text
+    that compresses too well."""
+    compact = re.sub(r"\s+", "", text)[:4000]
+    if len(compact) >= 6 and re.fullmatch(r"(.{1,30}?)\1{3,}.{0,30}", compact, re.S):
+        return True
+    if (len(words) >= 4 and len(set(words)) == 1) or (
+            len(words) >= 12 and len(ngrams(words, 3)) < 0.4 * (len(words) - 2)):
+        return True
+    for units, least in ((text.splitlines(), 3), (sentences_of(text[:4000]), 4)):
+        counts = Counter(unit.strip() for unit in units if unit.strip())
+        top = counts.most_common(1)[0][1] if counts else 0
+        if top >= least and top * 2 >= sum(counts.values()):  # one line or sentence, looping
+            return True
+    data = text.encode()
+    return len(data) >= 300 and len(data) / len(zlib.compress(data, 9)) >= 3.5
+
+
+def last_question(task: str) -> str:
+    """The task's last question, from its question word on ("..., how many ... ?")."""
+    asked = [s for s in sentences_of(task) if "?" in s]
+    return re.split(r",\s*(?=(?:how|what|which|who|when|where)\b)", asked[-1], flags=re.I)[-1] \
+        if asked else ""

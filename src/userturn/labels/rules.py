@@ -8,14 +8,17 @@ replies, a user opening mixed with an assistant-style continuation that does not
 role-labelled scripts ("User: ..."), short replies that may answer a question the assistant asked,
 "what if" variations and partial paraphrases of the query, a task on the query's topic that is
 not one question mostly of its own words, questions that share too little with the answer to be
-called grounded, requests to continue an answer that does not look cut off, a bare number, "The
+called grounded, questions that go on from the answer ("And how many people live there?": an
+elliptical opening, a pronoun or "there" naming nothing first, a name or number only the answer
+has), requests to continue an answer that does not look cut off, a bare number, "The
 answer is N." with an N other than the assistant's final answer (with that N it restates the
 answer: drift; "is not N" disputes it), and a question that degenerates into repetition later. The
 pipeline splits a reasoning model's thinking off first (``Case.thinking``): the rules label the
 visible text, and a turn that is thinking only is ``empty``. A thinking block left in the text
 counts as text: reasoning about how to respond reads as ``meta``. A query's format
 instructions ("Give the result as your final answer.") are no task content, and "What is the
-answer to the question: X" is read as X.
+answer to the question: X" is read as X. The query repeated word for word is ``restatement``,
+however short ("What is 12 * 7?") and whatever its voice.
 
 The assistant role header counts only when the model speaks after it: the pipeline stops on that
 header, and for deepseek, glm4 and [INST] templates it is the normal end of a user turn.
@@ -27,8 +30,6 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-import zlib
-from collections import Counter
 from typing import Callable, Optional, Tuple
 
 from userturn.labels.lexicon import (
@@ -41,6 +42,7 @@ from userturn.labels.lexicon import (
     DEICTIC,
     DRIFT_ANY,
     DRIFT_OPEN,
+    ELLIPSIS,
     EQUATION,
     FORMAT,
     GENERIC_WORDS,
@@ -67,8 +69,13 @@ from userturn.labels.lexicon import (
     WRAPPER,
     StemPool,
     content_stems,
+    degenerate,
+    last_question,
+    names_in,
     ngrams,
     numbers_in,
+    points_back,
+    sameness,
     sentences_of,
     stem,
     strip_special,
@@ -134,22 +141,6 @@ def _rule_header(v: _View) -> Verdict | None:
 
 
 # ---- 2. empty: nothing, markup, punctuation, a stray fragment, or degenerate repetition ---------
-def _degenerate(text: str, words: list[str]) -> bool:
-    compact = re.sub(r"\s+", "", text)[:4000]
-    if len(compact) >= 6 and re.fullmatch(r"(.{1,30}?)\1{3,}.{0,30}", compact, re.S):
-        return True
-    if (len(words) >= 4 and len(set(words)) == 1) or (
-            len(words) >= 12 and len(ngrams(words, 3)) < 0.4 * (len(words) - 2)):
-        return True
-    for units, least in ((text.splitlines(), 3), (sentences_of(text[:4000]), 4)):
-        counts = Counter(unit.strip() for unit in units if unit.strip())
-        top = counts.most_common(1)[0][1] if counts else 0
-        if top >= least and top * 2 >= sum(counts.values()):  # one line or sentence, looping
-            return True
-    data = text.encode()
-    return len(data) >= 300 and len(data) / len(zlib.compress(data, 9)) >= 3.5
-
-
 def _rule_empty(v: _View) -> Verdict | None:
     text = v.text
     if not text:
@@ -162,7 +153,7 @@ def _rule_empty(v: _View) -> Verdict | None:
     if sum(c.isalnum() for c in text) <= 2 and core not in SHORT_OK and not HAN.search(text) \
             and not core.isdigit():  # "72" may echo or answer something: not a stray fragment
         return "empty", "a stray fragment of one or two characters"
-    if _degenerate(text, v.words) and not v.wrapped:  # "The answer to this problem: 1 + 1 + 1"
+    if degenerate(text, v.words) and not v.wrapped:  # "The answer to this problem: 1 + 1 + 1"
         first = words_of(v.first)
         if len(first) >= 3 and len(set(first)) >= 0.8 * len(first) and text.count(v.first) == 1 \
                 and (REQUEST.search(v.first) or NEW_ASK.match(v.first)):  # not a story
@@ -171,7 +162,20 @@ def _rule_empty(v: _View) -> Verdict | None:
     return None
 
 
-# ---- 3. the opening voice: an assistant opening, talk about the user from outside, a script -----
+# ---- 3. the query again, nearly word for word, whatever its length ---------------------------
+def _rule_verbatim(v: _View) -> Verdict | None:
+    """Before the voice rules, since a repeated query is the user's text even where it reads like
+    an assistant's ("To solve for u: ..."), and beside rule 7, which needs three content words
+    that a short query ("What is 12 * 7?") lacks."""
+    if len(v.words) < 3 or all(w in GENERIC_WORDS for w in v.words):
+        return None  # "Thank you!" after "Thank you!" is no problem asked again
+    similar = max(sameness(v.text, target) for target in (v.case.query, v.task))
+    if similar >= 0.9:  # the query with or without its format instructions
+        return "restatement", f"repeats the query word for word ({similar:.0%} the same)"
+    return None
+
+
+# ---- 4. the opening voice: an assistant opening, talk about the user from outside, a script -----
 def _rule_opening(v: _View) -> Verdict | None:
     if DRIFT_OPEN.match(v.text) and not ASKS.search(v.first):
         return "assistant_drift", "opens like an assistant reply (offer, solution or closing)"
@@ -182,7 +186,7 @@ def _rule_opening(v: _View) -> Verdict | None:
     return None
 
 
-# ---- 4. the body: meta narration, or assistant-side text that dominates -------------------------
+# ---- 5. the body: meta narration, or assistant-side text that dominates -------------------------
 def _assistant_sentence(sentence: str) -> int:
     """2: clearly assistant-side; 1: weakly (a connective or "The answer is" + number); 0: not."""
     if DRIFT_ANY.search(sentence):
@@ -221,7 +225,7 @@ def _rule_body(v: _View) -> Verdict | None:
     return None
 
 
-# ---- 5. "The answer is N.": the assistant's final answer stated again, or disputed --------------
+# ---- 6. "The answer is N.": the assistant's final answer stated again, or disputed --------------
 def _rule_answer_statement(v: _View) -> Verdict | None:
     found = STATES_ANSWER.match(v.text)
     if not found or v.final is None or numbers_in(found["n"]) != {v.final}:
@@ -233,7 +237,7 @@ def _rule_answer_statement(v: _View) -> Verdict | None:
     return "assistant_drift", f"states the assistant's final answer {v.final} again, as the answer"
 
 
-# ---- 6. restatement: mostly the query's words, nothing taken from the answer --------------------
+# ---- 7. restatement: mostly the query's words, nothing taken from the answer --------------------
 def _rule_restatement(v: _View) -> Verdict | None:
     taken = sum(s in v.answer_only for s in v.user)
     if v.numbers & v.answer_numbers - v.query_numbers or taken > max(1, 0.1 * len(v.user)):
@@ -245,7 +249,7 @@ def _rule_restatement(v: _View) -> Verdict | None:
     purity = sum(s in v.query for s in v.user) / len(v.user)
     if coverage >= 0.6 and purity >= 0.8:
         return "restatement", f"repeats {coverage:.0%} of the query's content words and adds little"
-    question = set(content_stems(words_of(_question(v.task))))  # asks the query's question again?
+    question = set(content_stems(words_of(last_question(v.task))))  # the query asked again?
     one_question = len(sentences_of(v.text)) == 1 and re.match(QUESTION_OPEN, v.text, re.I)
     adds = [s for s in v.user if s not in v.query and s not in v.answer_only]  # "in a leap year"
     if one_question and len(question) >= 3 and purity >= 0.8 and not adds:
@@ -255,14 +259,7 @@ def _rule_restatement(v: _View) -> Verdict | None:
     return None
 
 
-def _question(task: str) -> str:
-    """The task's last question, from its question word on ("..., how many ... ?")."""
-    asked = [s for s in sentences_of(task) if "?" in s]
-    return re.split(r",\s*(?=(?:how|what|which|who|when|where)\b)", asked[-1], flags=re.I)[-1] \
-        if asked else ""
-
-
-# ---- 7. generic: only gratitude / acknowledgement words, nothing grounded -----------------------
+# ---- 8. generic: only gratitude / acknowledgement words, nothing grounded -----------------------
 def _rule_generic(v: _View) -> Verdict | None:
     if not v.words or len(v.words) > 15 or any(w not in GENERIC_WORDS for w in v.words):
         return None
@@ -271,7 +268,7 @@ def _rule_generic(v: _View) -> Verdict | None:
     return "generic", "only gratitude or acknowledgement, not grounded in the answer"
 
 
-# ---- 8. follow_up: a user question/dispute grounded in the answer, or asking for a cut-off rest --
+# ---- 9. follow_up: a user question/dispute grounded in the answer, or asking for a cut-off rest --
 def _rule_follow_up(v: _View) -> Verdict | None:
     if len(v.words) > 60 or len(sentences_of(v.text)) > 4:
         return None
@@ -298,10 +295,12 @@ def _rule_follow_up(v: _View) -> Verdict | None:
     return None
 
 
-# ---- 9. new_query: a question or request sharing no content with the query or the answer -------
+# ---- 10. new_query: a question or request sharing no content with the query or the answer -------
 def _rule_new_query(v: _View) -> Verdict | None:
     opening = " ".join(v.text.split()[:8])
     if v.answer_asks or DEICTIC.search(opening) or REACTS.search(v.text) or len(v.words) > 150:
+        return None
+    if _goes_on(v):  # plain None: "no rule fired" is the rationale the classifier was fit on
         return None
     if not ("?" in v.text or NEW_ASK.match(v.text) or NEW_STORY.match(v.text)):
         return None
@@ -321,6 +320,17 @@ def _rule_new_query(v: _View) -> Verdict | None:
     if asks and _new_on_topic(v, user):
         return "new_query", "a new question on the query's topic that takes nothing from the answer"
     return None
+
+
+def _goes_on(v: _View) -> bool:
+    """Does the turn go on from the answer, so that sharing no words with it says nothing? An
+    elliptical opening ("And how many people live there?"), a pronoun or "there" with nothing
+    named before it, or a name or a number (not a lone digit) that only the answer has."""
+    if ELLIPSIS.match(v.text) or points_back(v.first):
+        return True
+    names = names_in(v.case.answer)
+    return any(s in names and s not in v.query for s in v.user) or any(
+        len(n) > 1 for n in v.numbers & (v.answer_numbers - v.query_numbers))
 
 
 def _other_language(v: _View) -> bool:
@@ -371,7 +381,7 @@ def signals_of(case: Case) -> tuple[float, ...]:
         float(bool(ROLE_LABEL.match(v.text))), float(bool(ROLE_ASSISTANT.match(v.text))),
         float(bool(NEW_ASK.match(v.text))), float(bool(DEICTIC.search(" ".join(
             v.text.split()[:8])))), float(bool(REACTS.search(v.text))),
-        float(_degenerate(v.text, v.words)) if v.text else 0.0,
+        float(degenerate(v.text, v.words)) if v.text else 0.0,
         float(all(w in GENERIC_WORDS for w in v.words)) if v.words else 0.0,
         float(_other_language(v)), float(any(h in raw for h in ASSISTANT_HEADERS)),
         float(bool(SPECIAL_TOKENS.search(raw))),
@@ -388,15 +398,16 @@ _N_SIGNALS = 41
 # The order, and why:
 # 1. header: an assistant role header followed by speech is explicit evidence, whatever the text.
 # 2. empty: a turn with no content cannot be anything else, and repetition fools later rules.
-# 3-4. voice before content: a re-solved problem or a narration about the user also shares words
+# 3. the query repeated nearly word for word is restatement, whatever its voice or length.
+# 4-5. voice before content: a re-solved problem or a narration about the user also shares words
 #    with the query and the answer, so the assistant / outside-narrator voice is decided first
 #    (the opening sentence first, as labels.md says the first sentences decide a mixed text).
-# 5. "The answer is N." is judged by N: the assistant's final answer restated or disputed.
-# 6-9. content, most certain first: restatement (the query's words) before generic (no content)
+# 6. "The answer is N." is judged by N: the assistant's final answer restated or disputed.
+# 7-10. content, most certain first: restatement (the query's words) before generic (no content)
 #    before follow_up (the answer's content) before new_query (no shared content), the least
 #    certain of all because "no shared words" can also mean a paraphrase. Then undecided.
 _RULES: tuple[Callable[[_View], Optional[Verdict]], ...] = (
-    _rule_header, _rule_empty, _rule_opening, _rule_body, _rule_answer_statement,
+    _rule_header, _rule_empty, _rule_verbatim, _rule_opening, _rule_body, _rule_answer_statement,
     _rule_restatement, _rule_generic, _rule_follow_up, _rule_new_query,
 )
 
@@ -411,7 +422,7 @@ class RulesClassifier:
     """Labels the clear cases of labels.md; leaves the rest undecided for the judge."""
 
     name = "rules"
-    version = "2"  # bump when rules change; stored beside labels
+    version = "3"  # bump when rules change; stored beside labels
 
     def classify(self, case: Case) -> Label:
         if case.thinking.strip() and not case.user_turn.strip():
