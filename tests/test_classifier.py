@@ -192,7 +192,7 @@ def test_train_classifier_names_a_bad_label(tmp_path, capsys):
     assert not (tmp_path / "x.npz").exists()
 
 
-def test_relabelling_with_retrained_parameters_replaces_the_classifiers_labels(
+def test_relabelling_with_retrained_parameters_labels_under_their_own_source(
         gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path)
     run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
@@ -211,8 +211,15 @@ def test_relabelling_with_retrained_parameters_replaces_the_classifiers_labels(
     # The cascade's classifier labels the turns the rules leave: here every sampled turn.
     undecided = [t for t in turns if t.temperature > 0]
     assert f"{len(undecided)} label(s) added" in capsys.readouterr().out
-    learned = [lab for t in turns for lab in t.labels if lab.source == "classifier"]
+    # other parameters are another source, named by the file and its parameters; the shipped
+    # classifier's labels stay stored under its own name
+    mine_source = LearnedClassifier(path=mine).name
+    assert mine_source.startswith("classifier:mine-")
+    assert store.label_sources() == ["rules", mine_source]
+    learned = [lab for t in turns for lab in t.labels if lab.source == mine_source]
     assert len(learned) == len(undecided) == GSM_ITEMS * GSM_SAMPLES
     assert {lab.version for lab in learned} == {LearnedClassifier(path=mine).version}
+    assert len([lab for t in turns for lab in t.labels if lab.source == "classifier"]) == len(
+        undecided)
     assert {lab.label for lab in learned} <= {"follow_up", "generic", "restatement"}
     assert generations(exp.output) == before  # only labels changed

@@ -85,3 +85,49 @@ def test_failed_verdicts_under_labels_chosen_by_hand_are_undecided_in_table_and_
     assert [(r[5], r[6][:2], r[7], r[8]) for r in rows] == [("3", "0%", "3", "3"),
                                                              ("6", "0%", "6", "6")]
     assert re.search(r"labelled by nobody \(undecided\) 9\b", " ".join(out.split()))
+
+
+def test_another_classifier_is_another_source_and_relabelling_says_so(run, capsys):
+    before = load_run(run).turns()
+    assert {t.label_source for t in before} <= {"rules", "classifier"}
+    with pytest.warns(UserWarning) as said:
+        assert main(["run", *RUN, "-o", str(run), "--classifier", "form"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    (warning,) = [str(w.message) for w in said if "now labelled by" in str(w.message)]
+    # the fake model's turns are all clear cases: the rules labelled them, no classifier did
+    assert warning == (f"{run} was labelled by rules, then classifier; it is now labelled by "
+                       "rules, then classifier:form, so its rates can move (the earlier labels "
+                       f"stay stored: `userturn report {run} --labels rules` shows them)")
+    run_view = load_run(run)
+    assert run_view.label_sources() == ["rules", "classifier:form"]
+    # the note quotes the form classifier's own measured figures, not the shipped default's
+    assert "offline labels only (rules and classifier:form):" in out
+    assert "people (ShareGPT)" not in out  # measured for the shipped default only
+    assert main(["report", str(run), "--labels", "rules"]) == 0
+    capsys.readouterr()
+
+
+def test_a_users_classifier_file_is_named_by_its_file_and_parameters(tmp_path):
+    from userturn.labels.classifier import FORM_MODEL_FILE, LinearModel, source_name
+
+    mine = tmp_path / "mine.npz"
+    mine.write_bytes(FORM_MODEL_FILE.read_bytes())
+    digest = LinearModel.load(mine).fingerprint()[:8]
+    assert source_name(mine) == f"classifier:mine-{digest}"
+    assert source_name(None) == "classifier" and source_name("form") == "classifier:form"
+
+
+def test_a_rate_a_judge_decides_says_the_judge_was_not_checked_against_people(run, capsys,
+                                                                              monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    before = capsys.readouterr()
+    with FakeOpenAI() as fake:
+        fake.verdict = lambda messages: {"label": "generic", "rationale": "scripted"}
+        assert main(["judge", str(run), "--judge", "openai/x", "--base-url", fake.url,
+                     "--scope", "all"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("judge:openai/x@rubric1 decides turns of these rates (fake/probe gsm_symbolic "
+            "T=greedy: 3 of 3; fake/probe gsm_symbolic T=1: 6 of 6) and was not checked against "
+            "people") in out
+    assert "offline labels" not in out  # no rate rests on the offline labeller now
+    assert before is not None

@@ -12,7 +12,7 @@ from helpers import run_cli
 
 from userturn.labels.offline_error import CARD_FILE, offline_error
 
-NOTE = "offline labels only (rules and classifier)"
+NOTE = "offline labels only (rules)"  # the run below is labelled by the rules alone
 
 
 @pytest.fixture

@@ -54,6 +54,25 @@ def parameters_file(path: Path | str) -> Path:
     (:data:`SHIPPED`) where no file of that name exists."""
     path = Path(path)
     return SHIPPED[str(path)] if not path.exists() and str(path) in SHIPPED else path
+
+
+def source_name(path: Path | str | None, model: LinearModel | None = None) -> str:
+    """The label source of the classifier with parameters from ``path``: ``classifier`` for the
+    shipped default, ``classifier:form`` for the shipped form-only set, and
+    ``classifier:STEM-DIGEST`` for a file of the user's (its parameters' digest: other
+    parameters under one file name are another labeller too)."""
+    from userturn.labels.sources import CLASSIFIER
+
+    if path is None:
+        return CLASSIFIER
+    file = parameters_file(path).resolve()
+    shipped = next((name for name, known in SHIPPED.items() if known.resolve() == file), None)
+    if shipped is not None:  # the shipped default is the plain name
+        return CLASSIFIER if shipped == "context" else f"{CLASSIFIER}:{shipped}"
+    model = model or LinearModel.load(file)
+    return f"{CLASSIFIER}:{file.stem}-{model.fingerprint()[:8]}"
+
+
 HASH_BITS = 14
 _TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*|[?!]|<\|?[\w|]+\|?>")
 _RULE_LABELS = (*LABELS, "undecided")
@@ -263,6 +282,7 @@ class LearnedClassifier:
         if model is None:
             model = LinearModel.load(path or MODEL_FILE)
         self.model = model
+        self.name = source_name(path, model)
         self.version = f"{model.meta.get('version', '1')}-{model.fingerprint()}"
         if model.context and reader is None:
             require_scorer()  # said now, before a run generates, not at its first undecided turn

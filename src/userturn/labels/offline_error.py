@@ -30,9 +30,10 @@ class OfflineError:
     mean_gap: float  # the mean of those, points
     conditions: int
 
-    def note(self) -> str:
+    def note(self, what: str = "offline labels only (rules and classifier)") -> str:
+        """The note beside offline rates; ``what``: which labels of the run it speaks of."""
         low, high = self.kappa_follow_up
-        return (f"offline labels only (rules and classifier): on sources it was never fit to "
+        return (f"{what}: on sources it was never fit to "
                 f"({', '.join(self.groups)}), its kappa with people was {low:.2f}-{high:.2f} "
                 f"(follow-up vs rest) and the follow-up rate it printed was off by "
                 f"{self.mean_gap:.1f} points on average, up to {self.max_gap:.0f}, in a "

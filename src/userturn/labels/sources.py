@@ -25,8 +25,26 @@ if TYPE_CHECKING:
 
 RULES = "rules"
 CLASSIFIER = "classifier"
+"""The shipped classifier's source; other parameters are other sources: ``classifier:form`` (the
+shipped form-only set), ``classifier:STEM-DIGEST`` (a file of the user's), so that labelling a
+run with other parameters never passes their labels off as the shipped classifier's."""
 MAJORITY = "judges:majority"
-OFFLINE = (RULES, CLASSIFIER)
+
+
+def is_classifier(source: str) -> bool:
+    """Whether ``source`` is a learned classifier's (the shipped one or other parameters)."""
+    return source == CLASSIFIER or source.startswith(CLASSIFIER + ":")
+
+
+def is_offline(source: str) -> bool:
+    """Whether ``source`` reads turns offline: the rules or a learned classifier."""
+    return source == RULES or is_classifier(source)
+
+
+def classifier_of(sources: Sequence[str]) -> str:
+    """The learned classifier's source among a run's ``sources`` (the shipped one's name where
+    none is)."""
+    return next((source for source in sources if is_classifier(source)), CLASSIFIER)
 
 
 @dataclass(frozen=True)
@@ -39,8 +57,10 @@ class OfflineLabeller:
     learned: Literal["undecided", "all"] | None
     """The learned classifier labels the turns the rules leave undecided, every turn, or none."""
 
-    def sources(self, judges: Sequence[str] = (), scope: JudgeScope = "undecided") -> list[str]:
-        """The label sources of a run, in the order they decide a turn.
+    def sources(self, judges: Sequence[str] = (), scope: JudgeScope = "undecided",
+                classifier: str = CLASSIFIER) -> list[str]:
+        """The label sources of a run, in the order they decide a turn (``classifier``: the
+        learned classifier's source, :func:`classifier_source`).
 
         - The rules come first, and only when the labeller uses them (``cascade``, ``rules``):
           their clear cases stand. A ``classifier`` run never brings them back.
@@ -54,7 +74,7 @@ class OfflineLabeller:
           (a failed verdict never stands in for a label).
         """
         deciding = ([] if not judges else [judges[0]] if len(judges) == 1 else [MAJORITY])
-        rules, learned = [RULES] if self.rules else [], [CLASSIFIER] if self.learned else []
+        rules, learned = [RULES] if self.rules else [], [classifier] if self.learned else []
         if deciding and scope == "all":
             return [*deciding, *rules, *learned]
         return [*rules, *deciding, *learned]
@@ -67,6 +87,13 @@ class OfflineLabeller:
         from userturn.labels.classifier import LearnedClassifier
 
         return LearnedClassifier(path=path) if path else LearnedClassifier()
+
+    def classifier_source(self, path: Path | None = None) -> str:
+        """The source the learned classifier's labels are stored under, with its parameters
+        from ``path`` (default the shipped ones)."""
+        from userturn.labels.classifier import source_name
+
+        return source_name(path) if self.learned else CLASSIFIER
 
     def case_labeller(self, path: Path | None = None) -> Labelling:
         """How this labeller labels one case outside a run (``userturn classify``, the API)."""
@@ -98,11 +125,12 @@ def run_labeller(meta: RunMeta) -> OfflineLabeller:
     recorded) the one whose offline sources its label sources show."""
     if meta.labeller is not None:
         return labeller_named(meta.labeller)
-    offline = [source for source in meta.label_sources if source in OFFLINE]
+    offline = [CLASSIFIER if is_classifier(source) else source
+               for source in meta.label_sources if is_offline(source)]
     return next((labeller for labeller in LABELLERS.values()
                  if labeller.sources() == offline), LABELLERS["rules"])
 
 
 def judge_sources(sources: Sequence[str]) -> list[str]:
     """The judge sources among a run's deciding ``sources`` (neither rules nor classifier)."""
-    return [source for source in sources if source not in OFFLINE]
+    return [source for source in sources if not is_offline(source)]

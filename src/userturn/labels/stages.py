@@ -10,6 +10,7 @@ recorded once, by :func:`record_sources`.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
@@ -19,10 +20,10 @@ from userturn.labels.judge import Judge
 from userturn.labels.majority import store_majority
 from userturn.labels.rules import RulesClassifier
 from userturn.labels.sources import (
-    CLASSIFIER,
     RULES,
     JudgeScope,
     OfflineLabeller,
+    classifier_of,
     judge_sources,
     labeller_named,
     run_labeller,
@@ -57,7 +58,8 @@ def label_turns(store: RunStore, labeller: Labeller | str = "cascade",
                           progress=progress)
     # A judged run keeps the judge (or the judges' majority) that decides it.
     judges = judge_sources(store.label_sources())
-    record_sources(store, offline, judges[:1], "undecided")
+    record_sources(store, offline, judges[:1], "undecided",
+                   offline.classifier_source(classifier_path))
     return count
 
 
@@ -85,11 +87,23 @@ def label_offline(store: RunStore, offline: OfflineLabeller,
 
 
 def record_sources(store: RunStore, offline: OfflineLabeller, judges: Sequence[str],
-                   scope: JudgeScope) -> list[str]:
+                   scope: JudgeScope, classifier: str) -> list[str]:
     """Write the run's label sources, in the order :class:`.sources.OfflineLabeller` gives: the
-    one place a run's sources are recorded, once per command, after its labelling stages."""
-    sources = offline.sources(judges, scope)
+    one place a run's sources are recorded, once per command, after its labelling stages.
+    ``classifier``: the learned classifier's source. Where this changes the sources a stored
+    run was read with, its rates may move: that is said (a warning), never done silently."""
+    sources = offline.sources(judges, scope, classifier)
+    meta = store.meta()  # a run labelled for the first time has no sources yet, only defaults
+    before = meta.label_sources if "label_sources" in meta.model_fields_set else []
     store.update_meta(label_sources=sources, labeller=offline.name)
+    if before and before != sources:
+        stored = set(store.stored_label_sources())
+        earlier = [source for source in before if source in stored]
+        warnings.warn(f"{store.folder} was labelled by {', then '.join(before)}; it is now "
+                      f"labelled by {', then '.join(sources)}, so its rates can move" + (
+                          f" (the earlier labels stay stored: `userturn report {store.folder} "
+                          f"--labels {','.join(earlier)}` shows them)" if earlier else ""),
+                      stacklevel=2)
     return sources
 
 
@@ -145,25 +159,30 @@ def label_cases(labeller: Labeller | str, cases: Sequence[Case], classifier: Pat
 
 def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: JudgeScope,
                    progress: Progress | None = None, threshold: float = 0.7, *,
-                   record: bool = True) -> int:
+                   record: bool = True, classifier: str | None = None) -> int:
     """Label with each judge (each under its own source); with two or more, their majority
     becomes a source of its own that decides in the judges' place (:mod:`.majority`). The run's
     turns are read once for all judges; the run's sources are recorded once, after them (unless
-    ``record`` is False: the caller records them). Returns the turns sent, over all judges."""
+    ``record`` is False: the caller records them). ``classifier``: the run's learned
+    classifier's source (default: the one its recorded sources name). Returns the turns sent,
+    over all judges."""
     turns = read_turns(store)
-    sent = sum(judge_turns(store, judge, scope, progress, threshold=threshold, turns=turns)
+    classifier = classifier or classifier_of(store.label_sources())
+    sent = sum(judge_turns(store, judge, scope, progress, threshold=threshold, turns=turns,
+                           classifier=classifier)
                for judge in judges)
     names = [judge.name for judge in judges]
     if len(judges) > 1:
         store_majority(store, names)
     if record and judges:
-        record_sources(store, run_labeller(store.meta()), names, scope)
+        record_sources(store, run_labeller(store.meta()), names, scope, classifier)
     return sent
 
 
 def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
                 progress: Progress | None = None, chunk: int = 1,
-                threshold: float = 0.7, turns: Sequence[Turn] | None = None) -> int:
+                threshold: float = 0.7, turns: Sequence[Turn] | None = None,
+                classifier: str | None = None) -> int:
     """Label the run's user turns (``turns``, as read by the caller, or all) with an LLM judge:
     those the rules left undecided, those the cascade labelled with a classifier probability
     below ``threshold`` (``uncertain``), or all.
@@ -179,10 +198,11 @@ def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
     done = store.labelled_keys(judge.name, judge.version)
     candidates = [t for t in (read_turns(store) if turns is None else turns)
                   if t.error is None and t.key not in done]
-    wanted = [t for t in candidates if _judge_wanted(t, scope, threshold)]
+    classifier = classifier or classifier_of(store.label_sources())
+    wanted = [t for t in candidates if _judge_wanted(t, scope, threshold, classifier)]
     undecided = [t for t in candidates if _rules_undecided(t)]
     if scope == "uncertain" and undecided and not any(
-            _stored(t, CLASSIFIER) for t in undecided):
+            _stored(t, classifier) for t in undecided):
         raise UserturnError("judge scope 'uncertain' needs the classifier's labels: run "
                             "`userturn label RUN` first (or use --scope undecided)")
     advance = (progress or silent_progress)(f"judge {judge.name}", len(wanted))
@@ -213,15 +233,16 @@ def _rules_undecided(turn: Turn) -> bool:
     return rules is None or rules.label is None
 
 
-def _judge_wanted(turn: Turn, scope: str, threshold: float) -> bool:
-    """Whether the judge is asked about this turn, by scope."""
+def _judge_wanted(turn: Turn, scope: str, threshold: float, classifier: str) -> bool:
+    """Whether the judge is asked about this turn, by scope (``classifier``: the run's learned
+    classifier's source, whose probability ``uncertain`` reads)."""
     if scope == "all":
         return True
     if not _rules_undecided(turn):
         return False  # the rules' clear cases stand
     if scope == "undecided":
         return True
-    learned = _stored(turn, CLASSIFIER)
+    learned = _stored(turn, classifier)
     return learned is not None and (learned.probability or 0.0) < threshold
 
 

@@ -219,16 +219,17 @@ def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
     clock.timed("labelling", "labels", lambda: label_offline(
         store, labelling.offline, backends, classifier_path=labelling.classifier,
         progress=progress))
+    classifier = labelling.offline.classifier_source(labelling.classifier)
     try:
         if judges:
             clock.timed("judge", "requests", lambda: judge_with_all(
                 store, judges, labelling.judge_scope, progress,
-                threshold=labelling.judge_threshold, record=False))
+                threshold=labelling.judge_threshold, record=False, classifier=classifier))
     finally:
         # The run's label sources, worked out once from its plan and the judges' names; also
         # when judging stops early (Ctrl-C), so the labels it has decide where they exist.
         record_sources(store, labelling.offline, [judge.name for judge in judges],
-                       labelling.judge_scope)
+                       labelling.judge_scope, classifier)
 
 
 def _human_stage(store: RunStore, dataset: Dataset,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from userturn.errors import ConfigError
-from userturn.labels.sources import OFFLINE
+from userturn.labels.sources import is_offline
 from userturn.probe.perturb import EXPECTED
 from userturn.probe.plan import ProbePlan
 from userturn.records import LABELS, STATUSES, Answer, Turn
@@ -72,7 +72,8 @@ def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Pa
     priority order); ``meta`` is the run's stored metadata; ``inclusion`` the human-labelled
     turns' inclusion probabilities (as :func:`userturn.stats.summary.summarize` takes them); ``state`` the
     run's :class:`~userturn.store.runstate.RunState` for the header."""
-    rows = summarize(turns, answers, inclusion, offline=OFFLINE)
+    rows = summarize(turns, answers, inclusion,
+                     offline=[source for source in sources if is_offline(source)])
     ordered = sorted(turns, key=_turn_order)
     models = list(dict.fromkeys(_planned_models(meta)))
     models += sorted({r.model for r in rows} - set(models))

@@ -70,7 +70,7 @@ def summary(report: Report) -> str:
                      "narrower where the labeller's verdicts carry information.")
         notes += [f"{r.model} · {r.dataset} · T = {temperature(r.temperature)}: no correction: "
                   f"{r.correction_note}." for r in report.rows if r.correction_note]
-    notes += offline_notes(report.rows)
+    notes += offline_notes(report.rows, report.sources)
     if report.assistant_failures:
         notes.append(f"{report.assistant_failures} assistant turn(s) failed; their items have no "
                      "user turns.")

@@ -12,7 +12,8 @@ from rich.table import Table
 from rich.text import Text
 
 from userturn.labels.offline_error import offline_error
-from userturn.records import HUMAN, LABELS, Answer
+from userturn.labels.sources import classifier_of, is_offline
+from userturn.records import HUMAN, LABELS, Answer, is_human
 from userturn.report.numbers import (
     LABEL_HEADERS,
     f1,
@@ -24,6 +25,8 @@ from userturn.report.numbers import (
 from userturn.stats.correction import Corrected
 from userturn.stats.summary import SummaryRow
 
+# The offline error card's figures for each shipped classifier's source (labels/offline_error.json).
+SHIPPED_CARDS = {"classifier": "context", "classifier:form": "form"}
 NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "label errors", "errors", "accuracy",
            "vs real turn")
 CORRECTION = ("corrected", "human only", "human labels")
@@ -37,7 +40,8 @@ def corrected_text(row: SummaryRow, c: Corrected | None = None) -> str:
     return interval_text(c.value, c.low, c.high)
 
 
-def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failures: int = 0) -> None:
+def print_summary(rows: list[SummaryRow], console: Console, *, sources: Sequence[str] = (),
+                  assistant_failures: int = 0) -> None:
     # Answerer and perturbation columns appear only when the experiment varies them.
     extra = [name for name, values in (("answerer", {r.answerer for r in rows}),
                                        ("perturbation", {r.perturbation for r in rows}))
@@ -85,7 +89,7 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
                      "person labelled")
         notes += [f"{row.model} {row.dataset} T={temperature(row.temperature)}: correction not "
                   f"shown: {row.correction_note}" for row in rows if row.correction_note]
-    notes += offline_notes(rows)
+    notes += offline_notes(rows, sources)
     if assistant_failures:
         notes.append(f"{assistant_failures} assistant turn(s) failed; their items have no user "
                      "turns yet (re-run to retry)")
@@ -93,10 +97,38 @@ def print_summary(rows: list[SummaryRow], console: Console, *, assistant_failure
         console.print(note, style="dim", markup=False)
 
 
-def offline_notes(rows: Sequence[SummaryRow]) -> list[str]:
-    """The offline labeller's measured error, where some rate rests on offline labels alone."""
-    error = offline_error() if any(row.offline_only for row in rows) else None
-    return [error.note()] if error is not None else []
+def offline_notes(rows: Sequence[SummaryRow], sources: Sequence[str]) -> list[str]:
+    """What the rates rest on, where no person checked them: the offline labeller's measured
+    error (for the shipped classifiers; another classifier's was never measured), and each
+    judge that decides turns, with whether it was checked against people. Read with the run's
+    label ``sources``."""
+    unchecked = [row for row in rows if not row.human_labels]
+    notes = []
+    offline = [row for row in unchecked if any(is_offline(s) for s in row.deciding)]
+    if offline:
+        classifier = classifier_of(sources)
+        mixed = not all(row.offline_only for row in offline)
+        what = (f"offline labels{'' if mixed else ' only'} "
+                f"({' and '.join(s for s in sources if is_offline(s))}"
+                + (", where no judge decides" if mixed else "") + ")")
+        card = SHIPPED_CARDS.get(classifier)
+        error = offline_error(card) if card else None
+        notes.append(error.note(what) if error is not None else (
+            f"{what}: this classifier's error against people was never measured; correct the "
+            "rates with human labels: userturn annotate RUN --calibration 100"))
+    judged: dict[str, list[str]] = {}
+    for row in unchecked:
+        for source, count in row.deciding.items():
+            if not is_offline(source) and not is_human(source):
+                judged.setdefault(source, []).append(
+                    f"{row.model} {row.dataset} T={temperature(row.temperature)}: {count} of "
+                    f"{row.follow_up.n}")
+    notes += [f"{judge} decides turns of these rates ({'; '.join(where)}) and was not checked "
+              "against people: how far its labels are from people's on this task is unknown. "
+              "Check it on the labelled corpus before trusting these rates (docs/classifier.md), "
+              "or correct them with human labels: userturn annotate RUN --calibration 100"
+              for judge, where in judged.items()]
+    return notes
 
 
 def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> None:

@@ -19,7 +19,8 @@ def print_run(view: RunView, console: Console) -> None:
     """The summary and label tables, the user-turn variants against native, instruction
     accuracy, who labelled the turns, where the run's time went, and a line on a run that is
     not finished or skipped rows."""
-    print_summary(view.summary(), console, assistant_failures=assistant_errors(view.answers))
+    print_summary(view.summary(), console, sources=view.sources,
+                  assistant_failures=assistant_errors(view.answers))
     print_variant_comparisons(variant_comparisons(view.turns), console)
     print_instruction_accuracy(view.answers, console)
     counts = ", ".join(f"{source} {n}" for source, n in view.labelled_by().items())

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from userturn.labels.calibration import inclusion_probabilities
-from userturn.labels.sources import OFFLINE
+from userturn.labels.sources import is_offline
 from userturn.records import Answer, Turn
 from userturn.report.compute import Report, build_report
 from userturn.stats.summary import SummaryRow, summarize
@@ -39,7 +39,8 @@ class RunView:
 
     def summary(self) -> list[SummaryRow]:
         """The rows of the summary table: one per condition."""
-        return summarize(self.turns, self.answers, self.inclusion, offline=OFFLINE)
+        return summarize(self.turns, self.answers, self.inclusion,
+                         offline=[source for source in self.sources if is_offline(source)])
 
     def report(self) -> Report:
         """Every number of the HTML report."""

@@ -46,6 +46,9 @@ class SummaryRow:
     # Every counted turn was labelled by the rules or the classifier alone, and no person labelled
     # any: the rate carries the offline labeller's error on an unseen model (labels.offline_error).
     offline_only: bool = False
+    # The counted turns each label source decided (a rate rests on these sources, in these
+    # shares); turns no source decided are not in it.
+    deciding: dict[str, int] = field(default_factory=dict)
 
     def status_counts(self) -> dict[str, int]:
         """Turns per label and per status of the turns without one (undecided, failed): every
@@ -85,6 +88,8 @@ def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
             answerer=c.answerer, perturbation=c.perturbation,
             similarity=_similarity(group) if c.model != HUMAN else None,
             offline_only=_offline_only(group, offline),
+            deciding=dict(Counter(t.label_source for t in group
+                                  if t.counts_toward_rate and t.label_source)),
             **_correction(group, probability),
         ))
     return rows

@@ -107,8 +107,8 @@ class RunMeta(BaseModel):
     """Annotator name -> the sample they label."""
     schema_version: int | None = None
     stages: list[StageTime] = Field(default_factory=list)
-    """Where the run's latest invocation spent its time, stage by stage (a resumed run counts
-    what it did, not what it read back)."""
+    """Where the runs into the folder spent their time, stage by stage, added up (a resumed run
+    adds what it did, not what it read back)."""
 
     @property
     def finished_now(self) -> bool:
