@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
+from userturn.cli.judge_check import add_check_judge
 from userturn.errors import ConfigError
 from userturn.records import LABELLERS
 
@@ -63,6 +64,7 @@ def add_integration_parsers(sub: Subparsers) -> None:
     export.add_argument("-o", "--out", type=Path, required=True, help="the folder to write")
     export.add_argument("--force", action="store_true", help="replace --out if it exists")
     export.set_defaults(handler=_corpus_export)
+    add_check_judge(actions)
 
 
 def export_run_as(args: argparse.Namespace, console: Console) -> int:

@@ -123,12 +123,23 @@ def offline_notes(rows: Sequence[SummaryRow], sources: Sequence[str]) -> list[st
                 judged.setdefault(source, []).append(
                     f"{row.model} {row.dataset} T={temperature(row.temperature)}: {count} of "
                     f"{row.follow_up.n}")
-    notes += [f"{judge} decides turns of these rates ({'; '.join(where)}) and was not checked "
-              "against people: how far its labels are from people's on this task is unknown. "
-              "Check it on the labelled corpus before trusting these rates (docs/classifier.md), "
-              "or correct them with human labels: userturn annotate RUN --calibration 100"
-              for judge, where in judged.items()]
+    notes += [judge_note(judge, where) for judge, where in judged.items()]
     return notes
+
+
+def judge_note(judge: str, where: Sequence[str]) -> str:
+    """Which rates rest on ``judge``, and whether and how well it was checked against people
+    (``userturn corpus check-judge``, whose result is kept by the judge's name)."""
+    from userturn.labels.judge_check import load_check
+
+    check = load_check(judge)
+    said = f"{judge} decides turns of these rates ({'; '.join(where)})"
+    if check is None:
+        return (f"{said} and was not checked against people: how far its labels are from "
+                f"people's on this task is unknown. Check it first: userturn corpus check-judge "
+                f"--judge SPEC; or correct the rates with human labels: userturn annotate RUN "
+                "--calibration 100")
+    return f"{said}; it was {check.line()} (userturn corpus check-judge)"
 
 
 def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> None:
