@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from helpers import one_error
 from openai_fake import Answer, FakeOpenAI
 
+from userturn.chat.render import ChatTemplate
 from userturn.cli.main import main
 
 RUN = ["--model", "fake/probe", "--dataset", "gsm_symbolic", "--limit", "2", "--samples", "1"]
@@ -116,35 +118,111 @@ def test_a_full_disk_at_the_locks_release_is_no_traceback(tmp_path, capsys, monk
     assert not new.exists()  # no empty folder, no lock file
 
 
-@pytest.mark.parametrize("body", [
-    "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}",
-    "{% for i in range(99999) %}{% for j in range(99999)|reverse %}{% endfor %}{% endfor %}",
-    "{% for i in range(99999) %}{{ range(99999)|list|length }}{% endfor %}"])
-def test_nested_loops_in_a_template_are_refused_quickly(body, tmp_path, capsys):
+STEPS = "RenderBudgetExceeded: its loops and calls took more than 1,000,000 steps"
+CHARACTERS = "RenderBudgetExceeded: it asks for more than 50,000,000 characters"
+
+
+@pytest.mark.parametrize("body, words", [
+    ("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}", STEPS),
+    ("{% for i in range(99999) %}{% for j in range(99999)|reverse %}{% endfor %}{% endfor %}",
+     STEPS),
+    ("{% for i in range(99999) %}{{ range(99999)|list|length }}{% endfor %}", CHARACTERS)])
+def test_nested_loops_in_a_template_are_refused_quickly(body, words, tmp_path, capsys):
     template = tmp_path / "loops.jinja"
     template.write_text(CHATML + body)
     started = time.monotonic()
     err = one_error(capsys, "render", "--template", str(template))
     assert time.monotonic() - started < 10  # ten billion steps, refused within seconds
-    assert "loops.jinja failed: RenderBudgetExceeded: its loops took more than" in err
+    assert f"loops.jinja failed: {words}" in err
 
 
-def test_a_template_that_marks_no_roles_is_refused(tmp_path, capsys):
-    template = tmp_path / "plain.jinja"
-    template.write_text("{% for m in messages %}{{ m.content }}\n{% endfor %}")
-    assert "plain.jinja marks no roles" in one_error(capsys, "render", "--template",
-                                                      str(template))
+GIGABYTE = 1 << 30
 
 
-def test_ranges_in_a_real_template_still_render(tmp_path, capsys):
-    template = tmp_path / "indexed.jinja"
-    template.write_text("{% for i in range(messages|length) %}<|im_start|>{{ messages[i].role }}"
-                        "\n{{ messages[i].content }}<|im_end|>\n{% endfor %}"
-                        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-                        "{{ '' if range(3)|length == 3 and 2 in range(3) else 'broken' }}")
-    assert main(["render", "--template", str(template)]) == 0
-    out = capsys.readouterr().out
-    assert "broken" not in out and "stop markers (end of the user turn): ['<|im_end|>'" in out
+def in_a_gigabyte() -> None:
+    """The child may map one gigabyte: a render that would make a gigabyte fails there (a
+    MemoryError, not the budget's line) instead of filling the test machine's memory."""
+    resource.setrlimit(resource.RLIMIT_AS, (GIGABYTE, GIGABYTE))
+
+
+def bounded_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a child held to a gigabyte and a minute: a render that is not bounded fails
+    this test instead of hanging it or eating the machine."""
+    return subprocess.run([sys.executable, "-m", "userturn.cli.main", *argv],
+                          capture_output=True, text=True, timeout=60, preexec_fn=in_a_gigabyte)
+
+
+def one_line(done: subprocess.CompletedProcess[str]) -> str:
+    err = done.stderr.strip()
+    assert done.returncode == 2 and err.count("\n") == 0 and "Traceback" not in err, err
+    return err
+
+
+# What each body asks of one render: a gigabyte in one value, a gigabyte through a width or a
+# format, ten billion loop steps over a string, a string doubled forty times.
+HUGE = [
+    ("{{ 'x' * 1000000000 }}", CHARACTERS),
+    ("{{ [1] * 1000000000 }}", CHARACTERS),
+    ("{% set s = 'x' * 99999 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}", STEPS),
+    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}"
+     "{% endfor %}{{ ns.s|length }}", CHARACTERS),
+    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}"
+     "{% endfor %}{{ ns.s|length }}", CHARACTERS),
+    ("{{ 'x'|center(10**9) }}", CHARACTERS),
+    ("{{ '{:>1000000000}'.format('x') }}", CHARACTERS),
+    ("{{ '%1000000000s' % 'x' }}", CHARACTERS),
+    ("{{ range(99999)|map('center', 99999)|join }}", CHARACTERS),
+    ("{% macro twice(n) %}{% if n %}{{ twice(n - 1) }}{{ twice(n - 1) }}{% endif %}"
+     "{% endmacro %}{{ twice(40) }}", "RenderBudgetExceeded: it"),
+]
+
+
+@pytest.mark.parametrize("body, words", HUGE)
+def test_a_template_that_asks_for_gigabytes_or_hours_is_refused_in_seconds(body, words,
+                                                                          tmp_path):
+    template = tmp_path / "huge.jinja"
+    template.write_text(CHATML + body)
+    started = time.monotonic()
+    done = bounded_cli("render", "--template", str(template))
+    assert time.monotonic() - started < 30
+    assert f"huge.jinja failed: {words}" in one_line(done)
+    assert done.stdout == ""  # no prompt printed
+
+
+def test_a_run_with_a_template_variant_past_the_budget_is_refused_leaving_no_folder(tmp_path):
+    template = tmp_path / "variant.jinja"
+    template.write_text(CHATML + HUGE[2][0])  # nested loops over a string: hung for hours
+    out = tmp_path / "run"
+    done = bounded_cli("run", *RUN, "--user-turn-variant", f"template:{template}", "-o",
+                       str(out))
+    err = one_line(done)
+    assert f"user-turn variant template:{template} on fake/probe: chat template of" in err
+    assert STEPS in err
+    assert not out.exists()
+
+
+def test_what_the_budget_watches_renders_as_transformers_renders_it():
+    """Loops over strings and lists (loop.length, loop.last, recursion), ~, literals, formats,
+    joins, widths and JSON: each on the budget, each as transformers' own render has it."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    source = CHATML + (
+        "[{% for c in 'abc' %}{{ c }}{{ loop.index }}/{{ loop.length }}"
+        "{{ '.' if loop.last }}{% endfor %}]"
+        "[{% for t in [{'n': 'a', 'kids': [{'n': 'b', 'kids': []}]}] recursive %}{{ t.n }}"
+        "{{ loop(t.kids) }}{% endfor %}]"
+        "[{% for k, v in {'x': 1}.items() %}{{ k ~ '=' ~ v }}{% endfor %}]"
+        "[{{ '%s-%03d' % ('a', 7) }}|{{ '{}+{x}'.format(1, x=2) }}|{{ ', '.join(['p', 'q']) }}"
+        "|{{ ['p', 'q']|join('/') }}|{{ [[1], [2]]|sum(start=[]) }}|{{ 'ab'|center(6) }}"
+        "|{{ 'ab'.rjust(4, '.') }}|{{ {'a': [1]}|tojson(indent=1) }}|{{ (1, 2) + (3,) }}"
+        "|{{ 2 ** 10 }}|{{ [1, 2, 3]|batch(2)|list }}]")
+    messages = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    ours = ChatTemplate(source, "busy").render(messages, add_generation_prompt=True)
+    theirs, _ = render_jinja_template(conversations=[messages], chat_template=source,
+                                      add_generation_prompt=True, bos_token="", eos_token="")
+    assert ours == theirs[0]
+    assert ours.endswith("[a1/3b2/3c3/3.][ab][x=1][a-007|1+2|p, q|p/q|[1, 2]|  ab  |..ab|"
+                         '{\n "a": [\n  1\n ]\n}|(1, 2, 3)|1024|[[1, 2], [3]]]')
 
 
 def judge_labels(folder: Path) -> int:

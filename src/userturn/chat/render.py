@@ -16,7 +16,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from userturn.chat.budget import budget_ranges, render_budget
 from userturn.chat.template_tokens import TokenLexer
 from userturn.chat.thinking import thinking_block, thinking_format
 from userturn.errors import TemplateError
@@ -72,34 +71,26 @@ class ChatTemplate:
         )
 
     def render(self, messages: Sequence[Message], add_generation_prompt: bool = False) -> str:
-        """Render exactly as transformers' ``apply_chat_template(tokenize=False)`` would."""
+        """Render exactly as transformers' ``apply_chat_template(tokenize=False)`` would, in
+        its environment made bounded (:mod:`userturn.chat.sandbox`): a template's loops,
+        values and time are on a budget, so a hostile or broken one stops in one line
+        instead of running for hours or filling the memory."""
         import jinja2
-        from transformers.utils import chat_template_utils
+
+        from userturn.chat.sandbox import render_template
 
         special = {"bos_token": self.bos_token or "", "eos_token": self.eos_token or ""}
         try:
-            # transformers renders through the template it compiled and cached; its ranges are
-            # made to spend a budget there, so nested loops stop instead of running for hours.
-            compiled = getattr(chat_template_utils, "_compile_jinja_template", None)
-            if compiled is not None:
-                budget_ranges(compiled(self.source))
-            with render_budget():
-                rendered, _ = chat_template_utils.render_jinja_template(
-                    conversations=[[dict(m) for m in messages]],
-                    chat_template=self.source,
-                    add_generation_prompt=add_generation_prompt,
-                    **special,
-                    **dict(self.variables),
-                )
+            return render_template(self.source, messages, add_generation_prompt, **special,
+                                   **dict(self.variables))
         except jinja2.TemplateError as exc:
             raise TemplateError(f"chat template of {self.model} failed: {exc}") from exc
         except Exception as exc:
             # A template is a program from a file or a hub: whatever it raises while rendering
-            # ({{ 1/0 }}, a type error, a range past the sandbox's limit) is the template's
-            # fault, said in one line, never a traceback.
+            # ({{ 1/0 }}, a type error, a range past the sandbox's limit, a budget spent) is
+            # the template's fault, said in one line, never a traceback.
             raise TemplateError(f"chat template of {self.model} failed: "
                                 f"{type(exc).__name__}: {exc}") from exc
-        return rendered[0]
 
 
 @dataclass(frozen=True)
