@@ -5,7 +5,9 @@ exports only read. A damaged store is one line naming the damaged part, from eve
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import pytest
 from helpers import one_error
 
 from userturn.cli.main import main
+from userturn.store import atomic
 
 RUN = ["--model", "fake/probe", "--dataset", "gsm_symbolic", "--limit", "2", "--samples", "1"]
 JUDGE = ["--judge", "openai/j", "--scope", "all"]
@@ -188,3 +191,84 @@ def test_a_meta_value_of_the_wrong_shape_is_one_line(tmp_path, capsys):
     db.close()
     assert "its metadata 'label_sources' has the wrong shape" in one_error(
         capsys, "report", str(folder))
+
+
+@pytest.fixture
+def finished(tmp_path, capsys) -> Path:
+    """A finished run of the scripted model, its lock file as the run left it."""
+    folder = tmp_path / "run"
+    assert main(["run", *RUN, "-o", str(folder)]) == 0
+    capsys.readouterr()
+    return folder
+
+
+def read_only(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+
+def test_a_read_only_file_system_is_one_line_from_every_single_file_write(finished, tmp_path,
+                                                                          capsys, monkeypatch):
+    other = tmp_path / "other"
+    assert main(["run", *RUN, "-o", str(other)]) == 0
+    turns = tmp_path / "turns.jsonl"
+    turns.write_text('{"query": "2+2?", "answer": "4", "user_turn": "Why?"}\n')
+    capsys.readouterr()
+    before = snapshot(finished)
+    out = tmp_path / "out"
+    out.mkdir()
+    # The write fails, and so does removing its temporary (EROFS both): the second failure
+    # must not bury the first under two tracebacks.
+    monkeypatch.setattr(atomic, "_fsync", read_only)
+    monkeypatch.setattr(Path, "unlink", read_only)
+    for argv, path in (
+            (["export", str(finished), "--out", str(out / "turns.jsonl")], out / "turns.jsonl"),
+            (["classify", str(turns), "--labeller", "rules", "-o", str(out / "labelled.jsonl")],
+             out / "labelled.jsonl"),
+            (["compare", str(finished), str(other), "--html", str(out / "compare.html")],
+             out / "compare.html")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err, err
+        # classify draws its progress bar on stderr first: the error is the last line
+        assert err.strip().splitlines()[-1] == (f"userturn: error: cannot write {path}: "
+                                                "permission denied (a read-only folder?); "
+                                                "choose a writable place"), argv
+        assert not path.exists()
+    assert snapshot(finished) == before
+
+
+def test_a_run_refused_after_taking_the_lock_leaves_the_lock_file_as_it_was(finished,
+                                                                             tmp_path, capsys):
+    lock = finished / "userturn.lock"
+    os.utime(lock, ns=(10**18, 10**18))  # an old lock: a rewrite would show in its mtime
+    template = tmp_path / "fails.jinja"
+    template.write_text("{{ raise_exception('this template refuses every conversation') }}")
+    before = snapshot(finished)
+    for argv, said in (
+            (["run", "--model", "fake/probe", "--dataset", str(tmp_path / "missing.jsonl"),
+              "-o", str(finished)], "missing.jsonl"),
+            (["run", *RUN, "--user-turn-variant", f"template:{template}", "-o", str(finished)],
+             "refuses every conversation")):
+        assert said in one_error(capsys, *argv), argv
+        assert snapshot(finished) == before, argv  # the lock file byte and mtime included
+    assert main(["label", str(finished), "--labeller", "rules"]) == 0  # and it is free
+
+
+def test_a_run_database_that_is_a_symbolic_link_is_refused_by_every_writer(finished, tmp_path,
+                                                                           capsys, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-0000")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "userturn.db").symlink_to(finished / "userturn.db")  # two folders, one store
+    with sqlite3.connect(finished / "userturn.db") as db:
+        key = db.execute("SELECT key FROM generations WHERE role = 'user'").fetchone()[0]
+    db.close()
+    labels = tmp_path / "labels.csv"
+    labels.write_text(f"key,label\n{key},follow_up\n")
+    before, before_linked = snapshot(finished), snapshot(linked)
+    for argv in (["run", *RUN, "-o", str(linked)], ["label", str(linked), "--labeller", "rules"],
+                 ["judge", str(linked), *JUDGE, "--base-url", "http://127.0.0.1:9/v1"],
+                 ["annotate", str(linked), "--annotator", "ana", "--import", str(labels)]):
+        err = one_error(capsys, *argv)
+        assert f"{linked / 'userturn.db'} is a symbolic link" in err, (argv, err)
+        assert snapshot(linked) == before_linked and snapshot(finished) == before, argv

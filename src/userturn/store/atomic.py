@@ -36,12 +36,22 @@ def write_file(path: Path, write: Callable[[Path], object], *, force: bool = Tru
             _fsync(handle.fileno())
         os.replace(temporary, path)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
+        _discard(temporary)
         raise StoreError(describe(exc, path)) from None
     except BaseException:
-        temporary.unlink(missing_ok=True)
+        _discard(temporary)
         raise
     return path
+
+
+def _discard(temporary: Path) -> None:
+    """Remove a temporary that failed, where the file system lets us. On the error path the
+    failure already raised is what the user must hear: a read-only file system refuses the
+    unlink too (EROFS), and that second error must not bury the first under two tracebacks."""
+    try:
+        temporary.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def write_folder(folder: Path, write: Callable[[Path], object]) -> Path:
@@ -66,11 +76,15 @@ def write_folder(folder: Path, write: Callable[[Path], object]) -> Path:
         os.rename(staging, folder)
     except OSError as exc:
         if old.exists() and not folder.exists():
-            os.rename(old, folder)  # the earlier set stays in place
+            try:
+                os.rename(old, folder)  # the earlier set stays in place
+            except OSError:
+                pass  # it stays under its temporary name (kept below): the first error is said
         raise StoreError(describe(exc, folder)) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+        if folder.exists():  # never the earlier set while it is the only one
+            shutil.rmtree(old, ignore_errors=True)
     return folder
 
 

@@ -12,12 +12,20 @@ import fcntl
 import os
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, NamedTuple
 
 from userturn.errors import StoreError
-from userturn.store.atomic import describe, make_folder
+from userturn.store.atomic import RUN_FILES, describe, make_folder
 
 LOCK_NAME = "userturn.lock"
+
+
+class _Found(NamedTuple):
+    """The lock file as a command found it: put back when the command fails."""
+
+    record: bytes
+    atime_ns: int
+    mtime_ns: int
 
 
 class RunLock:
@@ -25,16 +33,18 @@ class RunLock:
 
     def __init__(self, folder: Path, command: str) -> None:
         self.folder, self.command = Path(folder), command
-        self._handle: IO[str] | None = None
+        self._handle: IO[bytes] | None = None
+        self._found: _Found | None = None
         self._made_folder = self._made_lock = False
 
     def __enter__(self) -> RunLock:
+        refuse_links(self.folder)
         self._made_folder = not self.folder.exists()
         make_folder(self.folder)
         path = self.folder / LOCK_NAME
         made = not path.exists()
         try:
-            handle = open(path, "a+", encoding="utf-8")
+            handle = open(path, "a+b")
         except OSError as exc:
             self._tidy(made)
             raise StoreError(describe(exc, path)) from None
@@ -50,15 +60,17 @@ class RunLock:
                     handle.close()
                     raise _busy(self.folder) from None
                 time.sleep(0.01)
+        found = None
         try:
+            found = None if made else _read_found(handle)
             handle.seek(0)
             handle.truncate()
-            handle.write(f"{os.getpid()} {self.command}\n")
+            handle.write(f"{os.getpid()} {self.command}\n".encode())
             handle.flush()
         except OSError as exc:  # a full disk: one line, and no 0-byte lock left behind
-            self._release(handle, made)
+            self._release(handle, made, found)
             raise StoreError(describe(exc, path)) from None
-        self._handle, self._made_lock = handle, made
+        self._handle, self._made_lock, self._found = handle, made, found
         return self
 
     def __exit__(self, failed: object, *exc: object) -> None:
@@ -66,14 +78,27 @@ class RunLock:
             # A run that failed before its store was made (misuse, a dataset that will not load)
             # leaves the folder as it found it.
             self._release(self._handle, self._made_lock and failed is not None and not any(
-                p.name != LOCK_NAME for p in self.folder.iterdir()))
+                p.name != LOCK_NAME for p in self.folder.iterdir()),
+                self._found if failed is not None else None)
             self._handle = None
 
-    def _release(self, handle: IO[str], remove: bool) -> None:
-        """Unlock and close. Closing can report a write the disk could not take (a full disk
-        tells some file systems only then): the lock record is a courtesy to the next reader,
-        and the run's data is in its database, so that is no failure of the command."""
+    def _release(self, handle: IO[bytes], remove: bool, found: _Found | None) -> None:
+        """Unlock and close; ``found``: first put back the lock file this command found.
+
+        The record names a writer only while one holds the lock, so the one found is as true
+        as this command's once it lets go: a command refused after taking the lock (a dataset
+        that will not load, a template that will not render) leaves the file byte for byte and
+        mtime for mtime as it was, like every other refusal. Closing can report a write the
+        disk could not take (a full disk tells some file systems only then): the lock record is
+        a courtesy to the next reader, and the run's data is in its database, so that is no
+        failure of the command."""
         try:
+            if found is not None:
+                handle.seek(0)
+                handle.truncate()
+                handle.write(found.record)
+                handle.flush()
+                os.utime(handle.fileno(), ns=(found.atime_ns, found.mtime_ns))
             if remove:  # made by this command a moment ago, for a run that never started
                 (self.folder / LOCK_NAME).unlink(missing_ok=True)
             fcntl.flock(handle, fcntl.LOCK_UN)
@@ -93,9 +118,31 @@ class RunLock:
                 pass
 
 
+def _read_found(handle: IO[bytes]) -> _Found:
+    stat = os.fstat(handle.fileno())  # before the read, which may touch the access time
+    handle.seek(0)
+    return _Found(handle.read(), stat.st_atime_ns, stat.st_mtime_ns)
+
+
+def refuse_links(folder: Path) -> None:
+    """A run file (the database, its WAL, the lock) that is a symbolic link is refused. The
+    lock is the folder's, so a database linked into a second folder would have two locks, one
+    per folder, and two writers at once; a linked lock file would have this command truncate
+    and write whatever the link points at. Taking the lock in the link's folder instead would
+    write into a folder the user did not name, and still follow a linked lock file: a run
+    folder holds its own files, so a link is a mistake to say, not to follow."""
+    for name in RUN_FILES:
+        path = Path(folder) / name
+        if path.is_symlink():
+            raise StoreError(f"{path} is a symbolic link: a run folder holds its own database "
+                             "and lock (one lock per database); copy the run folder instead of "
+                             "linking its files")
+
+
 def refuse_if_busy(folder: Path) -> None:
     """The refusal a writer would get, now: lets a command refuse a busy folder before it
     imports and loads what its work needs (``RunLock`` still decides, when it is taken)."""
+    refuse_links(Path(folder))
     if held(folder):
         raise _busy(Path(folder))
 
