@@ -8,16 +8,19 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import one_error
+from helpers import hold_lock, one_error
 
 from userturn.cli.main import main
+from userturn.labels.plan import JudgeSpec
 from userturn.store import atomic
 
 RUN = ["--model", "fake/probe", "--dataset", "gsm_symbolic", "--limit", "2", "--samples", "1"]
@@ -272,3 +275,33 @@ def test_a_run_database_that_is_a_symbolic_link_is_refused_by_every_writer(finis
         err = one_error(capsys, *argv)
         assert f"{linked / 'userturn.db'} is a symbolic link" in err, (argv, err)
         assert snapshot(linked) == before_linked and snapshot(finished) == before, argv
+
+
+def test_models_path_refuses_what_run_refuses_in_the_same_line(tmp_path, capsys):
+    out = tmp_path / "run"
+    for spec in ("nosuch", "/dev/null", str(tmp_path)):
+        refused = one_error(capsys, "run", "--model", spec, "--dataset", "gsm_symbolic",
+                            "--limit", "1", "-o", str(out))
+        assert one_error(capsys, "models", "--path", spec) == refused
+        assert not out.exists()
+    assert "unknown model 'nosuch'" in one_error(capsys, "models", "--path", "nosuch")
+    assert "/dev/null has no config.json" in one_error(capsys, "models", "--path", "/dev/null")
+
+
+def test_judge_into_a_busy_folder_is_refused_before_a_judge_model_loads(finished, capsys,
+                                                                        monkeypatch):
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a judge was built for a folder another writer holds")
+
+    monkeypatch.setattr(JudgeSpec, "build_judges", never)
+    holder = hold_lock(finished)
+    try:
+        before = snapshot(finished)
+        started = time.monotonic()
+        err = one_error(capsys, "judge", str(finished), "--judge", "tiny")
+        assert time.monotonic() - started < 5  # not the model's load (6.5 s)
+        assert f"is in use by another writer: pid {holder.pid}, userturn run" in err
+        assert snapshot(finished) == before
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()

@@ -86,17 +86,13 @@ def resolve_model(spec: str) -> ModelRef:
 def model_location(spec: str) -> str:
     """Where another program (lm-eval's ``--model_args pretrained=...``) loads ``spec`` from:
     an embedded model's folder (built here on first use), a local folder or GGUF file as an
-    absolute path, a hub id as it is. ModelError for the scripted test models (no weights)."""
-    backend, name = split_spec(spec)
-    if backend == "fake":
+    absolute path, a hub id as it is (or its cached folder, with the hub out of reach).
+    Resolved as a run resolves it, so a spec ``run`` refuses is refused here in the same line;
+    ModelError for the scripted test models too (no weights)."""
+    if split_spec(spec)[0] == "fake":
         raise ModelError(f"{spec} is userturn's scripted test model: it has no weights for "
                          "another program to load")
-    if backend == "llamacpp":
-        return _resolve_gguf(spec, name).path
-    if name in EMBEDDED:
-        return str(materialize_embedded(name)[0])
-    path = Path(name).expanduser()
-    return str(path.resolve()) if path.exists() else name
+    return resolve_model(spec).path
 
 
 def _hub_source(repo: str) -> str:

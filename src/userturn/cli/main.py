@@ -230,9 +230,11 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.view import read_run
     from userturn.stats.agreement import pairwise_agreement
     from userturn.store.database import RunStore
+    from userturn.store.lock import refuse_if_busy
     from userturn.store.turns import read_turns
 
     RunStore.check(args.run)  # before the judge: a wrong folder is the likelier mistake
+    refuse_if_busy(args.run)  # and a busy one, before a judge model loads (seconds)
     spec = arguments.judge_spec_from(args)
     judges = spec.build_judges()
     # Everything checked: only now the lock and the first write.
