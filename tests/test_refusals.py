@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -286,6 +288,34 @@ def test_models_path_refuses_what_run_refuses_in_the_same_line(tmp_path, capsys)
         assert not out.exists()
     assert "unknown model 'nosuch'" in one_error(capsys, "models", "--path", "nosuch")
     assert "/dev/null has no config.json" in one_error(capsys, "models", "--path", "/dev/null")
+
+
+def test_an_empty_run_is_refused_by_the_hf_export_and_a_card_reads_without_a_warning(
+        finished, tmp_path, capsys):
+    datasets = pytest.importorskip("datasets")
+    out = tmp_path / "hf"
+    assert main(["export", str(finished), "--format", "hf", "--out", str(out)]) == 0
+    warned: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = warned.append  # type: ignore[method-assign]
+    logging.getLogger("datasets").addHandler(handler)  # its loggers write to it, not the root
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loaded = datasets.load_dataset(str(out))
+    finally:
+        logging.getLogger("datasets").removeHandler(handler)
+    assert [record.getMessage() for record in warned] == []  # the card's YAML reads whole
+    assert loaded["train"].info.splits["train"].num_examples == loaded["train"].num_rows == 4
+    with sqlite3.connect(finished / "userturn.db") as db:  # the run as it stood before its turns
+        db.execute("DELETE FROM labels")
+        db.execute("DELETE FROM generations WHERE role = 'user'")
+    db.close()
+    before = snapshot(finished)
+    empty = tmp_path / "empty"
+    assert f"{finished} holds no user turns: nothing to export" in one_error(
+        capsys, "export", str(finished), "--format", "hf", "--out", str(empty))
+    assert not empty.exists() and snapshot(finished) == before
 
 
 def test_judge_into_a_busy_folder_is_refused_before_a_judge_model_loads(finished, capsys,

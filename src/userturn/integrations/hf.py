@@ -19,6 +19,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from userturn.errors import StoreError
 from userturn.integrations.folders import write_folder
 from userturn.integrations.optional import require
 from userturn.labels.corpus import CORPUS_FILE
@@ -145,6 +146,24 @@ def _column_table(columns: Mapping[str, tuple[Any, str]]) -> list[str]:
             *[f"| `{name}` | {shown(kind)} | {text} |" for name, (kind, text) in columns.items()]]
 
 
+def _card_data(columns: Mapping[str, tuple[Any, str]], splits: Mapping[str, Any]
+               ) -> dict[str, Any]:
+    """The card's ``configs`` and ``dataset_info`` for ``splits`` (name -> ``datasets.Dataset``).
+    Each split names its rows and its Arrow bytes: ``datasets`` reads a split without
+    ``num_bytes`` as malformed, warns, and drops the split sizes it checks the rows against."""
+    sizes = {split: table.data.nbytes for split, table in splits.items()}
+    return {
+        "configs": [{"config_name": "default",
+                     "data_files": [{"split": split, "path": f"data/{split}-*.parquet"}
+                                    for split in splits]}],
+        "dataset_info": {"features": _card_features(columns),
+                         "splits": [{"name": split, "num_bytes": sizes[split],
+                                     "num_examples": table.num_rows}
+                                    for split, table in splits.items()],
+                         "dataset_size": sum(sizes.values())},
+    }
+
+
 def _write_splits(folder: Path, splits: Mapping[str, Any]) -> None:
     """The hub's layout: ``data/SPLIT-00000-of-00001.parquet`` per split."""
     (folder / "data").mkdir()
@@ -154,18 +173,21 @@ def _write_splits(folder: Path, splits: Mapping[str, Any]) -> None:
 
 def export_run(store: RunStore, out: Path, *, force: bool = False) -> int:
     """Write the run's user turns (one row each, with every label source) as a dataset folder
-    with its card; returns the number of rows."""
+    with its card; returns the number of rows. A run with no user turns is refused: a split
+    with no rows is one ``datasets.load_dataset`` cannot open."""
     datasets = require("datasets", "the Hugging Face dataset export")
     view = read_run(store)
+    if not view.turns:
+        raise StoreError(f"{store.folder} holds no user turns: nothing to export as a dataset "
+                         f"(`userturn report {store.folder}` says where the run stopped)")
     plan = ProbePlan.stored(view.meta.config)  # read once for every row and the card
     rows = [turn_row(turn, plan.system_prompt) for turn in view.turns]
-    card = run_card(view.meta, plan, view.turns, view.summary(), Path(store.folder).name)
+    splits = {"train": datasets.Dataset.from_list(rows, features=features(RUN_COLUMNS))}
+    card = run_card(view.meta, plan, view.turns, view.summary(), Path(store.folder).name,
+                    splits)
 
     def build(folder: Path) -> None:
-        table = datasets.Dataset.from_list(rows, features=features(RUN_COLUMNS)) if rows \
-            else datasets.Dataset.from_dict({name: [] for name in RUN_COLUMNS},
-                                            features=features(RUN_COLUMNS))
-        _write_splits(folder, {"train": table})
+        _write_splits(folder, splits)
         (folder / "README.md").write_text(card, encoding="utf-8")
 
     write_folder(out, build, force=force)
@@ -183,7 +205,8 @@ def turn_row(turn: Turn, system: str | None = None) -> dict[str, Any]:
 
 
 def run_card(meta: RunMeta, plan: ProbePlan, turns: Sequence[Turn],
-             summary: Sequence[SummaryRow], name: str) -> str:
+             summary: Sequence[SummaryRow], name: str, splits: Mapping[str, Any]) -> str:
+    """The run's card; ``splits``: its ``datasets.Dataset`` by split name."""
     models = sorted({t.model for t in turns} or set(meta.models))
     datasets = sorted({t.dataset for t in turns})
     sources = sorted({lab.source for t in turns for lab in t.labels})
@@ -197,10 +220,7 @@ def run_card(meta: RunMeta, plan: ProbePlan, turns: Sequence[Turn],
         "task_categories": ["text-generation"],
         "size_categories": [_size(len(turns))],
         "source_datasets": datasets,
-        "configs": [{"config_name": "default",
-                     "data_files": [{"split": "train", "path": "data/train-*.parquet"}]}],
-        "dataset_info": {"features": _card_features(RUN_COLUMNS),
-                         "splits": [{"name": "train", "num_examples": len(turns)}]},
+        **_card_data(RUN_COLUMNS, splits),
         "userturn": {
             "version": __version__,
             "models": [{"name": public_name(m), "revision": revisions.get(m),
@@ -258,17 +278,21 @@ def export_corpus(out: Path, *, force: bool = False, path: Path = CORPUS_FILE) -
                                                if source.get("model") else {})},
                                  sort_keys=True)})
     counts = {split: len(rows) for split, rows in sorted(splits.items())}
+    tables = {split: datasets.Dataset.from_list(rows, features=features(CORPUS_COLUMNS))
+              for split, rows in sorted(splits.items())}
+    card = corpus_card(splits, tables)
 
     def build(folder: Path) -> None:
-        _write_splits(folder, {split: datasets.Dataset.from_list(
-            rows, features=features(CORPUS_COLUMNS)) for split, rows in sorted(splits.items())})
-        (folder / "README.md").write_text(corpus_card(splits), encoding="utf-8")
+        _write_splits(folder, tables)
+        (folder / "README.md").write_text(card, encoding="utf-8")
 
     write_folder(out, build, force=force)
     return counts
 
 
-def corpus_card(splits: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+def corpus_card(splits: Mapping[str, Sequence[Mapping[str, Any]]],
+                tables: Mapping[str, Any]) -> str:
+    """The corpus's card: ``splits`` its rows, ``tables`` the same as ``datasets.Dataset``."""
     rows = [row for part in splits.values() for row in part]
     labels: dict[str, dict[str, int]] = {}
     for split, part in splits.items():
@@ -288,12 +312,7 @@ def corpus_card(splits: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
         "task_categories": ["text-classification"],
         "size_categories": [_size(len(rows))],
         "source_datasets": datasets,
-        "configs": [{"config_name": "default",
-                     "data_files": [{"split": split, "path": f"data/{split}-*.parquet"}
-                                    for split in sorted(splits)]}],
-        "dataset_info": {"features": _card_features(CORPUS_COLUMNS),
-                         "splits": [{"name": split, "num_examples": len(part)}
-                                    for split, part in sorted(splits.items())]},
+        **_card_data(CORPUS_COLUMNS, tables),
         "userturn": {
             "version": __version__,
             "models": [{"name": m, "license": _licence([m], CORPUS_LICENCES)} for m in models],
