@@ -335,3 +335,23 @@ def test_judge_into_a_busy_folder_is_refused_before_a_judge_model_loads(finished
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("limit", "does not read (limit: Input should be a valid integer"),
+    ("models", "names no models (every run stores them"),
+])
+def test_doctor_finds_a_stored_experiment_that_does_not_read(setting, words, finished, capsys):
+    with sqlite3.connect(finished / "userturn.db") as db:
+        config = json.loads(db.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()[0])
+        if setting == "limit":
+            config["limit"] = "banana"
+        else:
+            del config[setting]
+        db.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps(config),))
+    db.close()
+    before = snapshot(finished)
+    err = one_error(capsys, "doctor", str(finished), code=1)
+    assert err.startswith(f"userturn: doctor: {finished}: config: the run's stored experiment "
+                          f"{words}"), err
+    assert snapshot(finished) == before

@@ -393,6 +393,7 @@ def _export(args: argparse.Namespace, console: Console) -> int:
 
 
 def _doctor(args: argparse.Namespace, console: Console) -> int:
+    from userturn.config import Experiment
     from userturn.errors import DamagedStore
     from userturn.store.database import SCHEMA_VERSION, RunStore
     from userturn.store.runstate import doctor, run_state
@@ -404,7 +405,7 @@ def _doctor(args: argparse.Namespace, console: Console) -> int:
               f"({exc.detail}); copy out what reads, then run again into a new folder",
               file=sys.stderr)
         return 1
-    problems = doctor(store)
+    problems = doctor(store, Experiment.stored)  # the settings a run is checked with
     if problems:
         for problem in problems:
             print(f"userturn: doctor: {args.run}: {problem}", file=sys.stderr)

@@ -135,3 +135,9 @@ class ProbePlan(Spec):
 
     def samples_at(self, temperature: float) -> int:
         return 1 if temperature <= 0 else self.samples
+
+    def lost_settings(self) -> list[str]:
+        """Of a plan read back from a run (``stored``): what the run probed that its stored
+        experiment no longer names. Every run stores its models and datasets; read without them,
+        the defaults would make it a run of smollm2 on gsm_symbolic."""
+        return [name for name in ("models", "datasets") if name not in self.model_fields_set]

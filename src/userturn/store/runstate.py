@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol
 
-from userturn.errors import DamagedStore
+from userturn.errors import DamagedStore, UserturnError
 from userturn.store.database import RunStore
 from userturn.store.lock import holder
 
@@ -68,9 +69,19 @@ def run_state(store: RunStore) -> RunState:
     return RunState(meta.finished_now, holder(store.folder), stages, dict(meta.skipped))
 
 
-def doctor(store: RunStore) -> list[str]:
+class StoredSettings(Protocol):
+    def lost_settings(self) -> list[str]: ...
+
+
+StoredReader = Callable[[Mapping[str, Any]], StoredSettings]
+
+
+def doctor(store: RunStore, settings: StoredReader | None = None) -> list[str]:
     """Problems of a run's store (none: it is whole): SQLite's integrity check, plan rows
-    without a unique key, planned rows that point at missing answers."""
+    without a unique key, planned rows that point at missing answers, and (``settings``: the
+    typed reader of a stored experiment, ``Experiment.stored``, from the floor above) a
+    stored experiment that does not read, which every later command would refuse, or that
+    lost what the run probed."""
     try:
         problems = [f"integrity: {r[0]}" for r in store.db.execute("PRAGMA integrity_check")
                     if r[0] != "ok"]
@@ -79,7 +90,7 @@ def doctor(store: RunStore) -> list[str]:
     if problems:
         return problems
     try:
-        store.meta()
+        config = store.meta().config
     except DamagedStore as exc:
         counts = ", ".join(f"{n} {table}" for table, n in (
             (table, store.db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
@@ -88,6 +99,8 @@ def doctor(store: RunStore) -> list[str]:
                         f"the tables are whole and can be recovered ({counts} rows, e.g. with "
                         "`sqlite3 RUN/userturn.db .dump`): run the experiment again into a new "
                         "folder to have a readable run")
+    else:
+        problems += _settings_problems(config, settings)
     duplicates = store.db.execute(
         "SELECT COUNT(*) - COUNT(DISTINCT key) FROM plan").fetchone()[0]
     if duplicates:
@@ -99,3 +112,14 @@ def doctor(store: RunStore) -> list[str]:
         problems.append(f"plan: {dangling} user turn(s) planned after an answer that is not "
                         "stored")
     return problems
+
+
+def _settings_problems(config: Mapping[str, Any], settings: StoredReader | None) -> list[str]:
+    if settings is None:
+        return []
+    try:
+        lost = settings(config).lost_settings()
+    except UserturnError as exc:
+        return [f"config: {exc}"]
+    return [f"config: the run's stored experiment names no {' and no '.join(lost)} (every run "
+            "stores them; read without, the defaults would make it another run)"] if lost else []
