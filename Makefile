@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo train-demo test test-slow test-docs test-ray test-lmeval lmeval lint chromium bench clean
+.PHONY: setup demo train-demo test test-random test-slow test-docs test-ray test-lmeval lmeval lint chromium bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ train-demo: $(STAMP)
 # `make test-slow`; CI runs both. Each run ends with its ten slowest tests.
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -m "not slow" --durations=10
+
+# The same suite in a random order (pytest-random-order; the seed is printed, and
+# `--random-order-seed=N` repeats an order): no test may lean on what another left behind.
+test-random: $(STAMP) chromium
+	$(BIN)/python -m pytest -q -m "not slow" --random-order
 
 # The report and annotation pages are tested in a real headless Chromium: install it where it is
 # missing and we can (root with apt-get, as in CI); otherwise those tests skip and say why.
