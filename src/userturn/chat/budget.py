@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Collection, Iterator, Mapping
 
+from jinja2.utils import Namespace
+
 RENDER_STEPS = 1_000_000  # about 0.3 s of empty loop steps on a shared 2-core machine
 # A prompt of a million tokens is about four million characters: a render may make a dozen
 # times that in values and output, and no more (about 200 MB at worst).
@@ -126,8 +128,8 @@ def size(value: Any, cap: int = RENDER_CHARS) -> int:
     """About how many characters ``value`` prints as, containers counted through (a list that
     holds one string a thousand times prints it a thousand times); counting stops past
     ``cap``. Flat lists of strings or numbers are summed at C speed."""
-    from jinja2.utils import Namespace
-
+    if isinstance(value, str):  # most values a render makes: an output, a filter's result
+        return len(value)
     total, stack = 0, [value]
     while stack and total <= cap:
         item = stack.pop()
