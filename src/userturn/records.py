@@ -21,6 +21,7 @@ LABELS: tuple[str, ...] = (
 FinishReason = Literal["stop", "length", "error"]
 # The offline labellers a run can name; labels.sources.source_order says where each decides.
 Labeller = Literal["cascade", "classifier", "rules"]
+CLASSIFIER_SOURCE = "classifier"  # the shipped learned classifier's label source
 LABELLERS: tuple[Labeller, ...] = get_args(Labeller)
 # Which turns a judge is asked about (labels.stages).
 JudgeScopeName = Literal["undecided", "uncertain", "all"]

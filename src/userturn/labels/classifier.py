@@ -36,7 +36,7 @@ import numpy as np
 from userturn.errors import ConfigError
 from userturn.labels.context import CONTEXT_FEATURES, ContextReading
 from userturn.labels.rules import RulesClassifier, signals_of
-from userturn.records import LABELS, Case, Label
+from userturn.records import CLASSIFIER_SOURCE, LABELS, Case, Label
 
 if TYPE_CHECKING:
     from userturn.labels.context import ContextScorer
@@ -61,16 +61,14 @@ def source_name(path: Path | str | None, model: LinearModel | None = None) -> st
     shipped default, ``classifier:form`` for the shipped form-only set, and
     ``classifier:STEM-DIGEST`` for a file of the user's (its parameters' digest: other
     parameters under one file name are another labeller too)."""
-    from userturn.labels.sources import CLASSIFIER
-
     if path is None:
-        return CLASSIFIER
+        return CLASSIFIER_SOURCE
     file = parameters_file(path).resolve()
     shipped = next((name for name, known in SHIPPED.items() if known.resolve() == file), None)
     if shipped is not None:  # the shipped default is the plain name
-        return CLASSIFIER if shipped == "context" else f"{CLASSIFIER}:{shipped}"
+        return CLASSIFIER_SOURCE if shipped == "context" else f"{CLASSIFIER_SOURCE}:{shipped}"
     model = model or LinearModel.load(file)
-    return f"{CLASSIFIER}:{file.stem}-{model.fingerprint()[:8]}"
+    return f"{CLASSIFIER_SOURCE}:{file.stem}-{model.fingerprint()[:8]}"
 
 
 HASH_BITS = 14

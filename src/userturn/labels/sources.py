@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 from userturn.errors import ConfigError
 from userturn.records import JudgeScopeName as JudgeScope
-from userturn.records import Labeller
+from userturn.records import CLASSIFIER_SOURCE, Labeller
 
 if TYPE_CHECKING:
     from userturn.labels.classifier import Labelling, LearnedClassifier
     from userturn.store.meta import RunMeta
 
 RULES = "rules"
-CLASSIFIER = "classifier"
+CLASSIFIER = CLASSIFIER_SOURCE
 """The shipped classifier's source; other parameters are other sources: ``classifier:form`` (the
 shipped form-only set), ``classifier:STEM-DIGEST`` (a file of the user's), so that labelling a
 run with other parameters never passes their labels off as the shipped classifier's."""
