@@ -143,3 +143,27 @@ def test_bad_requests_are_one_line(tmp_path, capsys):
         capsys, "corpus", "check-judge", "--judge", "openai/j", "--base-url",
         "http://127.0.0.1:9/v1", "--fit-calibration", str(tmp_path / "c.json"), "--limit", "1",
         "-o", str(tmp_path / "check"))
+
+
+def test_a_check_whose_verdicts_are_all_stored_never_builds_the_judge(tmp_path, capsys,
+                                                                       monkeypatch):
+    from userturn.labels.judge_check import Verdict, _append
+    from userturn.labels.judges import expected_judge_name
+    from userturn.labels.plan import JudgeSpec
+
+    name = expected_judge_name("smollm2")
+    assert name == "judge:smollm2@rubric1-labels"
+    out = tmp_path / "check"
+    out.mkdir()
+    for turn in TURNS:
+        _append(out, Verdict(name, turn.key, "generic", None, 0.9))
+
+    def never(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("the judge's model was loaded with nothing to ask")
+
+    monkeypatch.setattr(JudgeSpec, "build_judges", never)
+    assert main(["corpus", "check-judge", "--judge", "smollm2", "--limit", str(LIMIT), "-o",
+                 str(out)]) == 0
+    assert "0 verdict(s) asked now" in " ".join(capsys.readouterr().out.split())
+    result = load_check(name, out)
+    assert result is not None and result.overall.judge_rate == 0.0

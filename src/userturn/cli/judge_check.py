@@ -67,11 +67,7 @@ def _check_judge(args: argparse.Namespace, console: Console) -> int:
                         else {"judge_concurrency": args.judge_concurrency}))
     turns = jc.judging_order(jc.corpus_turns(args.split, sharegpt=args.sharegpt))
     turns = turns[:args.limit] if args.limit else turns
-    (judge,) = spec.build_judges()
-    if args.fit_calibration is not None and not hasattr(judge, "classify_with_scores"):
-        raise ConfigError(f"--fit-calibration: {judge.name} writes its verdict as text; a "
-                          "calibration needs a judge read from label probabilities (a local "
-                          "model or llamacpp/FILE.gguf)")
+    judge = _judge_to_ask(jc, spec, args, turns)
     folder = args.output or jc.check_folder(judge.name)
     with progress_bars() as progress:
         asked, failed = jc.judge_corpus(judge, turns, folder, progress)
@@ -88,6 +84,24 @@ def _check_judge(args: argparse.Namespace, console: Console) -> int:
                   f"({saved.name}: every rate that rests on {judge.name} now quotes it)",
                   markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+def _judge_to_ask(jc: Any, spec: Any, args: argparse.Namespace, turns: Any) -> Any:
+    """The judge, built only where something is left to ask: a check whose verdicts are all
+    stored reads them back without loading a local judge's model (seconds to minutes)."""
+    from userturn.labels.judges import expected_judge_name
+
+    name = expected_judge_name(args.judge, args.judge_calibration)
+    stored = jc.read_verdicts(args.output or jc.check_folder(name), name)
+    if args.fit_calibration is None and all(
+            t.key in stored and stored[t.key].label is not None for t in turns):
+        return jc.NamedJudge(name)
+    (judge,) = spec.build_judges()
+    if args.fit_calibration is not None and not hasattr(judge, "classify_with_scores"):
+        raise ConfigError(f"--fit-calibration: {judge.name} writes its verdict as text; a "
+                          "calibration needs a judge read from label probabilities (a local "
+                          "model or llamacpp/FILE.gguf)")
+    return judge
 
 
 def _calibrated(jc: Any, judge: Any, folder: Path, out: Path, progress: Any,

@@ -184,6 +184,17 @@ def _verdicts(judge: Judge, cases: Sequence[Case]
         verdicts.close()  # an interrupt cancels what was not sent
 
 
+class NamedJudge(Judge):
+    """A judge known by its name alone, for a check whose verdicts are all stored: asking it
+    anything is a bug (``judge_corpus`` asks it nothing)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(None, name=name)
+
+    def classify(self, case: Case) -> Label:
+        raise RuntimeError(f"{self.name} was not built: every verdict should be stored")
+
+
 def judge_corpus(judge: Judge, turns: Sequence[CheckTurn], folder: Path,
                  progress: Progress | None = None) -> tuple[int, int]:
     """Judge the ``turns`` the folder holds no good verdict of, storing each as it arrives.

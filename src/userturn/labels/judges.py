@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 import urllib.parse
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from userturn.errors import ConfigError
@@ -52,6 +53,22 @@ def judge_from_spec(spec: str, *, base_url: str | None = None, api_key: str | No
         raise ConfigError(f"judge {spec} calls the OpenAI API: set OPENAI_API_KEY "
                           "(or give --judge-base-url for a local OpenAI-compatible server)")
     return Judge(client, concurrency=concurrency)
+
+
+def expected_judge_name(spec: str, calibration: Path | None = None) -> str:
+    """The source name the judge of ``spec`` stores its labels under, without building it (a
+    local judge's model is not loaded): an API judge writes its verdict under rubric
+    ``RUBRIC_VERSION``; a local model is read from label probabilities (``...-labels``), with
+    its calibration's tag. A guess for a local engine that cannot score labels: the caller
+    builds the judge wherever the name finds nothing stored."""
+    from userturn.labels.judge import RUBRIC_VERSION
+    from userturn.labels.local_judge import LABEL_RUBRIC_VERSION, JudgeCalibration
+
+    provider, _, model = spec.strip().partition("/")
+    if provider == "openai":
+        return f"judge:openai/{model}@rubric{RUBRIC_VERSION}"
+    tag = f"+cal:{JudgeCalibration.load(calibration).tag}" if calibration is not None else ""
+    return f"judge:{spec.strip()}@rubric{LABEL_RUBRIC_VERSION}{tag}"
 
 
 def local_judge(spec: str, calibration: JudgeCalibration | None = None) -> Judge:
