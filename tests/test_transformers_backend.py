@@ -1,10 +1,14 @@
-"""The transformers backend on the tiny real model: order, budgets, stops, seeds, batching."""
+"""The transformers backend on the tiny real model: order, budgets, stops, seeds, batching.
+The refill engine against the static batches it replaced: tests/test_rows_busy.py."""
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 import torch
 
+from userturn.backends.batching import CPU_WIDTHS
 from userturn.backends.hf import TransformersBackend
 from userturn.backends.models import resolve_model
 from userturn.chat.render import render_user_turn
@@ -71,34 +75,62 @@ def test_user_turn_prompt_has_bos_once_and_ends_in_the_user_header(tiny_backend)
     assert prompt.stop == ("<|im_end|>", "<|im_start|>assistant")
 
 
-def test_batch_size_auto_is_the_cpu_batch_on_the_cpu():
+def test_batch_size_auto_on_the_cpu_measures_the_width_on_first_use_and_says_it(tiny_backend):
+    """Units are 8 batches' worth of prompts (the refill queue) from the start; the width is
+    measured when the weights are there, said once, and the turns are those of any width."""
     backend = TransformersBackend(resolve_model("tiny"), batch_size="auto", device="cpu")
-    assert (backend.batch_size, backend.chunk_size, backend.searching) == (8, 8, False)
+    assert (backend.batch_size, backend.chunk_size, backend.searching) == (8, 64, False)
+    batch = requests(backend, GREEDY, [0])
+    with pytest.warns(UserWarning, match=r"^tiny: --batch-size auto: \d+ rows at once on cpu "
+                      r"\(row-tokens/s measured at \d+ tokens a row, by width: 4: \d+, 8: \d+, "
+                      r"16: \d+, 32: \d+\)$"):
+        got = backend.complete(batch)
+    assert backend.batch_size in CPU_WIDTHS and backend.chunk_size == 64
+    assert [g.text for g in got] == [g.text for g in tiny_backend.complete(batch)]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # said once
+        backend.complete(batch)
+
+
+def test_batch_size_auto_on_the_cpu_with_static_batches_is_the_cpu_batch():
+    backend = TransformersBackend(resolve_model("tiny"), batch_size="auto", device="cpu",
+                                  batching="static")
+    assert (backend.batch_size, backend.chunk_size, backend.measuring) == (8, 8, False)
+
+
+def fail_wide_forwards(backend: TransformersBackend, too_wide) -> list[int]:  # type: ignore[no-untyped-def]
+    """The model's forward runs out of memory where ``too_wide(input_ids)``; returns the rows of
+    every forward tried (its signature kept: the backend reads it)."""
+    forward = backend.model.forward
+    rows: list[int] = []
+
+    @functools.wraps(forward)
+    def tight(*args, **kwargs):  # type: ignore[no-untyped-def]
+        ids = kwargs["input_ids"]
+        rows.append(ids.shape[0])
+        if too_wide(ids):
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected: {tuple(ids.shape)})")
+        return forward(*args, **kwargs)
+
+    backend.model.forward = tight
+    return rows
 
 
 def test_batch_size_auto_halves_on_out_of_memory_and_keeps_what_fit(tiny_backend):
-    """The search with an injected fault: any batch above 3 prompts runs out of memory. The
-    batch halves (10 -> 5 -> 2), says so, keeps 2 for the rest of the run, and every prompt
-    gets the text it gets in any other batch."""
+    """The search with an injected fault: any forward of more than 3 rows runs out of memory.
+    The width halves (10 rows in flight -> 5 -> 2), says so, keeps 2 for the rest of the run,
+    and every prompt gets the text it gets in any other batch."""
     backend = TransformersBackend(resolve_model("tiny"), batch_size="auto", device="cpu",
                                   auto_start=16)
-    sizes: list[int] = []
-    generate = backend.model.generate
-
-    def tight(*args, **kwargs):  # type: ignore[no-untyped-def]
-        rows = kwargs["input_ids"].shape[0]
-        sizes.append(rows)
-        if rows > 3:
-            raise torch.OutOfMemoryError(f"CUDA out of memory (injected: {rows} rows)")
-        return generate(*args, **kwargs)
-
-    backend.model.generate = tight
+    sizes = fail_wide_forwards(backend, lambda ids: ids.shape[0] > 3)
     batch = requests(backend, GREEDY, range(5))  # 10 requests
     with pytest.warns(UserWarning) as said:
         got = backend.complete(batch)
     assert [g.error for g in got] == [None] * 10
     assert [g.text for g in got] == [g.text for g in tiny_backend.complete(batch)]
-    assert sizes == [10, 5, 2, 2, 2, 2, 2]
+    assert sizes[1:4] == [10, 5, 2] and max(sizes[3:]) == 2  # sizes[0]: the cache check
     messages = [str(w.message) for w in said]
     assert messages == [
         "tiny: --batch-size auto: a batch of 10 prompts ran out of memory (OutOfMemoryError); "
@@ -108,22 +140,15 @@ def test_batch_size_auto_halves_on_out_of_memory_and_keeps_what_fit(tiny_backend
         "tiny: --batch-size auto: batches of 2 prompts fit on cpu"]
     sizes.clear()
     backend.complete(requests(backend, HOT, [1, 2, 3]))  # the next call starts from what fit
-    assert sizes == [2, 2, 2] and backend.batch_size == 2
+    assert sizes[0] == 2 and max(sizes) == 2 and backend.batch_size == 2
 
 
 def test_a_fixed_batch_that_runs_out_of_memory_fails_only_its_culprit(tiny_backend):
     """Without the search, a batch out of memory is retried one prompt at a time, as any
     failed batch is: here the one long prompt fails alone, stored as data."""
     backend = TransformersBackend(resolve_model("tiny"), batch_size=4, device="cpu")
-    generate = backend.model.generate
     long_prompt = requests(backend, GREEDY, [0], answers=("36 " * 40,))[0]
-
-    def tight(*args, **kwargs):  # type: ignore[no-untyped-def]
-        if kwargs["input_ids"].shape[1] > 100:
-            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
-        return generate(*args, **kwargs)
-
-    backend.model.generate = tight
+    fail_wide_forwards(backend, lambda ids: ids.shape[1] > 100)
     got = backend.complete([*requests(backend, GREEDY, [0]), long_prompt])
     assert [g.error is None for g in got] == [True, True, False]
     assert "OutOfMemoryError" in (got[2].error or "")

@@ -1,4 +1,10 @@
-"""The transformers backend: left-padded batches through ``model.generate``.
+"""The transformers backend: rows refilled as turns finish (:mod:`userturn.backends.refill`), or
+left-padded static batches through ``model.generate``.
+
+A call's prompts form one queue: at most ``batch_size`` rows are in flight, and a row whose turn
+ends hands its slot to the next prompt, whatever their decoding parameters and stop markers. The
+static batches remain for a model whose cache the loop cannot cut and join, and as the reference
+the loop is checked against (greedy turns, seeded samples: tests/test_rows_busy.py).
 
 Sampling draws each row's token from a uniform number that is a hash of the row's seed and the
 step, computed for the whole batch at once on the model's device (see :mod:`userturn.backends.sampling`).
@@ -9,10 +15,12 @@ per-row work: on a GPU, one small kernel chain per step instead of a launch per 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from statistics import median
+from typing import Any, Literal, Sequence
 
-from userturn.backends.batching import CPU_BATCH, BatchSize
+from userturn.backends.batching import CPU_BATCH, CPU_WIDTHS, QUEUE_WIDTHS, BatchSize, choose_width
 from userturn.backends.models import ModelRef
+from userturn.backends.refill import Row, generate_rows, refills, row_rates
 from userturn.backends.sampling import SeededSampler
 from userturn.backends.turns import as_list, finish_turn, specials_longest_first, split_stops
 from userturn.chat.render import ChatTemplate, prompt_token_ids
@@ -20,13 +28,19 @@ from userturn.errors import ModelError
 from userturn.records import Generation, GenerationParams, Request
 
 AUTO_START = 256  # the first batch --batch-size auto tries on a GPU
+Batching = Literal["refill", "static"]
 
 
 class TransformersBackend:
-    """``batch_size="auto"``: on a GPU, batches start at ``auto_start`` prompts and halve each
+    """``batching``: ``refill`` (the default) keeps ``batch_size`` rows busy, refilled from
+    calls (units) of QUEUE_WIDTHS batches' worth of prompts; ``static`` runs left-padded batches
+    of ``batch_size`` through ``model.generate``, each as long as its longest turn.
+
+    ``batch_size="auto"``: on a GPU, batches start at ``auto_start`` prompts and halve each
     time one runs out of memory, for the rest of the run (the size found is said once); on the
-    CPU, where memory is rarely what limits a batch, it is CPU_BATCH. ``auto_start`` given
-    searches on any device.
+    CPU, where memory is rarely what limits a batch, the refill engine measures a step at each of
+    CPU_WIDTHS rows on first use and takes the narrowest within NEAR_BEST of the best rate (said
+    once); the static engine takes CPU_BATCH. ``auto_start`` given searches on any device.
 
     The tokenizer (the chat template, the keys of every generation) loads now; the weights on
     first use, so a finished run re-run, which generates nothing, never loads them
@@ -34,7 +48,7 @@ class TransformersBackend:
 
     def __init__(self, ref: ModelRef, *, batch_size: BatchSize = CPU_BATCH,
                  device: str | None = None, trust_remote_code: bool = False,
-                 auto_start: int | None = None) -> None:
+                 auto_start: int | None = None, batching: Batching = "refill") -> None:
         import torch
         from transformers import AutoConfig, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -49,8 +63,13 @@ class TransformersBackend:
             self.batch_size = auto_start or AUTO_START
         else:
             self.batch_size = CPU_BATCH if batch_size == "auto" else int(batch_size)
+        # On the CPU, the refill engine measures its width when the weights are there.
+        self.measuring = batch_size == "auto" and not self.searching and batching == "refill"
         self._batch_said = not self.searching
-        self.chunk_size = self.batch_size
+        self.batching: Batching = batching
+        self.chunk_size = self.batch_size * (QUEUE_WIDTHS if batching == "refill" else 1)
+        self._can_refill: bool | None = None
+        self._logits_processors: Any = None
         self._ref, self._trust_remote_code = ref, trust_remote_code
         self._model: Any = None
         self.load_seconds = 0.0
@@ -91,6 +110,87 @@ class TransformersBackend:
         return self._model
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
+        if not requests:
+            return []
+        if self.batching == "refill" and self._refills():
+            return self._complete_refilled(requests)
+        return self._complete_static(requests)
+
+    def _refills(self) -> bool:
+        if self._can_refill is None:
+            self._can_refill = refills(self.model)
+        return self._can_refill
+
+    def _complete_refilled(self, requests: Sequence[Request]) -> list[Generation]:
+        """Every request in one queue, ``batch_size`` rows in flight; a prompt longer than the
+        context fails alone."""
+        encoded = [prompt_token_ids(self.tokenizer, r.prompt) for r in requests]
+        results: list[Generation | None] = [self._too_long(ids) for ids in encoded]
+        fitting = [i for i, result in enumerate(results) if result is None]
+        rows = [self._row(requests[i], encoded[i]) for i in fitting]
+        if rows:
+            self._measure_width(rows)
+            for index, row, out in zip(fitting, rows, self._generate_rows(rows)):
+                results[index] = (
+                    Generation("", "", "error", len(row.ids), 0, out) if isinstance(out, str)
+                    else self._finish(out, len(row.ids), requests[index].stop, set(row.stop_ids)))
+        return [r for r in results if r is not None]
+
+    def _generate_rows(self, rows: list[Row]) -> list[list[int] | str]:
+        """Each row's tokens, or the error it failed with. While searching, running out of
+        memory halves the width and starts again; any other failure of several rows is retried
+        one row at a time, so only the culprit fails."""
+        while True:
+            try:
+                out: list[list[int] | str] = list(generate_rows(
+                    self.model, rows, self.batch_size, decode=self._decode,
+                    pad_id=self.tokenizer.pad_token_id, processors=self._processors()))
+            except (RuntimeError, ValueError, MemoryError) as exc:
+                in_flight = min(self.batch_size, len(rows))
+                if self.searching and in_flight > 1 and _out_of_memory(exc):
+                    self._halve(in_flight, exc)
+                    continue
+                if len(rows) == 1:
+                    return [f"{type(exc).__name__}: {exc}"]
+                return [self._generate_rows([row])[0] for row in rows]
+            self._say_batch_size(min(self.batch_size, len(rows)))
+            return out
+
+    def _row(self, request: Request, ids: list[int]) -> Row:
+        stop_ids, strings = self._split_stops(request.stop)
+        window = 4 + max((len(self._encode(m)) for m in strings), default=0)
+        params = request.params
+        return Row(tuple(ids), self._budget(params.max_tokens, len(ids)),
+                   0.0 if params.greedy else params.temperature, params.top_p, request.seed,
+                   frozenset(stop_ids), tuple(strings), window)
+
+    def _processors(self) -> Any:
+        """The logits processors ``generate`` applies for this backend's settings (the model's
+        generation_config: suppress_tokens, ...), so refilled rows choose as static batches do.
+        ``_get_logits_processor`` is private to transformers, and the one place that list is
+        made (its own continuous batching calls it too)."""
+        if self._logits_processors is None:
+            self._logits_processors = self.model._get_logits_processor(
+                generation_config=self._generation_config(1, []), device=self.device)
+        return self._logits_processors
+
+    def _measure_width(self, rows: Sequence[Row]) -> None:
+        """--batch-size auto on the CPU: the width from a measurement of this model at the
+        call's lengths (once, said once)."""
+        if not self.measuring:
+            return
+        import warnings
+
+        self.measuring = False
+        length = int(median(len(r.ids) for r in rows) + median(r.budget for r in rows) // 2)
+        rates = row_rates(self.model, CPU_WIDTHS, length)
+        self.batch_size = choose_width(rates)
+        measured = ", ".join(f"{width}: {rate:.0f}" for width, rate in rates.items())
+        warnings.warn(f"{self.spec}: --batch-size auto: {self.batch_size} rows at once on "
+                      f"{self.device} (row-tokens/s measured at {length} tokens a row, by "
+                      f"width: {measured})", stacklevel=3)
+
+    def _complete_static(self, requests: Sequence[Request]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
         # A batch shares decoding parameters and stop markers; keep the caller's order within.
         groups: dict[tuple, list[int]] = {}
@@ -139,16 +239,8 @@ class TransformersBackend:
         """One batch; a prompt longer than the context fails alone, and a batch that fails as a
         whole (out of memory) is retried one request at a time, so only the culprit fails."""
         encoded = [prompt_token_ids(self.tokenizer, r.prompt) for r in requests]
-        context = self.context_length
-        results: list[Generation | None] = [None] * len(requests)
-        fitting = []
-        for index, ids in enumerate(encoded):
-            if context is not None and len(ids) >= context:
-                results[index] = Generation(
-                    "", "", "error", len(ids), 0, f"the prompt has {len(ids)} tokens: more than "
-                    f"the model's context of {context} leaves room for")
-            else:
-                fitting.append(index)
+        results: list[Generation | None] = [self._too_long(ids) for ids in encoded]
+        fitting = [i for i, result in enumerate(results) if result is None]
         if fitting:
             try:
                 outputs = self._run([requests[i] for i in fitting], [encoded[i] for i in fitting],
@@ -168,22 +260,44 @@ class TransformersBackend:
                 results[index] = output
         return [r for r in results if r is not None]
 
+    def _too_long(self, ids: Sequence[int]) -> Generation | None:
+        """The error of a prompt that leaves no room in the model's context, else None."""
+        context = self.context_length
+        if context is None or len(ids) < context:
+            return None
+        return Generation("", "", "error", len(ids), 0, f"the prompt has {len(ids)} tokens: "
+                          f"more than the model's context of {context} leaves room for")
+
+    def _budget(self, max_tokens: int, prompt_width: int) -> int:
+        """``max_tokens``, clamped to what the context leaves after ``prompt_width`` (said
+        once)."""
+        if self.context_length is None or prompt_width + max_tokens <= self.context_length:
+            return max_tokens
+        if not self._clamp_warned:
+            import warnings
+
+            self._clamp_warned = True
+            warnings.warn(f"{self.spec}: a token budget of {max_tokens} runs past the "
+                          f"model's context of {self.context_length}: generating at most "
+                          "what the context leaves", stacklevel=3)
+        return self.context_length - prompt_width
+
+    def _generation_config(self, budget: int, stop_ids: list[int]) -> Any:
+        """The model's generation config, decoding switched to ours: greedy ``generate`` (a
+        sampled row's draw is made by SeededSampler), ``budget`` new tokens, ``stop_ids``."""
+        return self.model.generation_config.__class__.from_dict(
+            {**self.model.generation_config.to_dict(), "do_sample": False, "temperature": None,
+             "top_p": None, "top_k": None, "max_new_tokens": budget,
+             "max_length": None, "eos_token_id": stop_ids,
+             "pad_token_id": self.tokenizer.pad_token_id})
+
     def _run(self, requests: Sequence[Request], encoded: list[list[int]],
              params: GenerationParams, stop: tuple[str, ...]) -> list[Generation]:
         import torch
 
         batch = self.tokenizer.pad({"input_ids": encoded}, return_tensors="pt").to(self.device)
         stop_ids, stop_strings = self._split_stops(stop)
-        budget = params.max_tokens
-        if self.context_length is not None:
-            budget = min(budget, self.context_length - batch["input_ids"].shape[1])
-            if budget < params.max_tokens and not self._clamp_warned:
-                import warnings
-
-                self._clamp_warned = True
-                warnings.warn(f"{self.spec}: a token budget of {params.max_tokens} runs past the "
-                              f"model's context of {self.context_length}: generating at most "
-                              "what the context leaves", stacklevel=2)
+        budget = self._budget(params.max_tokens, batch["input_ids"].shape[1])
         kwargs: dict[str, Any] = {}
         if not params.greedy:
             kwargs["logits_processor"] = [
@@ -191,12 +305,7 @@ class TransformersBackend:
                                prompt_width=batch["input_ids"].shape[1])]
         if stop_strings:
             kwargs["stopping_criteria"] = [_StopOnStrings(self.tokenizer, stop_strings, batch["input_ids"].shape[1])]
-        config = self.model.generation_config.__class__.from_dict(
-            {**self.model.generation_config.to_dict(), "do_sample": False, "temperature": None,
-             "top_p": None, "top_k": None, "max_new_tokens": budget,
-             "max_length": None, "eos_token_id": stop_ids,
-             "pad_token_id": self.tokenizer.pad_token_id}
-        )
+        config = self._generation_config(budget, stop_ids)
         with torch.inference_mode():
             output = self.model.generate(**batch, generation_config=config, **kwargs)
         new_tokens = output[:, batch["input_ids"].shape[1]:].tolist()

@@ -27,28 +27,41 @@ class SeededSampler:
 
     def __init__(self, params: GenerationParams, seeds: Sequence[int], device: str,
                  prompt_width: int) -> None:
-        import torch
-
         self.temperature, self.top_p = params.temperature, params.top_p
         self.prompt_width = prompt_width  # the step is the number of tokens generated so far
-        self.seeds = torch.tensor([s & _SEED_MASK for s in seeds], dtype=torch.int64,
-                                  device=device)
+        self.seeds = seed_tensor(seeds, device)
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
-        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
-        if self.top_p < 1.0:
-            probs = nucleus(probs, self.top_p)
-        # Summed in float64: 49,152 float32 terms would drift by more than a rare token's mass.
-        cumulative = torch.cumsum(probs.double(), dim=-1)
-        total = cumulative[:, -1:]
-        uniform = seeded_uniform(self.seeds, input_ids.shape[1] - self.prompt_width)[:, None]
-        # Kept below the sum's last value, so the search never runs past the last kept token.
-        target = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))
-        picks = torch.searchsorted(cumulative, target, right=True)
+        step = input_ids.shape[1] - self.prompt_width
+        picks = seeded_picks(scores, self.seeds, step, self.temperature, self.top_p)
         only = torch.full_like(scores, float("-inf"))
-        return only.scatter_(1, picks, 0.0)
+        return only.scatter_(1, picks[:, None], 0.0)
+
+
+def seeded_picks(scores: Any, seeds: Any, steps: Any, temperature: float, top_p: float) -> Any:
+    """The token each row draws from ``scores`` at its step (an int for all rows, or one per row:
+    the refill loop's rows are at different steps): what :class:`SeededSampler` leaves finite."""
+    import torch
+
+    probs = torch.softmax(scores.float() / temperature, dim=-1)
+    if top_p < 1.0:
+        probs = nucleus(probs, top_p)
+    # Summed in float64: 49,152 float32 terms would drift by more than a rare token's mass.
+    cumulative = torch.cumsum(probs.double(), dim=-1)
+    total = cumulative[:, -1:]
+    uniform = seeded_uniform(seeds, steps)[:, None]
+    # Kept below the sum's last value, so the search never runs past the last kept token.
+    target = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cumulative, target, right=True)[:, 0]
+
+
+def seed_tensor(seeds: Sequence[int], device: str) -> Any:
+    """Seeds as the int64 tensor :func:`seeded_uniform` hashes."""
+    import torch
+
+    return torch.tensor([s & _SEED_MASK for s in seeds], dtype=torch.int64, device=device)
 
 
 _SEED_MASK = (1 << 63) - 1  # seeds are non-negative int64 (the pipeline derives 63-bit ones)
@@ -68,9 +81,10 @@ def _mix32(x: Any) -> Any:
     return x ^ (x >> 16)
 
 
-def seeded_uniform(seeds: Any, step: int) -> Any:
-    """One uniform number in [0, 1) per seed for this step, as float64 with 53 random bits:
-    a hash of (seed, step) that depends on nothing else."""
+def seeded_uniform(seeds: Any, step: Any) -> Any:
+    """One uniform number in [0, 1) per seed for this step (an int, or an int64 tensor of one step
+    per seed), as float64 with 53 random bits: a hash of (seed, step) that depends on nothing
+    else."""
     state = _mix32((seeds & _LOW32) ^ 0x9E3779B9)
     state = _mix32(state ^ (seeds >> 32))
     state = _mix32(state ^ step)
