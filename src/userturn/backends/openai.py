@@ -95,6 +95,9 @@ class OpenAICompletionsBackend:
         self._lock = threading.Lock()
         self._http = self._endpoints[0]
         self.base_url = self._http.base_url
+        if probe:  # a dead address is said before the tokenizer loads (seconds)
+            for http in self._endpoints:
+                self._reach(http)
         self.tokenizer, fingerprint = load_tokenizer(tokenizer or model)
         self.template = ChatTemplate.from_tokenizer(self.tokenizer, self.spec)
         where = _without_userinfo(self.base_url) if len(urls) == 1 else "pool"
@@ -122,6 +125,13 @@ class OpenAICompletionsBackend:
             self._http.post("/completions", body, _parse_completion)
         except APIError as exc:
             raise ModelError(self._http.redact(self._refusal(exc))) from None
+
+    def _reach(self, http: OpenAIHTTP) -> None:
+        try:
+            http.reach()
+        except APIError as exc:
+            raise ModelError(http.redact(f"{http.base_url}/completions cannot be used "
+                                         f"({_first_line(exc)})")) from None
 
     def _refusal(self, exc: APIError) -> str:
         where, detail = f"{self._http.base_url}/completions", exc.detail.lower()

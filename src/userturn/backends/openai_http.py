@@ -1,27 +1,39 @@
-"""JSON POSTs to an OpenAI-compatible server, on the standard library, with bounded retries.
+"""JSON POSTs to an OpenAI-compatible server, on httpx, with bounded retries of what is transient.
 
 Shared by the judge's chat client (``/chat/completions``) and the completions backend
-(``/completions``). Retried: 408, 409, 429, 5xx, timeouts and dropped connections, after the
-server's ``Retry-After`` when it gives one, else after an exponential backoff with jitter. The API
-key (read by ``credentials``: given, else OPENAI_API_KEY) goes into the Authorization header and
-nowhere else: every error message passes ``credentials.scrub``.
+(``/completions``). Retried: 408, 409, 429, 5xx, read timeouts and connections the server dropped,
+after the server's ``Retry-After`` when it gives one, else after an exponential backoff with
+jitter. Not retried: every other status, and a server that cannot be reached at all (refused, no
+such host, no answer to the connect: a dead ``--base-url`` is one fast error, not minutes of
+retries); after such a failure the same client sends nothing for ``UNREACHABLE_FOR`` seconds, so a
+batch against a dead server fails at once instead of waiting out a connect timeout per request.
+
+Why httpx and not the ``openai`` client: the official client retries refused connections (the
+cost this module exists to avoid), sleeps where a test cannot inject a clock, insists on an API
+key, and would put its own words on every error line; httpx gives the pooled, thread-safe
+transport with separate connect and read timeouts, and the policy stays here, in a few lines.
+
+The API key (read by ``credentials``: given, else OPENAI_API_KEY) goes into the Authorization
+header and nowhere else: every error message passes ``credentials.scrub``.
 """
 
 from __future__ import annotations
 
 import email.utils
-import http.client
 import json
 import math
 import random
+import threading
 import time
-import urllib.error
-import urllib.request
 from typing import Any, Callable, TypeVar
+
+import httpx
 
 from userturn import credentials
 
 T = TypeVar("T")
+CONNECT_TIMEOUT = 10.0  # seconds: a server that has not accepted by then is not coming
+UNREACHABLE_FOR = 5.0  # seconds a connect failure keeps the next requests from being sent
 
 
 class APIError(Exception):
@@ -49,6 +61,13 @@ class OpenAIHTTP:
         self._api_key = credentials.api_key(given=api_key)
         self.timeout, self.max_attempts = timeout, max(1, max_attempts)
         self.backoff, self.max_backoff, self.sleep = backoff, max_backoff, sleep
+        # One pooled client for every thread (httpx's Client is thread-safe); the callers' own
+        # thread pools bound the requests in flight, so the pool does not.
+        self._client = httpx.Client(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT)),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))
+        self._down: tuple[float, APIError] | None = None  # when the server was last unreachable
+        self._lock = threading.Lock()
 
     @property
     def has_key(self) -> bool:
@@ -56,6 +75,9 @@ class OpenAIHTTP:
 
     def __repr__(self) -> str:
         return f"OpenAIHTTP(base_url={self.base_url!r})"
+
+    def close(self) -> None:
+        self._client.close()
 
     def post(self, path: str, body: dict[str, Any] | bytes, parse: Callable[[bytes], T]) -> T:
         """POST with retries; the final error says how many attempts were made."""
@@ -65,10 +87,26 @@ class OpenAIHTTP:
                 return self.post_once(path, data, parse)
             except APIError as exc:
                 if not exc.retryable or attempt == self.max_attempts:
-                    raise APIError(f"{exc} (attempt {attempt}/{self.max_attempts})", exc.retryable,
-                                   status=exc.status, detail=exc.detail) from None
+                    raise self._final(exc, attempt) from None
                 self.sleep(self.delay(attempt, exc.retry_after))
         raise AssertionError("unreachable")
+
+    def reach(self) -> None:
+        """Raise the ``connection failed`` error ``post`` would, if nothing answers at the
+        address (any HTTP answer, even 404, is a server): a check that costs no completion and
+        can run before a tokenizer loads."""
+        self._refuse_while_down()
+        try:
+            self._client.get(f"{self.base_url}/models", headers={"Accept": "application/json"})
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol,
+                httpx.ProxyError) as exc:
+            raise self._final(self._unreachable(exc), 1) from None
+        except httpx.HTTPError:
+            return  # it accepted the connection: whatever went wrong next, post will say
+
+    def _final(self, exc: APIError, attempt: int) -> APIError:
+        return APIError(f"{exc} (attempt {attempt}/{self.max_attempts})", exc.retryable,
+                        status=exc.status, detail=exc.detail)
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:  # the server knows best; bounded so a run cannot stall
@@ -77,32 +115,44 @@ class OpenAIHTTP:
         return exponential * random.uniform(0.5, 1.0)  # jitter: parallel workers spread out
 
     def post_once(self, path: str, data: bytes, parse: Callable[[bytes], T]) -> T:
+        self._refuse_while_down()
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
-        request = urllib.request.Request(f"{self.base_url}{path}", data=data, headers=headers,
-                                         method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            raise self._http_error(exc) from None
-        except urllib.error.URLError as exc:  # refused, reset, DNS, or a connect timeout
-            raise APIError(self.redact(f"connection failed: {exc.reason}"), True) from None
-        except (TimeoutError, OSError, http.client.HTTPException, ValueError) as exc:
-            # read timeouts, dropped connections (RemoteDisconnected, IncompleteRead)
+            response = self._client.post(f"{self.base_url}{path}", content=data, headers=headers)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol,
+                httpx.ProxyError) as exc:  # refused, no such host, no answer: not transient
+            raise self._unreachable(exc) from None
+        except httpx.TimeoutException:  # the server took the request and went quiet
+            raise APIError("TimeoutError: timed out", True) from None
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            # the server dropped the connection (restarting, overloaded): worth another try
             raise APIError(self.redact(f"{type(exc).__name__}: {exc}"), True) from None
-        return parse(raw)
+        except httpx.HTTPError as exc:  # a local protocol or decoding fault: trying again won't help
+            raise APIError(self.redact(f"{type(exc).__name__}: {exc}"), False) from None
+        if response.status_code != 200:
+            raise self._http_error(response)
+        return parse(response.content)
 
-    def _http_error(self, exc: urllib.error.HTTPError) -> APIError:
-        try:
-            detail = exc.read().decode("utf-8", "replace")
-        except Exception:  # the body is only a hint; the status decides
-            detail = ""
-        detail = self.redact(" ".join(self.redact(detail).split())[:300])
-        retryable = exc.code in (408, 409, 429) or exc.code >= 500
-        return APIError(f"HTTP {exc.code}: {detail}", retryable,
-                        retry_after(exc.headers.get("Retry-After")), exc.code, detail)
+    def _refuse_while_down(self) -> None:
+        with self._lock:
+            down = self._down
+        if down is not None and time.monotonic() - down[0] < UNREACHABLE_FOR:
+            raise APIError(str(down[1]), False)
+
+    def _unreachable(self, exc: httpx.HTTPError) -> APIError:
+        error = APIError(self.redact(f"connection failed: {exc or type(exc).__name__}"), False)
+        with self._lock:
+            self._down = (time.monotonic(), error)
+        return error
+
+    def _http_error(self, response: httpx.Response) -> APIError:
+        detail = self.redact(" ".join(self.redact(response.text).split())[:300])
+        code = response.status_code
+        retryable = code in (408, 409, 429) or code >= 500
+        return APIError(f"HTTP {code}: {detail}", retryable,
+                        retry_after(response.headers.get("Retry-After")), code, detail)
 
     @staticmethod
     def redact(text: str) -> str:

@@ -251,7 +251,8 @@ def request_body(model: str, messages: list[dict], max_tokens: int, json_schema:
 
 
 class OpenAIChatClient:
-    """An OpenAI-compatible ``/chat/completions`` client on the standard library, with retries."""
+    """An OpenAI-compatible ``/chat/completions`` client (httpx, through ``openai_http``), with
+    retries of what is transient."""
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, max_attempts: int = 5, backoff: float = 1.0,
