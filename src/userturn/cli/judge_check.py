@@ -69,9 +69,10 @@ def _check_judge(args: argparse.Namespace, console: Console) -> int:
     turns = turns[:args.limit] if args.limit else turns
     judge = _judge_to_ask(jc, spec, args, turns)
     folder = args.output or jc.check_folder(judge.name)
+    raw = getattr(judge, "scores_of", None) or judge.name  # whose stored scores it reads
     with progress_bars() as progress:
-        asked, failed = jc.judge_corpus(judge, turns, folder, progress)
-        raw = judge.name
+        asked, failed = (0, 0) if raw != judge.name else jc.judge_corpus(
+            judge, turns, folder, progress)
         if args.fit_calibration is not None:
             judge = _calibrated(jc, judge, folder, args.fit_calibration, progress, console)
     verdicts = (jc.read_verdicts(folder, raw) if judge.name == raw
@@ -92,10 +93,18 @@ def _judge_to_ask(jc: Any, spec: Any, args: argparse.Namespace, turns: Any) -> A
     from userturn.labels.judges import expected_judge_name
 
     name = expected_judge_name(args.judge, args.judge_calibration)
-    stored = jc.read_verdicts(args.output or jc.check_folder(name), name)
-    if args.fit_calibration is None and all(
-            t.key in stored and stored[t.key].label is not None for t in turns):
-        return jc.NamedJudge(name)
+    folder = args.output or jc.check_folder(name)
+    if args.fit_calibration is None:
+        stored = jc.read_verdicts(folder, name)
+        if all(t.key in stored and stored[t.key].label is not None for t in turns):
+            return jc.NamedJudge(name)
+        if args.judge_calibration is not None:  # the raw judge's stored scores, calibrated
+            raw = expected_judge_name(args.judge)
+            scores = jc.read_verdicts(folder, raw)
+            if all(t.key in scores and scores[t.key].logprobs for t in turns):
+                from userturn.labels.local_judge import JudgeCalibration
+
+                return jc.NamedJudge(name, JudgeCalibration.load(args.judge_calibration), raw)
     (judge,) = spec.build_judges()
     if args.fit_calibration is not None and not hasattr(judge, "classify_with_scores"):
         raise ConfigError(f"--fit-calibration: {judge.name} writes its verdict as text; a "

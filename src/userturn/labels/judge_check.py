@@ -185,11 +185,13 @@ def _verdicts(judge: Judge, cases: Sequence[Case]
 
 
 class NamedJudge(Judge):
-    """A judge known by its name alone, for a check whose verdicts are all stored: asking it
-    anything is a bug (``judge_corpus`` asks it nothing)."""
+    """A judge known by its name alone, for a check whose verdicts are all stored (or, with a
+    ``calibration``, whose raw judge ``scores_of`` stored every turn's label scores): asking it
+    anything is a bug."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, calibration: Any = None, scores_of: str | None = None) -> None:
         super().__init__(None, name=name)
+        self.calibration, self.scores_of = calibration, scores_of
 
     def classify(self, case: Case) -> Label:
         raise RuntimeError(f"{self.name} was not built: every verdict should be stored")
