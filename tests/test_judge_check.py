@@ -167,3 +167,26 @@ def test_a_check_whose_verdicts_are_all_stored_never_builds_the_judge(tmp_path, 
     assert "0 verdict(s) asked now" in " ".join(capsys.readouterr().out.split())
     result = load_check(name, out)
     assert result is not None and result.overall.judge_rate == 0.0
+
+
+def test_a_calibrated_judge_is_checked_from_its_raw_judges_stored_scores(tmp_path, capsys,
+                                                                          monkeypatch):
+    from userturn.labels.judge_check import Verdict, _append
+    from userturn.labels.judges import expected_judge_name
+    from userturn.labels.plan import JudgeSpec
+    from userturn.records import LABELS
+
+    calibration = Path(__file__).parent / "fixtures" / "judge_calibration_identity.json"
+    raw, calibrated = expected_judge_name("smollm2"), expected_judge_name("smollm2", calibration)
+    assert calibrated.startswith(raw + "+cal:")
+    out = tmp_path / "check"
+    out.mkdir()
+    for turn in TURNS:  # scores that favour the adjudicated label: the identity map keeps it
+        scores = [-0.1 if label == turn.label else -5.0 for label in LABELS]
+        _append(out, Verdict(raw, turn.key, "generic", None, 0.5, scores))
+    monkeypatch.setattr(JudgeSpec, "build_judges", lambda self: pytest.fail("model loaded"))
+    assert main(["corpus", "check-judge", "--judge", "smollm2", "--calibration",
+                 str(calibration), "--limit", str(LIMIT), "-o", str(out)]) == 0
+    capsys.readouterr()
+    result = load_check(calibrated, out)
+    assert result is not None and result.overall.kappa == 1.0  # the calibrated labels, not raw
