@@ -245,8 +245,9 @@ def _judge(args: argparse.Namespace, console: Console) -> int:
         names = ", ".join(judge.name for judge in judges)
         failed = store.tally.failed.get("judge", 0)
         console.print(f"{names}: {sent - failed} user turn(s) judged, {failed} failed "
-                      "(none generated)" + ("; run judge again to retry the failed ones"
-                                            if failed else ""))
+                      "(none generated)" + ("; a failed verdict is never a label: those turns "
+                                            "keep the next source's label (run judge again to "
+                                            "retry them)" if failed else ""))
         if len(judges) > 1:
             print_agreement(pairwise_agreement(read_turns(store),
                                                sources=[judge.name for judge in judges]),

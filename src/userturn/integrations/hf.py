@@ -82,17 +82,17 @@ RUN_COLUMNS: dict[str, tuple[Any, str]] = {
               "order (empty: none decided)"),
     "label_source": (STRING, "the source that gave `label`"),
     "rationale": (STRING, "that source's reason for `label`"),
-    "label_error": (STRING, "with no label: the first source's error (e.g. a judge's invalid "
-                    "verdict)"),
-    "status": (STRING, "the label, or why there is none: `undecided`, `invalid` or `failed`"),
+    "label_error": (STRING, "the first failed verdict of a source ranked above the one that "
+                    "decided (a failed verdict never stands in for a label)"),
+    "status": (STRING, "the label, or why there is none: `undecided` or `failed`"),
     "prompt": (STRING, "the exact prompt the model continued (its chat template, the user "
                "turn opened)"),
     "key": (STRING, "the generation's key in the run store"),
     "messages": ([MESSAGE], "the whole conversation the turn was generated in (system, the "
                  "item's messages, the assistant answer), then the generated user turn"),
     "labels": ([SOURCE_LABEL], "every label source's label of the turn: source, version, "
-               "label (empty: undecided, or invalid with `error`), probability, rationale, "
-               "error"),
+               "label (empty: undecided, or a failed verdict with `error`), probability, "
+               "rationale, error"),
 }
 assert list(RUN_COLUMNS)[:len(COLUMNS)] == list(COLUMNS)  # one column list, described here
 
@@ -380,7 +380,8 @@ def _rate(row: SummaryRow) -> dict[str, Any]:
             "perturbation": row.perturbation, "temperature": row.temperature,
             "follow_up_rate": _number(rate.value), "ci_low": _number(rate.low),
             "ci_high": _number(rate.high), "follow_ups": rate.hits, "turns": rate.n,
-            "undecided": row.undecided, "invalid": row.invalid, "failed": row.errors}
+            "undecided": row.undecided, "label_errors": row.label_errors,
+            "failed": row.errors}
 
 
 def _number(value: float) -> float | None:
