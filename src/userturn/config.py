@@ -18,6 +18,7 @@ from userturn.errors import ConfigError
 from userturn.labels.plan import JudgeSpec, LabellingPlan
 from userturn.probe.engine import EngineSpec
 from userturn.probe.plan import ProbePlan
+from userturn.settings import DocumentError, DocumentLoader, parse_yaml
 
 
 # The bases in this order put the plan's fields first (pydantic collects them from the last base):
@@ -123,7 +124,7 @@ def _resolve(path: str, folder: Path) -> str:
     return str(given if given.is_absolute() else (folder / given).resolve())
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _UniqueKeyLoader(DocumentLoader):
     """YAML whose mappings may not repeat a key: a repeated setting is a mistake, never a
     silent "the last one wins"."""
 
@@ -154,15 +155,25 @@ def read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+        data = parse_yaml(text, _UniqueKeyLoader)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    except DocumentError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path} is not valid YAML{where}") from None
+        raise ConfigError(f"{path} is not valid YAML{yaml_problem(exc)}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of settings, not {type(data).__name__}")
     return data
+
+
+def yaml_problem(error: yaml.YAMLError) -> str:
+    """`` at line N`` where the parser knows it, and what is wrong where it is a value that did
+    not convert (the parser's own words about syntax are left out: the line says where)."""
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}" if mark else ""
+    if isinstance(error, yaml.constructor.ConstructorError) and error.problem:
+        return f"{where}: {error.problem}"
+    return where

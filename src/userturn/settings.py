@@ -1,20 +1,174 @@
 """What every stage's settings share: the checks a typed spec runs on its values (no number given
-as a boolean, an http(s) address, a folder name a file system takes). The lowest floor: the specs
-of the probe, the engine and the labelling (``probe.plan``, ``probe.engine``, ``labels.plan``) and
-the experiment that composes them (``config``) all use these, so none imports another for them."""
+as a boolean, text that is text, an http(s) address, a folder name a file system takes), and the
+one reader of the JSON and YAML documents users hand us (config files, flags, data files,
+calibrations, lm-eval's logs), bounded so that no document can recurse, expand or overflow
+past the point where it is refused in one line. The lowest floor: the specs of the probe, the
+engine and the labelling (``probe.plan``, ``probe.engine``, ``labels.plan``), the experiment that
+composes them (``config``) and every reader of a user's file use these, so none imports another
+for them."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import types
 import typing
 import urllib.parse
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
+import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
 
 from userturn.errors import ConfigError
+
+# -- documents: JSON and YAML from outside, read with bounds ---------------------------------
+# No setting, data row, calibration or lm-eval record is nested anywhere near this deep; the
+# bound holds for every reader and whatever walks the value after it, well below Python's own
+# recursion limit (a parser that recurses past that limit is refused the same way).
+MAX_DEPTH = 64
+# Values in one YAML document with every alias expanded: a config holds a few hundred. An alias
+# is the same object again, cheap to build, but whatever copies the document later (validation,
+# the stored experiment) expands it: ten levels of ten aliases are ten billion values.
+MAX_YAML_VALUES = 100_000
+TOO_DEEP = "nested too deep to read"
+_DIGITS = re.compile(r"limit \((\d+) digits\).*value has (\d+) digits")
+
+
+class DocumentError(ValueError):
+    """A JSON or YAML document that parsed (or began to) but cannot be used as read: nested too
+    deep, too large once its aliases are expanded, or a number Python will not convert."""
+
+
+def parse_json(text: str | bytes) -> Any:
+    """The value of a JSON document, bounded (:func:`checked_shape`). ``json.JSONDecodeError``
+    for text that is not JSON (its position in it), :class:`DocumentError` for the rest."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:  # the parser recurses per level, past Python's limit here
+        raise DocumentError(TOO_DEEP) from None
+    except ValueError as error:  # a number of more digits than int() converts
+        raise DocumentError(unreadable_value(error)) from None
+    return checked_shape(value)
+
+
+def parse_yaml(text: str, loader: type[yaml.SafeLoader] | None = None) -> Any:
+    """The value of a YAML document (safe tags only), bounded like JSON and with its aliases
+    expanded at most :data:`MAX_YAML_VALUES` values. ``yaml.YAMLError`` (with its line) for
+    text that is not YAML or holds a value that cannot be converted, :class:`DocumentError`
+    for a document too deep or too large."""
+    try:
+        value = yaml.load(text, Loader=loader or DocumentLoader)  # noqa: S506 (safe loaders)
+    except RecursionError:  # the composer recurses per level, past Python's limit here
+        raise DocumentError(TOO_DEEP) from None
+    return checked_shape(value, MAX_YAML_VALUES)
+
+
+class DocumentLoader(yaml.SafeLoader):
+    """YAML's safe loader whose value conversions fail as YAML errors at their line (an integer
+    of more digits than ``int()`` converts, a date with a thirteenth month), not as a bare
+    ``ValueError`` from inside the constructor."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as error:
+            raise yaml.constructor.ConstructorError(
+                None, None, unreadable_value(error), node.start_mark) from None
+
+
+def unreadable_value(error: ValueError | OverflowError) -> str:
+    """Why a value did not convert, in the user's terms (not Python's advice to raise its
+    limit)."""
+    found = _DIGITS.search(str(error))
+    if found:
+        return f"a number of {found.group(2)} digits (at most {found.group(1)} are read)"
+    return f"a value that cannot be read ({error})"
+
+
+def checked_shape(value: Any, max_values: int | None = None) -> Any:
+    """``value`` when no list or mapping in it is nested more than :data:`MAX_DEPTH` deep and,
+    with ``max_values``, it holds at most that many values counting a shared one (a YAML
+    alias) each time it appears; :class:`DocumentError` otherwise. Level by level, without
+    recursion, and it stops at the bound: an alias bomb or an alias inside its own anchor
+    costs ``max_values`` steps, not memory. Only plain dicts and lists are walked: the parsers
+    make no others, and the exact class test keeps a large data file's walk quick."""
+    level = [value] if value.__class__ is dict or value.__class__ is list else []
+    depth = seen = 0
+    while level:
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise DocumentError(TOO_DEEP)
+        inner: list[Any] = []
+        for container in level:
+            items = container.values() if container.__class__ is dict else container
+            seen += len(items)
+            if max_values is not None and seen > max_values:
+                raise DocumentError(f"more than {max_values:,} values once its aliases are "
+                                    "expanded (anchors repeated inside anchors): write the "
+                                    "values out")
+            inner.extend([item for item in items
+                          if item.__class__ is dict or item.__class__ is list])
+        level = inner
+    return value
+
+
+# -- text: what is not a character cannot be stored ---------------------------------------------
+# Undecodable bytes survive decoding as lone surrogates (errors="surrogateescape": a command
+# line, a data file read so that its error can name the field), and JSON and YAML escapes
+# ("\ud800") make them too. SQLite, the tokenizers and every file we write refuse them.
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def bad_text_path(value: Any, path: str = "") -> str | None:
+    """The key path (``a.b[2]``) of the first string in ``value`` holding bytes that were not
+    UTF-8 (or a lone surrogate escape); None when all text is clean. ``""`` means ``value``
+    itself."""
+    found = bad_text(value, path)
+    return found[0] if found is not None else None
+
+
+def bad_text(value: Any, path: str = "") -> tuple[str, str] | None:
+    """The key path and the text of the first string in ``value`` that is not text, or None."""
+    if isinstance(value, str):
+        return (path, value) if LONE_SURROGATE.search(value) else None
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            inner = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str) and LONE_SURROGATE.search(key):
+                return inner, key
+            found = bad_text(item, inner)
+            if found is not None:
+                return found
+    elif isinstance(value, (list, tuple)):
+        for position, item in enumerate(value):
+            found = bad_text(item, f"{path}[{position}]")
+            if found is not None:
+                return found
+    return None
+
+
+def utf8_reason(text: str) -> str:
+    """What is wrong with text that :func:`bad_text` found: a byte that was not UTF-8
+    (``surrogateescape``), or a lone surrogate."""
+    match = LONE_SURROGATE.search(text)
+    code = ord(match.group()) if match else 0
+    if match and 0xDC80 <= code <= 0xDCFF:
+        return f"invalid UTF-8 (byte 0x{code - 0xDC00:02x} at character {match.start()})"
+    return "invalid UTF-8 (a lone surrogate)"
+
+
+def refuse_text_that_is_not_text(data: Any) -> Any:
+    """A setting holding bytes that were not UTF-8 (a flag in another encoding) or a lone
+    surrogate (a YAML or JSON escape) is refused by name, before anything is stored: the
+    store, the tokenizer and the report could not take it later."""
+    found = bad_text(data) if isinstance(data, dict) else None
+    if found is not None:
+        raise ValueError(f"{found[0]}: {utf8_reason(found[1])}; write it as UTF-8 text")
+    return data
 
 
 def refuse_booleans_as_numbers(model: type[BaseModel], data: Any) -> Any:
@@ -94,7 +248,8 @@ def reading_stored(info: ValidationInfo) -> bool:
 
 
 class Spec(BaseModel):
-    """A stage's typed settings: frozen, no unknown key, no boolean read as a number."""
+    """A stage's typed settings: frozen, no unknown key, no boolean read as a number, no text
+    that is not text."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -102,6 +257,11 @@ class Spec(BaseModel):
     @classmethod
     def _no_booleans_as_numbers(cls, data: Any) -> Any:
         return refuse_booleans_as_numbers(cls, data)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _only_text(cls, data: Any) -> Any:
+        return refuse_text_that_is_not_text(data)
 
     @classmethod
     def stored(cls: type[S], config: Mapping[str, Any]) -> S:

@@ -7,7 +7,6 @@ model's own template). Heavy libraries are imported only inside their backend mo
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
@@ -17,6 +16,7 @@ from userturn.backends.models import resolve_model, split_spec
 from userturn.chat.render import ChatTemplate
 from userturn.errors import ModelError
 from userturn.records import Generation, Request
+from userturn.settings import parse_json
 
 
 class Backend(Protocol):
@@ -156,8 +156,8 @@ def _engine_args(backend: str, given: Mapping[str, Any] | None) -> dict[str, Any
     if not text:
         return {}
     try:
-        value = json.loads(text)
-    except ValueError as exc:
+        value = parse_json(text)
+    except ValueError as exc:  # not JSON, or nested too deep to read
         raise ModelError(f"{name} must be a JSON object: {exc}") from None
     if not isinstance(value, dict):
         raise ModelError(f"{name} must be a JSON object, not {type(value).__name__}")

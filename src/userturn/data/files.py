@@ -30,7 +30,6 @@ from userturn.data.reading import (
     RowCollector,
     RowError,
     Skipped,
-    bad_text_path,
     check_file,
     columns_of,
     is_missing,
@@ -44,6 +43,7 @@ from userturn.data.rows import (
 )
 from userturn.errors import ConfigError, DatasetError
 from userturn.records import Item
+from userturn.settings import bad_text_path
 
 # userturn's fields and the columns tried, in order, when ``fields`` does not name one.
 FIELD_DEFAULTS: Mapping[str, tuple[str, ...]] = {

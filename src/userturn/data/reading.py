@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
@@ -30,10 +29,13 @@ from userturn.data.rows import (
 )
 from userturn.errors import DatasetError
 from userturn.records import Item
-
-# Undecodable bytes survive decoding as lone surrogates (errors="surrogateescape"), so that the
-# error can name the row and the field they sit in instead of failing the whole file.
-_SURROGATE = re.compile("[\ud800-\udfff]")
+from userturn.settings import (
+    LONE_SURROGATE,
+    DocumentError,
+    checked_shape,
+    parse_json,
+    utf8_reason,
+)
 
 
 class Skipped(NamedTuple):
@@ -230,11 +232,17 @@ def _jsonl_rows(path: Path) -> Iterator[Row]:
 def _json_rows(path: Path, allow_truncated: bool) -> tuple[Iterator[Row], int | None]:
     text = _decode(read_bytes(path))
     try:
-        data = json.loads(text)
+        data = parse_json(text)
+    except DocumentError as error:
+        raise invalid_json(path, error) from None
     except json.JSONDecodeError as error:
         if not allow_truncated or not text.lstrip().startswith("["):
             raise invalid_json(path, error) from None
         data, recovery = recover_json_list(text)
+        try:
+            checked_shape(data)
+        except DocumentError as too_deep:
+            raise invalid_json(path, too_deep) from None
         # A list that parsed to its end but for what follows, or whose text still closes with ']',
         # is corrupt, not cut off: only a missing end is recovered.
         if recovery.complete or text.rstrip().endswith("]"):
@@ -311,7 +319,7 @@ def _csv_rows(path: Path, delimiter: str) -> Iterator[Row]:
     except csv.Error as error:
         raise DatasetError(f"{path} line 1: invalid CSV header ({error})") from None
     header = [name.strip() for name in header]
-    if bad := next((name for name in header if _SURROGATE.search(name)), None):
+    if bad := next((name for name in header if LONE_SURROGATE.search(name)), None):
         raise DatasetError(f"{path} line 1: column name {bad!r} is not UTF-8 text")
     previous_end = reader.line_num
     index = 0
@@ -362,35 +370,6 @@ def columns_of(rows: Iterable[Row]) -> list[str]:
     return list(seen)
 
 
-def bad_text_path(value: Any, path: str = "") -> str | None:
-    """The key path (``a.b[2]``) of the first string in ``value`` holding bytes that were not UTF-8
-    (or a lone surrogate escape); None when all text is clean. ``""`` means ``value`` itself."""
-    if isinstance(value, str):
-        return path if _SURROGATE.search(value) else None
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            inner = f"{path}.{key}" if path else str(key)
-            if isinstance(key, str) and _SURROGATE.search(key):
-                return inner
-            found = bad_text_path(item, inner)
-            if found is not None:
-                return found
-    elif isinstance(value, (list, tuple)):
-        for position, item in enumerate(value):
-            found = bad_text_path(item, f"{path}[{position}]")
-            if found is not None:
-                return found
-    return None
-
-
-def utf8_reason(text: str) -> str:
-    match = _SURROGATE.search(text)
-    code = ord(match.group()) if match else 0
-    if 0xDC80 <= code <= 0xDCFF:
-        return f"invalid UTF-8 (byte 0x{code - 0xDC00:02x} at character {match.start()})"
-    return "invalid UTF-8 (a lone surrogate)"
-
-
 def text_value(value: Any, field_name: str, *, required: bool = True) -> str | None:
     """A text field's stripped value; raises ``RowError`` for a wrong type, empty text or bytes
     that were not UTF-8. ``required=False`` turns a missing value into None (an empty one too)."""
@@ -400,7 +379,7 @@ def text_value(value: Any, field_name: str, *, required: bool = True) -> str | N
         return None
     if not isinstance(value, str):
         raise RowError(field_name, f"expected text, got {type_name(value)}")
-    if _SURROGATE.search(value):
+    if LONE_SURROGATE.search(value):
         raise RowError(field_name, utf8_reason(value))
     if not value.strip():
         if required:

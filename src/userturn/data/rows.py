@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
 
 from userturn.errors import DatasetError
 from userturn.records import Item
+from userturn.settings import DocumentError, parse_json
 
 FileFormat = Literal["jsonl", "json", "parquet", "csv", "tsv"]
 # Every data-file suffix userturn reads, and the format it names (``.ndjson`` is JSON Lines).
@@ -95,11 +96,11 @@ def json_lines(path: Path, *, keep_bad_bytes: bool = False) -> Iterator[JsonLine
         if not line.strip():
             continue
         try:
-            yield JsonLine(number, json.loads(line))
+            yield JsonLine(number, parse_json(line))
         except json.JSONDecodeError as error:
             yield JsonLine(number, error=f"invalid JSON ({error.msg} at column {error.colno})")
-        except RecursionError:  # Python's parser recurses per level: no row is nested that deep
-            yield JsonLine(number, error="invalid JSON (nested too deep to read)")
+        except DocumentError as error:
+            yield JsonLine(number, error=f"invalid JSON ({error})")
 
 
 def read_bytes(path: Path) -> bytes:
@@ -128,14 +129,17 @@ def jsonl_rows(path: Path) -> Iterator[tuple[int, Any]]:
 def json_rows(path: Path) -> Iterator[tuple[int, Any]]:
     """The elements of a JSON file holding a list, each with its 0-based index."""
     try:
-        data = json.loads(read_text(path))
-    except json.JSONDecodeError as error:
+        data = parse_json(read_text(path))
+    except ValueError as error:
         raise invalid_json(path, error) from None
     return enumerate(row_list(path, data))
 
 
-def invalid_json(path: Path, error: json.JSONDecodeError) -> DatasetError:
-    return DatasetError(f"{path} line {error.lineno}: invalid JSON ({error.msg})")
+def invalid_json(path: Path, error: ValueError) -> DatasetError:
+    """The one line for a JSON file that does not parse (where) or cannot be used (why)."""
+    if isinstance(error, json.JSONDecodeError):
+        return DatasetError(f"{path} line {error.lineno}: invalid JSON ({error.msg})")
+    return DatasetError(f"{path}: invalid JSON ({error})")
 
 
 def row_list(path: Path, data: Any) -> list[Any]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 import numpy as np
 
 from userturn.labels.context import ContextReading, ContextScorer, turn_key
+from userturn.settings import parse_json
 
 if TYPE_CHECKING:
     from userturn.records import Case
@@ -46,9 +47,9 @@ def load_readings(paths: Iterable[Path]) -> tuple[dict[str, ContextReading], set
     for path in paths:
         for line in Path(path).read_text(encoding="utf-8").splitlines():
             try:
-                row = json.loads(line)
+                row = parse_json(line)
                 readings[row["key"]] = reading_of(row)
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError):  # ValueError: not JSON, or too deep
                 continue
             scorers.add(str(row.get("scorer", "")))
     return readings, scorers

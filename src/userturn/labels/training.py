@@ -14,12 +14,12 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from userturn.data.reading import bad_text_path
 from userturn.data.rows import json_lines
 from userturn.errors import UserturnError
 from userturn.labels.classifier import N_DENSE, LinearModel, context_width, design_matrix
 from userturn.labels.context import CONTEXT_FEATURES, ContextReading
 from userturn.records import LABELS, Case
+from userturn.settings import bad_text_path
 from userturn.stats.agreement import cohen_kappa, confusion_matrix
 from userturn.stats.reliability import per_label
 
