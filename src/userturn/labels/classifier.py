@@ -72,6 +72,8 @@ def source_name(path: Path | str | None, model: LinearModel | None = None) -> st
 
 
 HASH_BITS = 14
+# Trained weights are under ten, scales from 1e-3: within these no logit overflows to NaN.
+PARAMETERS = dict(weights=(-1e4, 1e4), bias=(-1e4, 1e4), scale=(1e-4, 1e4), temperature=(.01, 100))
 _TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)*|[?!]|<\|?[\w|]+\|?>")
 _RULE_LABELS = (*LABELS, "undecided")
 
@@ -225,19 +227,16 @@ class LinearModel:
                 context.get("features", [])) != list(CONTEXT_FEATURES)):
             return "context features this version of userturn does not compute"
         n_labels, width = len(self.labels), self.dense_width + (1 << HASH_BITS)
-        if not self.labels or not set(self.labels) <= set(LABELS):
-            return f"labels {list(self.labels)} are not labels of docs/labels.md"
+        if not self.labels or len(set(self.labels) & set(LABELS)) < n_labels:  # each once
+            return f"labels {list(self.labels)} are not labels of docs/labels.md, each once"
         if self.weights.shape != (n_labels, width):
             return f"weights of shape {self.weights.shape}, expected {(n_labels, width)}"
         if self.bias.shape != (n_labels,) or self.scale.shape != (self.dense_width,):
             return "bias or feature scale of the wrong shape"
-        if not (math.isfinite(self.temperature) and self.temperature > 0):
-            return f"temperature {self.temperature} is not a positive number"
-        arrays = (self.weights, self.bias, self.scale)
-        if not all(np.issubdtype(a.dtype, np.floating) and np.isfinite(a).all() for a in arrays):
-            return "parameters that are not finite numbers"
-        if not (self.scale > 0).all():
-            return "a feature scale that is not positive"
+        for name, (low, high) in PARAMETERS.items():  # NaN and infinity are outside
+            v = np.asarray(getattr(self, name))
+            if not (np.issubdtype(v.dtype, np.floating) and low <= v.min() <= v.max() <= high):
+                return f"{name}: a value that is not a number from {low:g} to {high:g}"
         return None
 
     def logits(self, case: Case, verdict: Label | None = None,
@@ -266,6 +265,8 @@ class LinearModel:
     def probabilities(self, case: Case, verdict: Label | None = None,
                       reading: ContextReading | None = None) -> np.ndarray:
         z = self.logits(case, verdict, reading) / self.temperature
+        if not np.isfinite(z).all():  # never a NaN probability: classify stores an error label
+            raise ValueError(f"logits {z.tolist()} are not all numbers")
         z = np.exp(z - z.max())
         return z / z.sum()
 

@@ -38,6 +38,7 @@ from userturn.errors import ConfigError
 from userturn.labels.judge import RUBRIC_VERSION, Judge, case_message, rubric
 from userturn.labels.rules import thinking_only
 from userturn.records import LABELS, Case, Label
+from userturn.settings import bad_text, parse_json, utf8_reason
 
 # The rubric's text is rubric 1's; the answer format differs (the label alone), so its verdicts
 # are stored under their own version.
@@ -45,6 +46,9 @@ LABEL_RUBRIC_VERSION = f"{RUBRIC_VERSION}-labels"
 ANSWER_PREFIX = "Label:"
 OPTIONS = tuple(f" {label}" for label in LABELS)  # a space-led word: one clean token boundary
 MIN_LABEL_MASS = 0.2
+# A calibration's weights and biases are refused beyond this: a fit gives single digits, and
+# within it no score (seven log-probabilities of at least LOGPROB_FLOOR) can overflow.
+MAX_CALIBRATION_WEIGHT = 1e6
 # A calibration reads log-probabilities floored here, as it was fit (a label the model all but
 # rules out would otherwise weigh by how far out; -inf would break the arithmetic).
 LOGPROB_FLOOR = -50.0
@@ -139,6 +143,8 @@ class JudgeCalibration:
     def probabilities(self, logprobs: Sequence[float]) -> dict[str, float]:
         scores = [sum(w * max(v, LOGPROB_FLOOR) for w, v in zip(row, logprobs)) + b
                   for row, b in zip(self.weights, self.bias)]
+        if not all(map(math.isfinite, scores)):  # unbounded numbers overflowed: no answer
+            return {label: math.nan for label in self.labels}
         top = max(scores)
         exps = [math.exp(s - top) for s in scores]
         total = sum(exps)
@@ -153,25 +159,71 @@ class JudgeCalibration:
 
     @classmethod
     def load(cls, path: Path) -> JudgeCalibration:
-        """A calibration file, checked whole (one error line for a wrong or damaged file)."""
+        """A calibration file, checked whole: a file that is not one, is damaged, or holds
+        numbers that could make a probability NaN is one error line naming the file and what
+        is wrong, at load, before any judge runs."""
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-            labels = tuple(str(label) for label in data["labels"])
-            weights = tuple(tuple(float(w) for w in row) for row in data["weights"])
-            bias = tuple(float(b) for b in data["bias"])
-            judge, revision, rubric = str(data["judge"]), str(data["revision"]), \
-                str(data["rubric"])
-        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"{path} is not a judge calibration ({type(exc).__name__}: "
-                              f"{exc})") from None
-        if not labels or set(labels) - set(LABELS) or len(weights) != len(labels) or \
-                len(bias) != len(labels) or any(len(row) != len(LABELS) for row in weights) or \
-                not all(math.isfinite(v) for row in weights for v in row) or \
-                not all(map(math.isfinite, bias)):
-            raise ConfigError(f"{path} is not a judge calibration: it needs one row of "
-                              f"{len(LABELS)} finite weights and a bias per label, labels among "
-                              f"{', '.join(LABELS)}")
-        return cls(judge, revision, rubric, labels, weights, bias, str(data.get("fit_on", "")))
+            data = parse_json(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ConfigError(f"{path} is not a judge calibration ({unreadable(exc)})") from None
+        problem = calibration_problem(data)
+        if problem is not None:
+            raise ConfigError(f"{path} is not a judge calibration: {problem}; fit one with "
+                              "benchmarks/judge_quality.py --fit-calibration")
+        return cls(data["judge"], data["revision"], data["rubric"], tuple(data["labels"]),
+                   tuple(tuple(float(w) for w in row) for row in data["weights"]),
+                   tuple(float(b) for b in data["bias"]), data.get("fit_on", ""))
+
+
+def unreadable(error: Exception) -> str:
+    """Why a file did not read, in words (not an exception's name)."""
+    if isinstance(error, json.JSONDecodeError):
+        return f"invalid JSON: {error.msg} at line {error.lineno}"
+    if isinstance(error, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {error.start})"
+    if isinstance(error, OSError):
+        return error.strerror or str(error)
+    return str(error)
+
+
+def calibration_problem(data: object) -> str | None:
+    """What makes ``data`` (a parsed calibration file) unusable, or None: the text fields,
+    labels each at most once, one row of seven weights and one bias per label, every number
+    finite and within :data:`MAX_CALIBRATION_WEIGHT` (so no score overflows and no
+    probability comes out NaN)."""
+    if not isinstance(data, dict):
+        return "it is not a JSON object"
+    for name in ("judge", "revision", "rubric", "labels", "weights", "bias"):
+        if name not in data:
+            return f"{name} is missing"
+    for name in ("judge", "revision", "rubric", "fit_on"):
+        if not isinstance(data.get(name, ""), str):
+            return f"{name} is not text"
+    if (found := bad_text(data)) is not None:  # it is printed and stored with the source
+        return f"{found[0]}: {utf8_reason(found[1])}"
+    labels = data["labels"]
+    # A fit knows only the labels its turns had (a subset); a label listed twice would be two
+    # rows read as one.
+    if not isinstance(labels, list) or not labels or \
+            not all(isinstance(label, str) and label in LABELS for label in labels) or \
+            len(set(labels)) != len(labels):
+        return (f"labels must be labels of docs/labels.md, each at most once "
+                f"({', '.join(LABELS)}), not {str(labels)[:200]}")
+    weights, bias = data["weights"], data["bias"]
+    if not isinstance(weights, list) or len(weights) != len(labels) or not all(
+            isinstance(row, list) and len(row) == len(LABELS) for row in weights):
+        return f"weights must be {len(labels)} rows of {len(LABELS)} numbers, one per label"
+    if not isinstance(bias, list) or len(bias) != len(labels):
+        return f"bias must be {len(labels)} numbers, one per label"
+    numbers = [(f"weights[{i}][{j}]", w) for i, row in enumerate(weights)
+               for j, w in enumerate(row)] + [(f"bias[{i}]", b) for i, b in enumerate(bias)]
+    for where, value in numbers:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"{where} is {str(value)[:40]}, not a number"
+        if not abs(value) <= MAX_CALIBRATION_WEIGHT:  # NaN too; an int of 400 digits as well
+            return (f"{where} is {str(value)[:40]}, not a number within "
+                    f"±{MAX_CALIBRATION_WEIGHT:g}")
+    return None
 
 
 def calibrated_verdict(logprobs: Sequence[float], source: str, calibration: JudgeCalibration,
@@ -183,6 +235,11 @@ def calibrated_verdict(logprobs: Sequence[float], source: str, calibration: Judg
         return raw
     probabilities = calibration.probabilities(logprobs)
     best = max(probabilities, key=probabilities.__getitem__)
+    # A loaded calibration cannot give NaN (its numbers are bounded); one built otherwise may:
+    # a number that is not a probability is an error verdict, never a label.
+    if not 0.0 <= probabilities[best] <= 1.0:
+        return Label(None, source, "", error=f"invalid: the calibration gave "
+                                              f"{probabilities[best]!r}, not a probability")
     return Label(best, source, f"p={probabilities[best]:.2f} calibrated "  # type: ignore[arg-type]
                  f"(judge said {raw.label}, {raw.rationale})", probability=probabilities[best])
 
