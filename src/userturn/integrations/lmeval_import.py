@@ -5,6 +5,7 @@ keys and tables as ``userturn run`` makes, labelled offline (docs/integrations.m
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -12,12 +13,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from pydantic import ValidationError
 
+from userturn.config import Experiment
 from userturn.errors import StoreError, UserturnError
 from userturn.integrations.lmeval import FORMAT
 from userturn.labels.plan import LabellingPlan
 from userturn.labels.sources import labeller_named
 from userturn.labels.stages import label_turns
 from userturn.records import Generation, GenerationParams, Item, Labeller, Request, Score
+from userturn.settings import DocumentError, bad_text, parse_json, utf8_reason
 from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.meta import RunMeta
@@ -106,6 +109,10 @@ def _run_meta(where: str, run: Mapping[str, Any], out: Path, files: Sequence[Pat
     the new folder), and where the turns came from: the files, and the model lm-eval ran."""
     config = dict(run.get("config") or {})
     config["output"] = str(out)
+    try:  # as `label`, `report` and a rerun will read them back: damage is refused now
+        Experiment.stored(config)
+    except UserturnError as exc:
+        raise UserturnError(f"{where}: the exported run's settings are damaged: {exc}") from None
     try:
         return RunMeta.model_validate({
             "config": config, "models": run.get("models") or {},
@@ -146,15 +153,47 @@ def ran_model(samples: Path) -> RanModel:
     if len(found) != 1:
         return RanModel(None)
     try:
-        results = json.loads(found[0].read_text(encoding="utf-8"))
+        results = parse_json(found[0].read_text(encoding="utf-8"))
         harness_run = results.get("config") or {}
         args = harness_run.get("model_args")
         if isinstance(args, dict):
             args = ",".join(f"{key}={value}" for key, value in args.items())
-        return RanModel(str(found[0]), harness_run.get("model"), args or "",
-                        results.get("lm_eval_version"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as exc:
+        ran = RanModel(str(found[0]), harness_run.get("model"), args or "",
+                       results.get("lm_eval_version"))
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as exc:
         raise UserturnError(f"{found[0]}: not an lm-eval results file ({exc})") from None
+    for name in ("model", "model_args", "lm_eval_version"):
+        problem = _text_problem(getattr(ran, name))
+        if problem is not None:  # stored with the run, and model_args read as a path
+            raise UserturnError(f"{found[0]}: not an lm-eval results file ({name} {problem})")
+    return ran
+
+
+def _unstorable_number(value: Any, path: str) -> str | None:
+    """Where the exported payload holds a number the export never writes and the store cannot
+    hold: NaN or infinity (JSON's extension), or an integer past SQLite's 64 bits."""
+    if isinstance(value, float) and not math.isfinite(value) or \
+            isinstance(value, int) and not -2**63 <= value < 2**63:
+        return f"{path} is {str(value)[:40]}"
+    items = value.items() if isinstance(value, dict) else enumerate(value) \
+        if isinstance(value, list) else ()
+    for key, item in items:
+        found = _unstorable_number(item, f"{path}.{key}" if isinstance(value, dict)
+                                   else f"{path}[{key}]")
+        if found is not None:
+            return found
+    return None
+
+
+def _text_problem(value: object) -> str | None:
+    """Why a value read as text is not usable text (None: it is, or it is absent)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return f"is a {type(value).__name__}, not text"
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in value):
+        return "holds a control character, such as NUL"
+    return utf8_reason(value) if bad_text(value) is not None else None
 
 
 def _check_model(sample: _Sample, ran: RanModel, allowed: bool) -> None:
@@ -212,10 +251,12 @@ def _read(path: Path) -> Iterable[_Sample]:
 
 def _sample(where: str, line: str) -> _Sample:
     try:
-        record = json.loads(line)
+        record = parse_json(line)
     except json.JSONDecodeError as exc:
         raise UserturnError(f"{where}: not JSON ({exc.msg}): not an lm-eval samples file"
                             ) from None
+    except DocumentError as exc:
+        raise UserturnError(f"{where}: not JSON ({exc}): not an lm-eval samples file") from None
     if not isinstance(record, dict) or not isinstance(record.get("doc"), dict) \
             or "resps" not in record or "arguments" not in record:
         raise UserturnError(f"{where}: not an lm-eval --log_samples record (no doc, resps "
@@ -225,9 +266,19 @@ def _sample(where: str, line: str) -> _Sample:
         raise UserturnError(f"{where}: not a document of a userturn task (export one with "
                             "`userturn export-task RUN --harness lm-eval -o DIR`)")
     try:
-        payload = json.loads(doc["userturn"])
-    except (TypeError, json.JSONDecodeError):
+        payload = parse_json(doc["userturn"])
+    except DocumentError as exc:
+        raise UserturnError(f"{where}: the document's userturn field is damaged ({exc})"
+                            ) from None
+    except (TypeError, ValueError):
         raise UserturnError(f"{where}: the document's userturn field is damaged") from None
+    found = bad_text({"resps": record["resps"], "arguments": record["arguments"],
+                      "doc.userturn": payload})
+    if found is not None:  # SQLite, the report and every export refuse such text
+        raise UserturnError(f"{where}: {found[0]}: {utf8_reason(found[1])}")
+    number = _unstorable_number(payload, "doc.userturn")
+    if number is not None:
+        raise UserturnError(f"{where}: {number}: the document's userturn field is damaged")
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         found = payload.get("format") if isinstance(payload, dict) else None
         raise UserturnError(f"{where}: a userturn task of format {found!r}; this userturn "
