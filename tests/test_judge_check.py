@@ -147,7 +147,7 @@ def test_bad_requests_are_one_line(tmp_path, capsys):
 
 def test_a_check_whose_verdicts_are_all_stored_never_builds_the_judge(tmp_path, capsys,
                                                                        monkeypatch):
-    from userturn.labels.judge_check import Verdict, _append
+    from userturn.labels.judge_check import Verdict, append_verdict
     from userturn.labels.judges import expected_judge_name
     from userturn.labels.plan import JudgeSpec
 
@@ -156,7 +156,7 @@ def test_a_check_whose_verdicts_are_all_stored_never_builds_the_judge(tmp_path, 
     out = tmp_path / "check"
     out.mkdir()
     for turn in TURNS:
-        _append(out, Verdict(name, turn.key, "generic", None, 0.9))
+        append_verdict(out, Verdict(name, turn.key, "generic", None, 0.9))
 
     def never(self):  # type: ignore[no-untyped-def]
         raise AssertionError("the judge's model was loaded with nothing to ask")
@@ -171,7 +171,7 @@ def test_a_check_whose_verdicts_are_all_stored_never_builds_the_judge(tmp_path, 
 
 def test_a_calibrated_judge_is_checked_from_its_raw_judges_stored_scores(tmp_path, capsys,
                                                                           monkeypatch):
-    from userturn.labels.judge_check import Verdict, _append
+    from userturn.labels.judge_check import Verdict, append_verdict
     from userturn.labels.judges import expected_judge_name
     from userturn.labels.plan import JudgeSpec
     from userturn.records import LABELS
@@ -183,7 +183,7 @@ def test_a_calibrated_judge_is_checked_from_its_raw_judges_stored_scores(tmp_pat
     out.mkdir()
     for turn in TURNS:  # scores that favour the adjudicated label: the identity map keeps it
         scores = [-0.1 if label == turn.label else -5.0 for label in LABELS]
-        _append(out, Verdict(raw, turn.key, "generic", None, 0.5, scores))
+        append_verdict(out, Verdict(raw, turn.key, "generic", None, 0.5, scores))
     monkeypatch.setattr(JudgeSpec, "build_judges", lambda self: pytest.fail("model loaded"))
     assert main(["corpus", "check-judge", "--judge", "smollm2", "--calibration",
                  str(calibration), "--limit", str(LIMIT), "-o", str(out)]) == 0

@@ -286,3 +286,10 @@ def test_a_second_interrupt_during_judge_exits_at_once_with_what_was_received(fi
     assert lines[-1].startswith("userturn: interrupted again: exiting now without waiting for 2 "
                                 "request(s) in flight")
     assert judge_labels(folder) == 2
+
+
+def test_a_tokenizer_config_nested_too_deep_is_one_line(tmp_path, capsys):
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text('{"chat_template": ' + "[" * 100_000 + '"x"' + "]" * 100_000 + "}")
+    assert one_error(capsys, "render", "--template", str(config)) == (
+        f"userturn: error: {config} is not valid JSON: nested too deep to read")

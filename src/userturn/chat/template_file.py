@@ -8,12 +8,12 @@ boundaries). Flags given override what the file says.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from userturn.chat.render import ChatTemplate
 from userturn.errors import TemplateError
+from userturn.settings import parse_json
 
 
 def load_template_file(path: str | Path, *, bos: str | None = None, eos: str | None = None,
@@ -43,7 +43,7 @@ def load_template_file(path: str | Path, *, bos: str | None = None, eos: str | N
 
 def _json(path: Path, text: str) -> dict[str, Any]:
     try:
-        config = json.loads(text)
+        config = parse_json(text)  # bounded: a file nested too deep is one line
     except ValueError as exc:
         raise TemplateError(f"{path} is not valid JSON: {exc}") from None
     if not isinstance(config, dict):

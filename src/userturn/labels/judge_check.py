@@ -157,7 +157,7 @@ def read_verdicts(folder: Path, judge: str) -> dict[str, Verdict]:
     return found
 
 
-def _append(folder: Path, verdict: Verdict) -> None:
+def append_verdict(folder: Path, verdict: Verdict) -> None:
     """One verdict on disk (flushed, fsynced) before the next is asked for: a kill loses at most
     the request in flight."""
     with (folder / VERDICTS).open("a", encoding="utf-8") as handle:
@@ -207,7 +207,7 @@ def judge_corpus(judge: Judge, turns: Sequence[CheckTurn], folder: Path,
     advance = (progress or silent_progress)(f"check {judge.name}", len(todo))
     failed = 0
     for index, label, logprobs in _verdicts(judge, [t.case for t in todo]):
-        _append(folder, Verdict(judge.name, todo[index].key, label.label, label.error,
+        append_verdict(folder, Verdict(judge.name, todo[index].key, label.label, label.error,
                                 label.probability, logprobs))
         failed += label.label is None
         advance(1)
