@@ -8,6 +8,14 @@ ShareGPT turns): per held-out group (each generator, people), the
 shipped labeller's kappa against the adjudicated labels and how far the follow-up rate it printed
 was from the adjudicated rate in each condition. The summary and the report say so beside every
 rate that comes from offline labels alone, with the way to correct it.
+
+Each group also has its follow-up confusion table against the adjudicated labels
+(``follow_up_confusion``, laid out as the judge check's), for the shipped cascades and for the
+rules alone: :func:`offline_confusion` pools them, and the plan of a human sample
+(``userturn annotate RUN --plan``, :mod:`userturn.stats.planning`) reads the labeller's error
+from it. The tables come from each group's turns, follow-up precision and recall in the same
+benchmark outputs and its adjudicated follow-ups (``docs/corpus.md``); they give back each
+group's follow-up kappa to within 0.005 (docs/statistics.md).
 """
 
 from __future__ import annotations
@@ -18,6 +26,11 @@ from functools import lru_cache
 from pathlib import Path
 
 CARD_FILE = Path(__file__).with_name("offline_error.json")
+# The card's figures for each shipped classifier's source, and for a run the rules label alone.
+CARDS = {"classifier": "context", "classifier:form": "form", "rules": "rules"}
+PLAN_HINT = ("userturn annotate RUN --plan --half-width 0.05 sizes the human sample for the "
+             "interval you need")
+Confusion = tuple[tuple[int, int], tuple[int, int]]
 
 
 @dataclass(frozen=True)
@@ -30,15 +43,17 @@ class OfflineError:
     mean_gap: float  # the mean of those, points
     conditions: int
 
-    def note(self, what: str = "offline labels only (rules and classifier)") -> str:
-        """The note beside offline rates; ``what``: which labels of the run it speaks of."""
+    def note(self, what: str = "offline labels only (rules and classifier)",
+             fix: str = PLAN_HINT) -> str:
+        """The note beside offline rates; ``what``: which labels of the run it speaks of;
+        ``fix``: how to correct them with human labels (a size that can succeed, or the plan)."""
         low, high = self.kappa_follow_up
         return (f"{what}: on sources it was never fit to "
                 f"({', '.join(self.groups)}), its kappa with people was {low:.2f}-{high:.2f} "
                 f"(follow-up vs rest) and the follow-up rate it printed was off by "
                 f"{self.mean_gap:.1f} points on average, up to {self.max_gap:.0f}, in a "
                 f"condition ({self.source}; docs/classifier.md). Correct it with human labels: "
-                "userturn annotate RUN --calibration 100; or judge the turns it is unsure of: "
+                f"{fix}; or judge the turns it is unsure of: "
                 "userturn judge RUN --judge SPEC --scope uncertain")
 
 
@@ -56,3 +71,40 @@ def offline_error(labeller: str = "context", path: Path = CARD_FILE) -> OfflineE
         return None
     return OfflineError(labeller, str(card.get("source", "")), tuple(folds), (min(kappas),
                         max(kappas)), max(gaps), sum(gaps) / len(gaps), len(gaps))
+
+
+@lru_cache(maxsize=4)
+def offline_confusion(labeller: str = "context", path: Path = CARD_FILE) -> Confusion | None:
+    """The follow-up confusion table of ``labeller`` summed over the held-out groups (None where
+    the card lacks one): its error on sources it was never fit to, as one table."""
+    try:
+        folds = json.loads(path.read_text(encoding="utf-8"))["labellers"][labeller]
+        tables = [fold["follow_up_confusion"] for fold in folds.values()]
+        cells = [[sum(int(t[r][c]) for t in tables) for c in (0, 1)] for r in (0, 1)]
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return None
+    if not tables or min(min(row) for row in cells) < 0:
+        return None
+    return (cells[0][0], cells[0][1]), (cells[1][0], cells[1][1])
+
+
+@lru_cache(maxsize=4)
+def offline_gap(labeller: str = "context", path: Path = CARD_FILE) -> float:
+    """The card's typical per-condition rate gap of ``labeller`` on sources it was never fit
+    to, as a fraction: the 75th percentile of ``|printed - adjudicated|`` over its conditions
+    (the shipped cascade's where ``labeller`` has none). The plan of a human sample takes the
+    rate people give that much nearer 50% than the confusion table predicts."""
+    def gaps(name: str) -> list[float]:
+        try:
+            folds = json.loads(path.read_text(encoding="utf-8"))["labellers"][name]
+            return sorted(abs(float(g)) for fold in folds.values() for g in fold.get("gaps", []))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return []
+
+    found = gaps(labeller) or gaps("context")
+    if not found:
+        return DEFAULT_GAP
+    return found[min(len(found) - 1, round(0.75 * (len(found) - 1)))] / 100
+
+
+DEFAULT_GAP = 0.07  # the shipped cascade's, where the card cannot be read
