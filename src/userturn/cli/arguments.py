@@ -153,15 +153,22 @@ def add_annotate(sub: Subparsers, handler: Handler) -> None:
                               "keys 1-7 to label, u to undo. Every label is stored at once; "
                               "closing the browser loses nothing and reopening continues.")
     annotate.add_argument("run", type=Path)
-    annotate.add_argument("--annotator", required=True, help="your name; labels are stored as "
-                          "human:NAME")
+    annotate.add_argument("--annotator", help="your name; labels are stored as human:NAME "
+                          "(needed except with --plan)")
     annotate.add_argument("--size", type=int, help="sample size (default 100, stratified by "
                           "the rules' label so rare labels are seen)")
     annotate.add_argument("--seed", type=int)
     annotate.add_argument("--calibration", type=int, metavar="N", help="label a calibration "
-                          "sample of N turns for corrected rates: random, stratified by the "
-                          "run's labeller (half on its predicted follow-ups), inclusion "
-                          "probabilities stored")
+                          "sample of N turns for corrected rates: shared between conditions so "
+                          "the widest interval is narrowest (each corrected condition needs "
+                          "30), random within each, stratified by the run's labeller (half on "
+                          "its predicted follow-ups), inclusion probabilities stored")
+    annotate.add_argument("--plan", action="store_true", help="print, per condition, how many "
+                          "human labels give a corrected rate of --half-width, and the total "
+                          "(reads the run only: no annotator, nothing written)")
+    annotate.add_argument("--half-width", type=float, default=0.05, metavar="H",
+                          help="the corrected interval's half-width --plan sizes for "
+                          "(default 0.05: +-5 points)")
     annotate.add_argument("--import", dest="import_file", type=Path, metavar="FILE",
                           help="store key,label rows (CSV with a header, or JSONL) as "
                           "human:NAME instead of serving the page")

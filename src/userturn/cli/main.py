@@ -270,6 +270,14 @@ def _annotate(args: argparse.Namespace, console: Console) -> int:
     from userturn.labels.annotate import serve
 
     check_range("--port", args.port, low=0, high=65535, means=" (0: a free port)")
+    if args.plan:
+        from userturn.report.summary import print_plan
+
+        print_plan(args.run, check_range("--half-width", args.half_width, low=0, high=0.5,
+                                         low_open=True), console)
+        return 0
+    if args.annotator is None:
+        raise ConfigError("annotate needs --annotator NAME (your name; --plan needs none)")
     if args.import_file is not None:
         from userturn.labels.annotate import NAME_PATTERN, AnnotationError
         from userturn.labels.calibration import imported_labels

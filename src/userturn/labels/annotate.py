@@ -5,7 +5,11 @@ A standard-library HTTP server on 127.0.0.1 serves one self-contained page and a
 - ``GET /``               the page (no external resources)
 - ``GET /api/config``     the annotator name and the seven labels with their definitions
 - ``GET /api/next``       the next unlabelled context of the sample, or ``done``
-- ``GET /api/progress``   ``{"done": n, "total": N}``
+- ``GET /api/progress``   ``{"done": n, "total": N, "to_correction", "conditions", "short"}``:
+  per condition of the sample (unnamed, in the run's order: the page stays blind) the labels
+  made and planned, those of other people included, against the minimum a corrected rate
+  needs; ``to_correction``: how many more until every condition that can get there has it;
+  ``short``: conditions this sample cannot bring to that minimum
 - ``POST /api/label``     ``{"key", "label", "note"}``: store the label, answer like ``/api/next``
 - ``POST /api/undo``      remove this annotator's last label and answer with that context again
 
@@ -31,7 +35,7 @@ from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from userturn.errors import Terminated, UserturnError
-from userturn.labels.calibration import calibration_sample
+from userturn.labels.calibration import calibration_sample, condition_plans, progress_of
 from userturn.records import LABELS, Label, Turn
 from userturn.stats.correction import MIN_HUMAN_LABELS
 from userturn.store.database import RunStore
@@ -142,7 +146,13 @@ def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | N
         raise AnnotationError(f"sample size must be at least 1, got {size}")
     if calibration is not None:
         # Stratified by the run's own labeller (its label sources), the one being corrected.
-        keys, inclusion = calibration_sample(read_turns(store), size, seed)
+        keys, inclusion = calibration_sample(read_turns(store), size, seed,
+                                             store.label_sources())
+        if not keys:
+            raise AnnotationError(
+                f"no condition of {store.folder} has the {MIN_HUMAN_LABELS} turns a corrected "
+                "rate needs, or every turn is labelled: no calibration sample can correct a "
+                "rate here (userturn annotate RUN --annotator NAME labels a sample for agreement)")
         store.put_annotation_sample(annotator, AnnotationSample(
             keys=keys, size=size, seed=seed, labeller=store.label_sources(), inclusion=inclusion))
         return keys
@@ -184,6 +194,7 @@ class AnnotationServer:
             with closing(RunStore.open(self.folder)) as store:
                 sample = _sample_for(store, annotator, size, seed, strata_source, calibration)
                 self.contexts = _contexts(store, sample)
+                self.plans = condition_plans(read_turns(store), sample, self.source)
         except BaseException:
             self._httpd.server_close()
             raise
@@ -275,11 +286,23 @@ class AnnotationServer:
                         "note": row.rationale or ""}
         return None
 
-    def _progress(self, mine: set[str]) -> dict[str, int]:
+    def _progress(self, mine: set[str]) -> dict[str, Any]:
         done = sum(k in mine for k in self.keys)
-        # How many more labels until the report shows rates corrected with them.
-        return {"done": done, "total": len(self.keys),
-                "to_correction": max(0, MIN_HUMAN_LABELS - done)}
+        # Per condition: a corrected rate needs MIN_HUMAN_LABELS in its own row, not in all.
+        return {"done": done, "total": len(self.keys), **progress_of(self.plans, mine)}
+
+    def plan_lines(self) -> list[str]:
+        """What the sample holds per condition, for the terminal (the page names none)."""
+        lines = []
+        for p in self.plans:
+            c = p.condition
+            planned = p.others + len(p.keys)
+            what = ("a corrected rate needs " f"{MIN_HUMAN_LABELS}: this sample cannot give one"
+                    if planned < MIN_HUMAN_LABELS else "")
+            lines.append(f"  {c.model} {c.dataset} {c.perturbation} T={c.temperature:g}: "
+                         f"{len(p.keys)} to label" + (f" (+{p.others} by others)" if p.others
+                                                      else "") + (f"; {what}" if what else ""))
+        return lines
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -393,8 +416,9 @@ def serve(folder: Path | str, annotator: str, *, size: int | None = None,
     """Run the page until Ctrl+C (the ``userturn annotate`` command). ``announce`` is given the
     page's address and how to stop it once the server listens (the CLI prints it)."""
     server = AnnotationServer(folder, annotator, size, seed, port=port, calibration=calibration)
-    announce(f"annotating {len(server.keys)} user turns as {annotator}: {server.url}\n"
-             "every label is saved as you make it; Ctrl+C stops the server")
+    announce("\n".join([f"annotating {len(server.keys)} user turns as {annotator}: {server.url}",
+                        *server.plan_lines(),
+                        "every label is saved as you make it; Ctrl+C stops the server"]))
     if open_browser:
         webbrowser.open(server.url)
     try:

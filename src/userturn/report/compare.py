@@ -5,6 +5,7 @@ units and items pair), printed as tables or laid out as one HTML page.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Sequence
 
 from rich.console import Console
@@ -33,8 +34,20 @@ def compare_runs(a: RunStore, b: RunStore, *,
 def print_comparison(comparisons: Sequence[Comparison],
                      accuracy: Sequence[AccuracyComparison], console: Console,
                      names: tuple[str, str]) -> None:
-    table = Table(title=f"Follow-up rate, B minus A on shared items (A = {names[0]}, "
-                        f"B = {names[1]}; paired 95% CI)")
+    # Where people labelled turns the corrected rates lead, the labeller's raw rates beside them.
+    corrected = [c for c in comparisons if c.corrected is not None]
+    if corrected:
+        fixed = Table(title="Corrected for the labeller's errors with each run's human labels "
+                            f"(PPI++, clustered by item, paired; A = {names[0]}, B = {names[1]})")
+        for column in CORRECTED_COLUMNS:
+            fixed.add_column(column, justify="left" if column in ("A", "B", "dataset",
+                                                                  "perturbation") else "right")
+        for c in corrected:
+            fixed.add_row(c.model_a, c.model_b, c.dataset, c.perturbation,
+                          temperature(c.temperature), *corrected_row(c))
+        console.print(fixed)
+    table = Table(title=f"Follow-up rate{', raw' if corrected else ''}, B minus A on shared "
+                        f"items (A = {names[0]}, B = {names[1]}; paired 95% CI)")
     for column in ("A", "B", "dataset", "answerer", "perturbation", "T", "items", "A rate",
                    "B rate", "difference [95% CI]", "McNemar p", "dropped A/B"):
         table.add_column(column, justify="left" if column in ("A", "B", "dataset", "answerer",
@@ -47,18 +60,6 @@ def print_comparison(comparisons: Sequence[Comparison],
                       "-" if c.mcnemar is None else f"{c.mcnemar.p_value:.3g}",
                       f"{d.dropped_a}/{d.dropped_b}")
     console.print(table)
-    corrected = [c for c in comparisons if c.corrected is not None]
-    if corrected:
-        fixed = Table(title="Corrected for the labeller's errors with each run's human labels "
-                            "(PPI++, clustered by item, paired)")
-        for column in ("A", "B", "dataset", "perturbation", "T", "A corrected", "B corrected",
-                       "difference [95% CI]"):
-            fixed.add_column(column, justify="left" if column in ("A", "B", "dataset",
-                                                                  "perturbation") else "right")
-        for c in corrected:
-            fixed.add_row(c.model_a, c.model_b, c.dataset, c.perturbation,
-                          temperature(c.temperature), *corrected_cells(c))
-        console.print(fixed)
     if accuracy:
         acc = Table(title="Task accuracy of the greedy answer, B minus A on shared items")
         for column in ("A", "B", "dataset", "items", "A", "B", "difference [95% CI]",
@@ -71,16 +72,43 @@ def print_comparison(comparisons: Sequence[Comparison],
         console.print(acc)
 
 
+CORRECTED_COLUMNS = ("A", "B", "dataset", "perturbation", "T", "A corrected", "B corrected",
+                     "difference [95% CI]", "A raw", "B raw", "raw difference")
+
+
 def corrected_cells(c: Comparison) -> tuple[str, str, str]:
-    """A's and B's corrected rates and their difference, or the reason there are none."""
+    """A's and B's corrected rates and their difference, or the reason there are none (with
+    how many more human labels the short side needs, where it can have enough)."""
     if c.corrected is None:
         return "-", "-", "-"
     if isinstance(c.corrected, str):
-        return "-", "-", f"not shown: {c.corrected}"
+        return "-", "-", f"not shown: {c.corrected}{_more(c, c.corrected)}"
     d = c.corrected
     return (f"{_pct(d.a.value)} ({d.a.human_labels} labels)",
             f"{_pct(d.b.value)} ({d.b.human_labels} labels)",
             f"{100 * d.delta:+.1f} pts [{100 * d.low:+.1f}, {100 * d.high:+.1f}]")
+
+
+def corrected_row(c: Comparison) -> tuple[str, ...]:
+    """The corrected table's cells of one comparison: corrected first, then raw."""
+    d = c.follow_up
+    return (*corrected_cells(c), _pct(d.a.value), _pct(d.b.value), difference(d))
+
+
+_SHORT = re.compile(r"^(A|B): (\d+) human label\(s\), fewer than (\d+)$")
+
+
+def _more(c: Comparison, reason: str) -> str:
+    """``reason`` (``A: 12 human label(s), fewer than 30``) read for how many more labels the
+    short side needs on the shared items; a side with fewer turns than that can have none."""
+    short = _SHORT.match(reason)
+    if short is None:
+        return ""
+    side, labelled, needed = short.group(1), int(short.group(2)), int(short.group(3))
+    turns = (c.follow_up.a if side == "A" else c.follow_up.b).n
+    if turns < needed:
+        return f" ({side} has {turns} turns on the shared items: it cannot have {needed})"
+    return f" ({needed - labelled} more on {side})"
 
 
 def _pct(value: float) -> str:
@@ -100,8 +128,8 @@ p {{ color: #5f6670; max-width: 880px; }} table {{ border-collapse: collapse; ma
 th, td {{ padding: 4px 10px; border-bottom: 1px solid #e4e6ea; text-align: right; }}
 th:nth-child(-n+5), td:nth-child(-n+5) {{ text-align: left; }} svg {{ max-width: 100%; }}
 </style></head><body>
-<h1>userturn compare</h1><p>A = {a}<br>B = {b}</p>{note}
-<h2>Follow-up rate: B minus A on shared items</h2>
+<h1>userturn compare</h1><p>A = {a}<br>B = {b}</p>{note}{corrected}
+<h2>Follow-up rate{raw}: B minus A on shared items</h2>
 <p>Paired 95% intervals (clustered score intervals) over the items both runs share; for greedy decoding (one turn
 per item) McNemar's exact p. Items present in one run only are dropped and counted.</p>
 {forest}{table}
@@ -137,7 +165,15 @@ def comparison_html(comparisons: Sequence[Comparison], accuracy: Sequence[Accura
                 for c in accuracy]
     note_html = "".join(f"<p><strong>{escape(line)}</strong></p>"
                         for line in note.splitlines() if line.strip())
-    return PAGE.format(a=escape(names[0]), b=escape(names[1]), note=note_html, forest=forest,
+    fixed = [c for c in comparisons if c.corrected is not None]
+    corrected = ("<h2>Corrected for the labeller's errors with each run's human labels</h2><p>"
+                 "PPI++ on each run's human-labelled turns, clustered by item and paired; the "
+                 "labeller's raw rates beside them.</p>" + _escaped_table(
+                     CORRECTED_COLUMNS, [(c.model_a, c.model_b, c.dataset, c.perturbation,
+                                          temperature(c.temperature), *corrected_row(c))
+                                         for c in fixed], numeric_from=4)) if fixed else ""
+    return PAGE.format(a=escape(names[0]), b=escape(names[1]), note=note_html,
+                       corrected=corrected, raw=", raw" if fixed else "", forest=forest,
                        table=_escaped_table(header, body, numeric_from=5),
                        accuracy=_escaped_table(("A", "B", "dataset", "items", "A", "B",
                                                 "difference [95% CI]", "McNemar p"), acc_body,

@@ -19,10 +19,16 @@ from userturn.report.numbers import (
     temperature,
     temperature_axis,
 )
-from userturn.report.summary import offline_notes
+from userturn.report.summary import (
+    correction_hint,
+    labels_text,
+    missing_correction,
+    offline_notes,
+)
 from userturn.stats.correction import MIN_HUMAN_LABELS, Corrected
 from userturn.stats.effects import PerturbationEffect
 from userturn.stats.rates import Difference, McNemar, Rate
+from userturn.stats.summary import SummaryRow
 
 NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower bound until a "
                   "judge labels them; failed generations are left out of the rate and counted "
@@ -39,13 +45,13 @@ def _keys(report: Report) -> list[str]:
 def summary(report: Report) -> str:
     keys = _keys(report)
     humans = any(r.human_labels for r in report.rows)
-    headers = ["model", *keys, "T", "items", "turns", "follow-up [95% CI]", "n",
-               *(["corrected [95% CI]", "human only [95% CI]", "human labels"] if humans else []),
-               "undecided", "label errors", "errors", "accuracy [95% CI]", "n"]
+    # With human labels the corrected rate leads, the labeller's raw rate beside it.
+    rates = (["corrected [95% CI]", "raw follow-up [95% CI]", "n", "human labels",
+              "human only [95% CI]"] if humans else ["follow-up [95% CI]", "n"])
+    headers = ["model", *keys, "T", "items", "turns", *rates, "undecided", "label errors",
+               "errors", "accuracy [95% CI]", "n"]
     rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
-             str(r.items), str(r.turns), rate_html(r.follow_up), str(r.follow_up.n),
-             *([_corrected_html(r.corrected), _corrected_html(r.human_only),
-                str(r.human_labels)] if humans else []),
+             str(r.items), str(r.turns), *_rate_cells(r, humans),
              count(r.undecided, False), count(r.label_errors), count(r.errors),
              rate_html(r.accuracy),
              str(r.accuracy.n) if r.accuracy else "–"] for r in report.rows]
@@ -70,6 +76,8 @@ def summary(report: Report) -> str:
                      "narrower where the labeller's verdicts carry information.")
         notes += [f"{r.model} · {r.dataset} · T = {temperature(r.temperature)}: no correction: "
                   f"{r.correction_note}." for r in report.rows if r.correction_note]
+        if any(r.labels_to_correct for r in report.rows):
+            notes.append(correction_hint(report.rows) + ".")
     notes += offline_notes(report.rows, report.sources)
     if report.assistant_failures:
         notes.append(f"{report.assistant_failures} assistant turn(s) failed; their items have no "
@@ -84,6 +92,17 @@ def _corrected_html(c: Corrected | None) -> str:
     if c is None:
         return '<span class="na">–</span>'
     return rate_html(Rate(0, c.n, c.low, c.high), value=c.value)
+
+
+def _rate_cells(r: SummaryRow, humans: bool) -> list[str]:
+    """The rate columns of a summary row: the corrected rate first where people labelled turns
+    (or how many more labels it needs), the raw rate beside it."""
+    if not humans:
+        return [rate_html(r.follow_up), str(r.follow_up.n)]
+    corrected = (_corrected_html(r.corrected) if r.corrected is not None
+                 else f'<span class="na">– ({esc(missing_correction(r))})</span>')
+    return [corrected, rate_html(r.follow_up), str(r.follow_up.n), esc(labels_text(r)),
+            _corrected_html(r.human_only)]
 
 
 # -- plot 1 ----------------------------------------------------------------------------------------

@@ -5,13 +5,15 @@ are :func:`userturn.stats.summary.summarize`'s)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import closing
+from pathlib import Path
 from typing import Sequence
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from userturn.labels.offline_error import offline_error
+from userturn.labels.offline_error import CARDS, PLAN_HINT, offline_error
 from userturn.labels.sources import classifier_of, is_offline
 from userturn.records import HUMAN, LABELS, Answer, is_human
 from userturn.report.numbers import (
@@ -22,14 +24,16 @@ from userturn.report.numbers import (
     rate_interval,
     temperature,
 )
-from userturn.stats.correction import Corrected
+from userturn.stats.correction import MIN_HUMAN_LABELS, Corrected
+from userturn.stats.planning import LabellerError, Planned, PlanRow
 from userturn.stats.summary import SummaryRow
 
 # The offline error card's figures for each shipped classifier's source (labels/offline_error.json).
-SHIPPED_CARDS = {"classifier": "context", "classifier:form": "form"}
+SHIPPED_CARDS = {source: card for source, card in CARDS.items() if source != "rules"}
 NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "label errors", "errors", "accuracy",
            "vs real turn")
-CORRECTION = ("corrected", "human only", "human labels")
+# With human labels the corrected rate leads, the labeller's raw rate beside it.
+CORRECTION = ("corrected", "raw follow-up", "human labels", "human only")
 
 
 def corrected_text(row: SummaryRow, c: Corrected | None = None) -> str:
@@ -38,6 +42,43 @@ def corrected_text(row: SummaryRow, c: Corrected | None = None) -> str:
     if c is None:
         return "-"
     return interval_text(c.value, c.low, c.high)
+
+
+def missing_correction(row: SummaryRow) -> str:
+    """Why a row has no corrected rate, in a few words: how many more labels it needs, or that
+    none can be had."""
+    more = row.labels_to_correct
+    if row.read_by_people:
+        return "read by people"
+    if more is None:
+        return f"none: {row.follow_up.n} turns"
+    return f"{more} more labels"
+
+
+def labels_text(row: SummaryRow) -> str:
+    """The human labels a corrected rate rests on, or how far the row is from one."""
+    if row.corrected is not None or row.labels_to_correct is None:
+        return str(row.human_labels)
+    return f"{row.human_labels} of {MIN_HUMAN_LABELS}"
+
+
+def correction_hint(rows: Sequence[SummaryRow]) -> str:
+    """How to correct the rates with human labels, with a sample size that can succeed: the
+    fewest labels that give every row that can have one a corrected rate, and the plan for an
+    interval of a chosen width."""
+    open_rows = [r for r in rows if r.labels_to_correct]
+    need = sum(r.labels_to_correct or 0 for r in open_rows)
+    short = sum(1 for r in rows if r.labels_to_correct is None and not r.read_by_people)
+    hint = ("userturn annotate RUN --plan --half-width 0.05 sizes the human sample for the "
+            "interval you need")
+    if need:
+        hint += (f"; at least {need} labels ({MIN_HUMAN_LABELS} in each of {len(open_rows)} "
+                 f"row(s)) give every row that can have one a corrected rate: userturn annotate "
+                 f"RUN --annotator NAME --calibration {need}")
+    if short:
+        hint += (f"; {short} row(s) have fewer than {MIN_HUMAN_LABELS} turns: no corrected rate "
+                 "can be had for them")
+    return hint
 
 
 def print_summary(rows: list[SummaryRow], console: Console, *, sources: Sequence[str] = (),
@@ -49,17 +90,18 @@ def print_summary(rows: list[SummaryRow], console: Console, *, sources: Sequence
     table = Table(title="Genuine follow-up rate, 95% CI clustered by item")
     similar = any(row.similarity is not None for row in rows)
     humans = any(row.human_labels for row in rows)
-    for name in ("model", *extra, "dataset", "T", "items", "turns", "follow-up",
-                 *(CORRECTION if humans else []), "undecided",
+    for name in ("model", *extra, "dataset", "T", "items", "turns",
+                 *(CORRECTION if humans else ["follow-up"]), "undecided",
                  "label errors", "errors", "accuracy", *(["vs real turn"] if similar else [])):
         table.add_column(name, justify="right" if name in NUMERIC + CORRECTION else "left")
     for row in rows:
+        rates = ([corrected_text(row) if row.corrected else f"- ({missing_correction(row)})",
+                  rate_interval(row.follow_up), labels_text(row),
+                  corrected_text(row, row.human_only)] if humans
+                 else [rate_interval(row.follow_up)])
         # escape: a variant's name (MODEL[user=...]) is not rich markup.
         table.add_row(Text(row.model), *(getattr(row, name) for name in extra), Text(row.dataset),
-                      temperature(row.temperature), str(row.items), str(row.turns),
-                      rate_interval(row.follow_up),
-                      *([corrected_text(row), corrected_text(row, row.human_only),
-                         str(row.human_labels)] if humans else []),
+                      temperature(row.temperature), str(row.items), str(row.turns), *rates,
                       str(row.undecided), str(row.label_errors),
                       str(row.errors), rate_interval(row.accuracy),
                       *([f1(row.similarity)] if similar else []))
@@ -84,9 +126,12 @@ def print_summary(rows: list[SummaryRow], console: Console, *, sources: Sequence
                      "F1 of the generated turns with the real one")
     if humans:
         notes.append("corrected: the follow-up rate corrected for the labeller's errors with the "
-                     "human labels (PPI++, clustered by item; docs/statistics.md); human only: "
-                     "the rate of the human labels alone; human labels: the turns of the row a "
-                     "person labelled")
+                     "human labels (PPI++, clustered by item; docs/statistics.md), where a row "
+                     f"has {MIN_HUMAN_LABELS} or more; raw follow-up: the labeller's rate; human "
+                     "labels: the turns of the row a person labelled; human only: the rate of "
+                     "the human labels alone")
+        if any(row.labels_to_correct for row in rows):
+            notes.append(correction_hint(rows))
         notes += [f"{row.model} {row.dataset} T={temperature(row.temperature)}: correction not "
                   f"shown: {row.correction_note}" for row in rows if row.correction_note]
     notes += offline_notes(rows, sources)
@@ -113,9 +158,9 @@ def offline_notes(rows: Sequence[SummaryRow], sources: Sequence[str]) -> list[st
                 + (", where no judge decides" if mixed else "") + ")")
         card = SHIPPED_CARDS.get(classifier)
         error = offline_error(card) if card else None
-        notes.append(error.note(what) if error is not None else (
+        notes.append(error.note(what, correction_hint(rows)) if error is not None else (
             f"{what}: this classifier's error against people was never measured; correct the "
-            "rates with human labels: userturn annotate RUN --calibration 100"))
+            f"rates with human labels: {correction_hint(rows)}"))
     judged: dict[str, list[str]] = {}
     for row in unchecked:
         for source, count in row.deciding.items():
@@ -123,13 +168,14 @@ def offline_notes(rows: Sequence[SummaryRow], sources: Sequence[str]) -> list[st
                 judged.setdefault(source, []).append(
                     f"{row.model} {row.dataset} T={temperature(row.temperature)}: {count} of "
                     f"{row.follow_up.n}")
-    notes += [judge_note(judge, where) for judge, where in judged.items()]
+    notes += [judge_note(judge, where, correction_hint(rows)) for judge, where in judged.items()]
     return notes
 
 
-def judge_note(judge: str, where: Sequence[str]) -> str:
+def judge_note(judge: str, where: Sequence[str], fix: str = PLAN_HINT) -> str:
     """Which rates rest on ``judge``, and whether and how well it was checked against people
-    (``userturn corpus check-judge``, whose result is kept by the judge's name)."""
+    (``userturn corpus check-judge``, whose result is kept by the judge's name); ``fix``: how
+    to correct them with human labels (a size that can succeed, or the plan)."""
     from userturn.labels.judge_check import load_check
 
     check = load_check(judge)
@@ -137,8 +183,7 @@ def judge_note(judge: str, where: Sequence[str]) -> str:
     if check is None:
         return (f"{said} and was not checked against people: how far its labels are from "
                 f"people's on this task is unknown. Check it first: userturn corpus check-judge "
-                f"--judge SPEC; or correct the rates with human labels: userturn annotate RUN "
-                "--calibration 100")
+                f"--judge SPEC; or correct the rates with human labels: {fix}")
     return f"{said}; it was {check.line()} (userturn corpus check-judge)"
 
 
@@ -167,3 +212,78 @@ def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> N
     console.print("undecided prompts have an instruction that cannot be verified offline "
                   "(docs/datasets.md); they are left out of the prompt-level accuracies here and "
                   "count as not followed in the accuracy column above", style="dim")
+
+
+def print_plan(folder: Path, half_width: float, console: Console) -> None:
+    """``userturn annotate RUN --plan``: per condition, the human labels that give its
+    corrected rate an interval of ``half_width``, and the sample that gets them (reads the run
+    only: nothing is written, no lock is taken)."""
+    from userturn.labels.calibration import sample_plan
+    from userturn.store.database import RunStore
+
+    with closing(RunStore.read(folder)) as store:
+        rows = sample_plan(store, half_width)
+    table = Table(title=f"Human labels for a corrected rate of +-{100 * half_width:g} points "
+                        "(95% CI), per condition")
+    extra = [name for name, values in (("answerer", {r.condition.answerer for r in rows}),
+                                       ("perturbation", {r.condition.perturbation for r in rows}))
+             if values - {"self", "none"}]
+    for name in ("model", *extra, "dataset", "T", "turns", "items", "labeller says",
+                 "people, expected", "labelled", "planned", "more", "+- expected"):
+        table.add_column(name, justify="left" if name in ("model", "dataset", *extra) else "right")
+    for row in rows:
+        c, d, planned = row.condition, row.design, row.planned
+        table.add_row(Text(c.model), *(getattr(c, name) for name in extra), Text(c.dataset),
+                      temperature(c.temperature), str(d.turns), str(d.items),
+                      percent(d.predicted / d.turns), percent(d.rate), str(d.given),
+                      *_planned_cells(planned))
+    console.print(table)
+    for line in plan_notes(rows, half_width, str(folder)):
+        console.print(line, style="dim", markup=False, soft_wrap=True)
+
+
+def _planned_cells(planned: Planned) -> list[str]:
+    if planned.status == "too_few_turns":
+        return ["-", "-", "no corrected rate"]
+    if planned.status == "read_by_people":
+        return ["-", "-", "read by people"]
+    width = f"{100 * planned.half_width:.1f} pts"
+    return [str(planned.labels), str(planned.more),
+            width + (" (best)" if planned.status == "unreachable" else "")]
+
+
+def plan_notes(rows: Sequence[PlanRow], half_width: float, run: str) -> list[str]:
+    """What the plan rests on, the conditions it cannot promise, and the command that draws it."""
+    more = sum(row.planned.more for row in rows)
+    notes = ["labeller says: the run's follow-up rate; people, expected: the rate people are "
+             "expected to give, from the labeller's measured error; labelled: turns people "
+             "labelled already (they count toward the plan); +- expected: the half-width the "
+             "planned labels are expected to give"]
+    errors = {e.source: e for row in rows for e in row.errors}
+    notes += [f"labeller's error: {e.source}: people say follow-up on {q(e, 0)} of its "
+              f"follow-ups and {q(e, 1)} of its other turns there"
+              + ("" if e.checked else " (never measured for this labeller)")
+              for e in errors.values()]
+    for status, text in (
+            ("unreachable", f"cannot reach +-{100 * half_width:g} points even with every turn "
+                            "labelled: planned at all of their turns (+- expected: the best)"),
+            ("too_few_turns", f"have fewer than {MIN_HUMAN_LABELS} turns: a corrected rate needs "
+                              f"{MIN_HUMAN_LABELS} human labels in its own row, so none can be "
+                              "promised (more items or samples would give them one)")):
+        count = sum(1 for row in rows if row.planned.status == status)
+        if count:
+            notes.append(f"{count} condition(s) {text}")
+    if more:
+        notes.append(f"in all {more} more human labels: userturn annotate {run} --annotator NAME "
+                     f"--calibration {more} (shared between the conditions as planned, the "
+                     "widest interval first)")
+    elif any(row.planned.status in ("ok", "unreachable") for row in rows):
+        notes.append("the labels given already meet the plan")
+    return notes
+
+
+def q(error: LabellerError, column: int) -> str:
+    """P(a person says follow-up | the labeller says follow-up (0) or not (1)) on its table."""
+    (a, b), (c, d) = error.confusion
+    hits, total = ((a, a + c), (b, b + d))[column]
+    return percent(hits / total) if total else "-"

@@ -71,7 +71,11 @@ def _summary_record(row: SummaryRow) -> dict[str, Any]:
             "human_only_rate": _num(row.human_only.value) if row.human_only else None,
             "human_only_low": _num(row.human_only.low) if row.human_only else None,
             "human_only_high": _num(row.human_only.high) if row.human_only else None,
-            "human_labels": row.human_labels, "undecided": row.undecided,
+            "human_labels": row.human_labels,
+            # How many more human labels the row needs for a corrected rate (0: it has one;
+            # empty: it cannot have one), and why it has none.
+            "human_labels_more": row.labels_to_correct, "correction_note": row.correction_note,
+            "undecided": row.undecided,
             "label_errors": row.label_errors, "errors": row.errors, **_rate_cols("accuracy", row.accuracy),
             **{f"label_{label}": row.labels.get(label, 0) for label in LABELS}}
 

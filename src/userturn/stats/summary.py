@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping, Sequence
 
 from userturn.records import HUMAN, Answer, Condition, Turn, human_label, is_human
-from userturn.stats.correction import Corrected, Observation, corrected_rate
+from userturn.stats.correction import MIN_HUMAN_LABELS, Corrected, Observation, corrected_rate
+from userturn.stats.planning import condition_order
 from userturn.stats.rates import Rate, clustered_rate
 
 
@@ -49,6 +50,19 @@ class SummaryRow:
     # The counted turns each label source decided (a rate rests on these sources, in these
     # shares); turns no source decided are not in it.
     deciding: dict[str, int] = field(default_factory=dict)
+    # The rate is read with human labels (--labels human:NAME): there is nothing to correct.
+    read_by_people: bool = False
+
+    @property
+    def labels_to_correct(self) -> int | None:
+        """How many more human labels the row needs before its rate is corrected: 0 where it is,
+        None where it cannot be (fewer turns than a corrected rate needs labels, or the rate is
+        read with human labels). Per row: labels elsewhere in the run do not count."""
+        if self.corrected is not None:
+            return 0
+        if self.read_by_people or self.follow_up.n < MIN_HUMAN_LABELS:
+            return None
+        return max(0, MIN_HUMAN_LABELS - self.human_labels)
 
     def status_counts(self) -> dict[str, int]:
         """Turns per label and per status of the turns without one (undecided, failed): every
@@ -73,8 +87,7 @@ def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
         groups[Condition.of(turn)].append(turn)
     rows = []
     # In condition order, each condition's original context before its perturbations.
-    for c, group in sorted(groups.items(), key=lambda kv: (
-            kv[0].model, kv[0].answerer, kv[0].dataset, kv[0].perturbation != "none", kv[0])):
+    for c, group in sorted(groups.items(), key=lambda kv: condition_order(kv[0])):
         status = Counter(t.status for t in group)
         rows.append(SummaryRow(
             model=c.model, dataset=c.dataset, temperature=c.temperature,
@@ -115,7 +128,7 @@ def _correction(group: Sequence[Turn], inclusion: Mapping[str, float]) -> dict[s
     if not humans:
         return {}
     if any(is_human(t.label_source) for t in counted):
-        return {"human_labels": humans,
+        return {"human_labels": humans, "read_by_people": True,
                 "correction_note": "the rate is read with human labels, nothing to correct"}
     observations = [Observation(t.item_id, t.follow_up, human_label(t)[0],
                                 inclusion.get(t.key, 1.0)) for t in counted]
