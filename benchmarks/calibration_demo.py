@@ -8,8 +8,10 @@ of every turn's corpus label as the truth to read them against (docs/statistics.
 The run is a copy of one of the corpus's SmolLM2 runs (corpus/generate.py), so every one of its
 user turns also carries the corpus's adjudicated label (two blind LLM annotators and an
 adjudicator, docs/corpus.md). The script draws a calibration sample the way
-``userturn annotate RUN --calibration N`` does (stratified by the run's labeller, inclusion
-probabilities stored), imports the corpus labels of the sampled turns only as ``human:corpus``
+``userturn annotate RUN --calibration N`` does (shared between the conditions so the widest
+interval is narrowest, stratified by the run's labeller within each, inclusion probabilities
+stored; a run none of whose conditions has the 30 turns a corrected rate needs gets a random
+sample instead, and the script says so), imports the corpus labels of the sampled turns only as ``human:corpus``
 (``userturn annotate --import``), then prints the summary for the rules alone and for the
 cascade (``--labels``), and per row the rate of all the turns' corpus labels: the figure a
 person labelling every turn would get, which the corrected rate should cover.
@@ -32,7 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from userturn.cli.main import main as cli
-from userturn.labels.annotate import AnnotationServer
+from userturn.labels.annotate import AnnotationError, AnnotationServer
 from userturn.labels.corpus import corpus_examples
 from userturn.store.database import RunStore
 from userturn.store.turns import read_turns
@@ -63,14 +65,10 @@ def main(argv: list[str] | None = None) -> None:
                  "annotate them first (corpus/collect.py, corpus/build.py)")
     by_key = {t.key: t for t in turns}
     store.close()
-    if args.random:
-        keys = random.Random(args.seed).sample(sorted(by_key), args.size)
-    else:
-        # Drawn and stored (with its inclusion probabilities) by what `userturn annotate RUN
-        # --calibration N` runs; the page itself is never served.
-        server = AnnotationServer(folder, "corpus", seed=args.seed, calibration=args.size)
-        server.stop()
-        keys = server.keys
+    keys = [] if args.random else calibration_keys(folder, args.size, args.seed)
+    if not keys:
+        args.random = True
+        keys = random.Random(args.seed).sample(sorted(by_key), min(args.size, len(by_key)))
     labels = folder.parent / "calibration.csv"
     with labels.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -94,6 +92,19 @@ def main(argv: list[str] | None = None) -> None:
     for (dataset, perturbation, temperature), hits in sorted(rows.items()):
         print(f"{dataset:<14} {perturbation:<26} T={temperature:g}  "
               f"{sum(hits) / len(hits):6.1%}  ({sum(hits)} of {len(hits)})")
+
+
+def calibration_keys(folder: Path, size: int, seed: int) -> list[str]:
+    """Drawn and stored (with its inclusion probabilities) by what `userturn annotate RUN
+    --calibration N` runs; the page itself is never served. None where no condition of the run
+    can have a corrected rate."""
+    try:
+        server = AnnotationServer(folder, "corpus", seed=seed, calibration=size)
+    except AnnotationError as exc:
+        print(f"no calibration sample: {exc}; a random sample instead")
+        return []
+    server.stop()
+    return list(server.keys)
 
 
 if __name__ == "__main__":

@@ -93,7 +93,13 @@ def test_page_is_self_contained_and_blind(gsm_file, tmp_path):
         text = json.dumps(data)
         for secret in ("fake/scripted", "temperature", "rules", *LABELS):
             assert secret not in text
-        assert data["progress"] == {"done": 0, "total": 5, "to_correction": 30}
+        # Conditions of 6 and 12 turns: no sample can give either a corrected rate (30 labels
+        # of its own), so the page promises none; conditions are numbered, never named.
+        progress = data["progress"]
+        assert (progress["done"], progress["total"], progress["to_correction"]) == (0, 5, 0)
+        assert progress["short"] == len(progress["conditions"]) == 2
+        assert sum(c["planned"] for c in progress["conditions"]) == 5
+        assert all(c["needed"] == 30 and c["done"] == 0 for c in progress["conditions"])
 
 
 def test_label_undo_and_validation(gsm_file, tmp_path):
@@ -116,7 +122,9 @@ def test_label_undo_and_validation(gsm_file, tmp_path):
         assert data["undone"] == {"key": second["key"], "label": "generic", "note": ""}
         assert data["item"] == second and data["progress"]["done"] == 1
         assert set(human_labels(folder, "ann")) == {first["key"]}
-        assert call_api(server, "/api/progress")[1] == {"done": 1, "total": 4, "to_correction": 29}
+        progress = call_api(server, "/api/progress")[1]
+        assert (progress["done"], progress["total"], progress["to_correction"]) == (1, 4, 0)
+        assert sum(c["done"] for c in progress["conditions"]) == 1
 
 
 def test_foreign_hosts_origins_and_forms_are_refused(gsm_file, tmp_path):
@@ -143,7 +151,8 @@ def test_reopening_continues_the_same_sample_until_done(gsm_file, tmp_path):
     with AnnotationServer(folder, "ann") as server:  # size and seed come from the store
         assert server.keys == keys
         data = call_api(server, "/api/next")[1]
-        assert data["progress"] == {"done": 1, "total": 3, "to_correction": 29} and data["item"]["key"] == keys[1]
+        assert (data["progress"]["done"], data["progress"]["total"]) == (1, 3)
+        assert data["progress"]["to_correction"] == 0 and data["item"]["key"] == keys[1]
         for _ in range(2):
             data = call_api(server, "/api/label", {"key": data["item"]["key"], "label": "generic"})[1]
         assert data["done"] and data["item"] is None and data["progress"]["done"] == 3
@@ -172,8 +181,8 @@ def open_page(browser: Any, server: AnnotationServer) -> tuple[Any, list[str]]:
 
 
 def progress_text(done: int, total: int) -> str:
-    """The page's progress line: labels done, and how many more until corrected rates show."""
-    return f"{done} / {total} ({30 - done} more for corrected rates)"
+    """The page's progress line: labels done of the sample (the plan's line is beside it)."""
+    return f"{done} / {total}"
 
 
 def test_page_in_headless_chromium(browser, gsm_file, tmp_path):
@@ -193,15 +202,19 @@ def test_done_screen_and_ctrl_z(browser, gsm_file, tmp_path):
 
     with AnnotationServer(annotation_run(gsm_file, tmp_path), "bob", size=2, seed=0) as server:
         page, errors = open_page(browser, server)
-        expect(page.locator("#progress")).to_have_text("0 / 2 (30 more for corrected rates)")
+        expect(page.locator("#progress")).to_have_text("0 / 2")
+        # A 6-turn greedy row and a 12-turn one can never have a corrected rate: the page says
+        # so instead of counting toward one.
+        expect(page.locator("#plan-line")).to_contain_text("cannot reach 30 labels")
+        expect(page.locator("#plan-line")).not_to_contain_text("more labels")
         page.keyboard.press("1")
-        expect(page.locator("#progress")).to_have_text("1 / 2 (29 more for corrected rates)")
+        expect(page.locator("#progress")).to_have_text("1 / 2")
         page.keyboard.press("4")
         expect(page.locator("#done")).to_be_visible()
         expect(page.locator("#work")).to_be_hidden()
         page.keyboard.press("Control+z")
         expect(page.locator("#work")).to_be_visible()
-        expect(page.locator("#progress")).to_have_text("1 / 2 (29 more for corrected rates)")
+        expect(page.locator("#progress")).to_have_text("1 / 2")
         assert list(human_labels(server.folder, "bob").values()) == [("follow_up", "", "human")]
         page.close()
     assert errors == []

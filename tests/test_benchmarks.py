@@ -87,6 +87,11 @@ SMOKES = {
                              rf"^busy folder refused in {NUMBER}s \(median of 1, slowest "
                              rf"{NUMBER}s; target < 1s\)$"),
     "calibration_demo.py": Smoke(("--size", "3"), rf"^gsm +none +T=0 +{NUMBER}% +\(\d+ of 4\)$"),
+    # The corpus's committed Qwen runs, a few draws per condition.
+    "sample_plan.py": Smoke(("--draws", "10"),
+                            rf"^planned conditions: \d+, mean half-width within the promise in "
+                            rf"\d+; .* coverage min {NUMBER}, mean {NUMBER}, max {NUMBER}; widest "
+                            rf"\+- planned allocation {NUMBER} vs equal split {NUMBER} points$"),
     "soak.py": Smoke(("--kills", "1", "--items", "2", "--samples", "1", "--max-delay", "1"),
                      r'^  "ok": true$'),
     "ray_scaling.py": Smoke(("--limit", "2", "--samples", "1", "--max-tokens", "4",
