@@ -242,7 +242,7 @@ def test_page_in_headless_chromium(browser, report_html, run_folder, tmp_path):
         page.select_option(f"#f-{field}", value)
         count = sum(1 for t in turns if keep(t))
         expect(page.locator("#match-count")).to_have_text(str(count))
-        expect(page.locator("#cards > article")).to_have_count(min(count, 30))
+        expect(page.locator("#cards > details")).to_have_count(min(count, 20))
 
     choose("model", "fake/beta", lambda t: t.model == "fake/beta")
     choose("perturbation", "truncate",
@@ -257,7 +257,8 @@ def test_page_in_headless_chromium(browser, report_html, run_folder, tmp_path):
     page.select_option("#f-model", "fake/alpha")
     page.select_option("#f-temperature", "0")
     page.select_option("#f-perturbation", "none")
-    first = page.locator("#cards > article").first
+    first = page.locator("#cards > details").first
+    first.locator("summary").click()  # a turn opens from its row into its card
     expect(first.locator(".turn .txt")).to_have_text(BOLD)
     assert page.locator("#cards b, #cards img, #cards script").count() == 0
 
@@ -285,3 +286,77 @@ def test_page_in_headless_chromium(browser, report_html, run_folder, tmp_path):
     assert errors == []
     assert all(url.startswith("file://") for url in requests), requests
     assert Counter(t.status for t in turns)["undecided"] > 0
+
+
+# -- the page as a researcher reads it (issue #43) ----------------------------------------------
+TABLE_WIDTHS = """() => Array.from(document.querySelectorAll("main table")).map((table) => {
+    const wrap = table.closest(".table-wrap");
+    return [table.closest("section").id, Math.round(table.getBoundingClientRect().width),
+            Math.round(wrap.getBoundingClientRect().width)];
+})"""
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_with_human_labels_no_table_is_wider_than_its_column(browser, report_html, run_folder,
+                                                             width):
+    html = report_html.read_text(encoding="utf-8")
+    assert "human only [95% CI]" in html  # the run has human labels: the widest summary
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto(report_html.resolve().as_uri())
+    page.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = true; })")
+    widths = page.evaluate(TABLE_WIDTHS)
+    page.close()
+    assert {section for section, _, _ in widths} >= {"summary", "perturbations", "agreement"}
+    assert [w for w in widths if w[1] > w[2]] == []  # (section, table px, column px)
+
+
+def test_the_sample_browser_filters_by_condition_and_label_with_counts(browser, report_html,
+                                                                        run_folder):
+    from playwright.sync_api import expect
+
+    store = RunStore.open(run_folder)
+    turns = read_turns(store)
+    store.close()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(10_000)
+    page.goto(report_html.resolve().as_uri())
+
+    def shown_keys() -> set[str]:
+        return set(page.locator("#cards > details").evaluate_all(
+            "cards => cards.map((c) => c.dataset.key)"))
+
+    # Every label is a chip with its count over all turns.
+    counts = Counter(t.status for t in turns)
+    for status, n in counts.items():
+        chip = page.locator(f'#label-chips button[data-status="{status}"]')
+        expect(chip.locator(".n")).to_have_text(str(n))
+    # A condition (model, temperature, perturbation), then a label by its chip.
+    page.select_option("#f-model", "fake/beta")
+    page.select_option("#f-temperature", "1")
+    page.select_option("#f-perturbation", "truncate")
+    condition = [t for t in turns if (t.model, t.temperature, t.perturbation)
+                 == ("fake/beta", 1.0, "truncate")]
+    expect(page.locator("#match-count")).to_have_text(str(len(condition)))
+    in_condition = Counter(t.status for t in condition)
+    label, n = in_condition.most_common(1)[0]
+    # The options and chips count what the other filters leave: what choosing them would show.
+    expect(page.locator(f'#label-chips button[data-status="{label}"] .n')).to_have_text(str(n))
+    expect(page.locator('#f-perturbation option[value="truncate"]')).to_have_text(
+        f"truncate ({len(condition)})")
+    page.click(f'#label-chips button[data-status="{label}"]')
+    expect(page.locator("#f-status")).to_have_value(label)
+    expect(page.locator("#match-count")).to_have_text(str(n))
+    assert shown_keys() == {t.key for t in condition if t.status == label}
+    page.click("#reset")
+
+    # Pages of 20 collapsed rows; a row opens into its card.
+    expect(page.locator("#page-info")).to_have_text(
+        f"turns 1–20 of {len(turns)} · page 1 of {math.ceil(len(turns) / 20)}")
+    first_page = shown_keys()
+    page.click("#next")
+    expect(page.locator("#page-info")).to_contain_text(f"turns 21–40 of {len(turns)}")
+    assert len(shown_keys()) == 20 and not shown_keys() & first_page
+    expect(page.locator("#cards .cols")).to_have_count(0)  # nothing opened yet
+    height = page.evaluate("document.getElementById('samples').getBoundingClientRect().height")
+    assert height < 2000, height  # 336 turns; the cards inline were 15,000 px
+    page.close()
