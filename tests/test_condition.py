@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import build_report_run
 
-from userturn.labels.sources import OFFLINE
+from userturn.labels.sources import CLASSIFIER, RULES
 from userturn.records import Condition
 from userturn.report.compute import build_report
 from userturn.stats.summary import summarize
@@ -50,7 +50,7 @@ def test_grouping_by_condition_matches_the_tuple_grouping(tmp_path: Path) -> Non
 
     # The summary has one row per condition, in the order it always had: by model, answerer
     # and dataset, each one's original context before its perturbations, then by temperature.
-    rows = summarize(turns, answers, offline=OFFLINE)
+    rows = summarize(turns, answers, offline=[RULES, CLASSIFIER])
     old_order = sorted(by_tuple, key=lambda k: (*k[:3], k[3] != "none", *k[3:]))
     assert [tuple(getattr(r, name) for name in FIELDS) for r in rows] == old_order
     assert [r.turns for r in rows] == [len(by_tuple[k]) for k in old_order]

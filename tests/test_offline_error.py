@@ -48,7 +48,7 @@ def test_an_offline_rate_says_how_far_such_labels_were_from_people_and_how_to_co
     flat = " ".join(printed.split())
     error = offline_error()
     assert NOTE in flat and f"up to {error.max_gap:.0f}" in flat
-    assert "userturn annotate RUN --calibration 100" in flat
+    assert "userturn annotate RUN --plan --half-width 0.05" in flat  # a size that can succeed
     page = (run / "report.html").read_text(encoding="utf-8")
     assert NOTE in page and "--scope uncertain" in page
 

@@ -78,7 +78,7 @@ def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
     ``inclusion``: each human-labelled turn's inclusion probability in its calibration sample
     (:func:`~userturn.labels.calibration.inclusion_probabilities`); a turn missing from it counts
     as drawn by simple random sampling from the run's turns. ``offline``: the label sources that
-    read turns offline (``labels.sources.OFFLINE``): a row whose every counted turn they alone
+    read turns offline (``labels.sources.is_offline``): a row whose every counted turn they alone
     labelled is marked :attr:`SummaryRow.offline_only`."""
     accuracy = _accuracy(answers)
     probability = _inclusion(turns, inclusion or {})
