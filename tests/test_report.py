@@ -360,3 +360,31 @@ def test_the_sample_browser_filters_by_condition_and_label_with_counts(browser, 
     height = page.evaluate("document.getElementById('samples').getBoundingClientRect().height")
     assert height < 2000, height  # 336 turns; the cards inline were 15,000 px
     page.close()
+
+
+def test_a_perturbation_that_cannot_apply_says_how_many_items_it_left_out_and_where(
+        gsm_file, tmp_path, capsys):
+    from helpers import experiment, is_user_turn
+
+    from userturn.backends.fake import ScriptedBackend
+    from userturn.cli.main import main
+    from userturn.probe.pipeline import run_experiment
+
+    def script(request) -> str:  # four of six answers have no number to change
+        if is_user_turn(request):
+            return "Thanks!"
+        return "#### 26" if "3 boxes" in request.prompt or "45 apples" in request.prompt \
+            else "I am not sure how to solve this."
+
+    exp = experiment(gsm_file, tmp_path, perturbations=["wrong_answer", "truncate"])
+    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
+    wrong = {t.item_id for t in load_run(exp.output).turns() if t.perturbation == "wrong_answer"}
+    assert len(wrong) == 2  # what the run made: the perturbation left four items out
+    line = ("wrong_answer could not change 4 of 6 answers of fake/scripted · mini_gsm (the answer "
+            "has no number to change): those items have no wrong_answer turns and are left out of "
+            "its comparison")
+    assert main(["report", str(exp.output), "--html"]) == 0
+    assert line in " ".join(capsys.readouterr().out.split())
+    page = (exp.output / "report.html").read_text(encoding="utf-8")
+    assert "wrong_answer could not change 4 of 6 answers of fake/scripted" in page
+    assert "truncate could not" not in page  # every answer could be cut

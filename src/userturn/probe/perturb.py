@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from userturn.errors import ConfigError
+from userturn.records import Turn
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 GENERIC_QUESTION = "Does that make sense, or would you like me to explain any step in more detail?"
@@ -134,6 +135,52 @@ _APPLY: dict[str, Callable[..., str | None]] = {
 _VALIDATE: dict[str, Callable[[Perturbation], None]] = {
     "truncate": _check_truncate, "append_question": _check_question,
 }
+
+
+# Why a perturbation leaves an item out (it returns None for it), in a reader's words.
+WHY_NOT = {"truncate": "the answer is too short to cut",
+           "append_question": "the answer has no number to ask about",
+           "wrong_answer": "the answer has no number to change",
+           "swap": "there is no other item's answer to swap in"}
+
+
+@dataclass(frozen=True)
+class Unapplied:
+    """A perturbation that could not change some answers of a condition: those items have no
+    perturbed turns and drop out of its paired comparison."""
+
+    model: str
+    answerer: str
+    dataset: str
+    perturbation: str
+    items: int  # the items it could not apply to
+    of: int  # the items with original turns
+
+    def line(self, where: str) -> str:
+        """How many, of which condition (``where``), and why, as the report says it."""
+        why = WHY_NOT.get(self.perturbation.partition(":")[0], "it does not apply")
+        return (f"{self.perturbation} could not change {self.items} of {self.of} answers of "
+                f"{where} ({why}): those items have no {self.perturbation} turns and are left "
+                "out of its comparison")
+
+
+def unapplied(turns: Sequence[Turn], perturbations: Sequence[Perturbation]) -> list[Unapplied]:
+    """Where each perturbation could not apply, found as the run found it: applied again to the
+    original answers the turns followed (a swap among the same answers)."""
+    originals: dict[tuple[str, str, str], dict[str, str]] = {}
+    for turn in turns:
+        if turn.perturbation == "none":
+            originals.setdefault((turn.model, turn.answerer, turn.dataset), {})[turn.item_id] = \
+                turn.answer
+    found = []
+    for (model, answerer, dataset), answers in sorted(originals.items()):
+        for perturbation in perturbations:
+            missing = sum(perturbation.apply(answer, item, answers) is None
+                          for item, answer in answers.items())
+            if missing:
+                found.append(Unapplied(model, answerer, dataset, perturbation.spec, missing,
+                                       len(answers)))
+    return found
 
 
 def parse_perturbations(specs: Sequence[str]) -> list[Perturbation]:

@@ -54,6 +54,12 @@ def rho_note(panel: Panel) -> str:
     return f"Spearman ρ = {c.rho:+.2f}{interval}, {c.n} models"
 
 
+def too_few_to_plot(report: Report) -> bool:
+    """One model in every panel: a panel would be one dot under "too few for Spearman", so the
+    page shows the numbers as a table and ``--figures`` leaves the plot out."""
+    return max((len(p.points) for p in report.panels), default=0) < 2
+
+
 def panel_dots(report: Report, panel: Panel) -> list[plots.Dot]:
     return [plots.Dot(model, plots.model_colour(model_index(report, model)), acc.value,
                       acc.low, acc.high, rate.value, rate.low, rate.high,

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from userturn.errors import ConfigError
 from userturn.labels.sources import is_offline
-from userturn.probe.perturb import EXPECTED
+from userturn.probe.perturb import EXPECTED, Perturbation, Unapplied, unapplied
 from userturn.probe.plan import ProbePlan
 from userturn.records import LABELS, STATUSES, Answer, Turn
 from userturn.stats.agreement import Agreement, pairwise_agreement
@@ -56,6 +56,8 @@ class Report:
     agreement: list[Agreement] = field(default_factory=list)
     # Each labeller against each person, beside the people's own range (stats.reliability).
     against_people: list[dict[str, Any]] = field(default_factory=list)
+    # Each perturbation that could not change some answers: those items are left out of it.
+    unapplied: list[Unapplied] = field(default_factory=list)
 
     def varies(self, name: str) -> bool:
         return len({getattr(r, name) for r in self.rows}) > 1
@@ -81,7 +83,8 @@ def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Pa
     return Report(Path(folder).resolve(), meta, list(sources), rows,
                   perturbation_effects(ordered, EXPECTED), accuracy_panels(rows),
                   right_wrong_tables(ordered), ordered, models, assistant_errors(answers), state,
-                  variant_comparisons(ordered), agreement, against_people(agreement))
+                  variant_comparisons(ordered), agreement, against_people(agreement),
+                  unapplied(ordered, planned_perturbations(meta)))
 
 
 def _planned_models(meta: RunMeta) -> list[str]:
@@ -89,6 +92,14 @@ def _planned_models(meta: RunMeta) -> list[str]:
     reads: the turns then give the models)."""
     try:
         return ProbePlan.stored(meta.config).models if meta.config else []
+    except ConfigError:
+        return []
+
+
+def planned_perturbations(meta: RunMeta) -> list[Perturbation]:
+    """The perturbations the run planned (none where it stored no plan this version reads)."""
+    try:
+        return ProbePlan.stored(meta.config).perturbations if meta.config else []
     except ConfigError:
         return []
 

@@ -70,6 +70,13 @@ def write_figures(report: Report, folder: Path) -> list[Path]:
     return written
 
 
+def _clear_of_the_axes(ax: Any) -> None:
+    """Move the axis lines a few points out, so a point or interval at 0% is drawn beside the
+    axis, not under it (an interval at 0% accuracy was hidden by the y axis)."""
+    for side in ("left", "bottom"):
+        ax.spines[side].set_position(("outward", 4))
+
+
 def _percent_axis(axis: Any) -> None:
     from matplotlib.ticker import PercentFormatter
 
@@ -92,6 +99,7 @@ def _temperature(report: Report, plt: Any) -> Figure | None:
     ax.set_xlabel(charts.RATE_X_LABEL)
     ax.set_ylabel(charts.RATE_Y_LABEL)
     ax.set_ylim(bottom=0)
+    _clear_of_the_axes(ax)
     _percent_axis(ax.yaxis)
     ax.legend(frameon=False, loc="best")
     return figure
@@ -99,7 +107,7 @@ def _temperature(report: Report, plt: Any) -> Figure | None:
 
 def _accuracy(report: Report, plt: Any) -> Figure | None:
     panels = [p for p in report.panels if p.points]
-    if not panels:
+    if not panels or charts.too_few_to_plot(report):
         return None
     y_top, _ = charts.panel_scale(report)
     width = COLUMN if len(panels) == 1 else PAGE
@@ -111,11 +119,13 @@ def _accuracy(report: Report, plt: Any) -> Figure | None:
                 continue
             ax.errorbar(dot.x, dot.y, xerr=[[dot.x - dot.x_low], [dot.x_high - dot.x]],
                         yerr=[[dot.y - dot.y_low], [dot.y_high - dot.y]], fmt="o",
-                        markersize=3.5, color=dot.colour, elinewidth=0.8, label=dot.name)
+                        markersize=3.5, color=dot.colour, elinewidth=0.8, label=dot.name,
+                        clip_on=False)  # an interval at 0% or 100% shows whole
         ax.set_title(f"{charts.panel_title(report, panel)}\n{charts.rho_note(panel)}")
         ax.set_xlim(0, 1)
         ax.set_ylim(0, y_top)
         ax.set_xlabel("Task accuracy")
+        _clear_of_the_axes(ax)
         _percent_axis(ax.xaxis)
         _percent_axis(ax.yaxis)
     axes[0][0].set_ylabel("Follow-up rate")

@@ -33,7 +33,8 @@ def render_page(report: Report, template: str, data: dict[str, Any], links: Sequ
              sections.perturbations(report), sections.user_variants(report),
              sections.right_wrong(report), agreement,
              sections.samples(), sections.export(links)]
-    shown = {"perturbations": bool(report.comparisons), "agreement": bool(agreement),
+    shown = {"perturbations": bool(report.comparisons or report.unapplied),
+             "agreement": bool(agreement),
              "user-variants": bool(report.variants)}
     nav = "".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title in _NAV
                   if shown.get(sid, True))

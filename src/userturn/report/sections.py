@@ -132,6 +132,9 @@ def accuracy_plot(report: Report) -> str:
         return section("accuracy", "Task accuracy vs follow-up rate", intro,
                         '<p class="empty">No model has both scored answers and a follow-up '
                         'rate (unperturbed, answered by itself).</p>')
+    if charts.too_few_to_plot(report):
+        return section("accuracy", "Task accuracy vs follow-up rate", intro,
+                       _accuracy_table(report))
     y_top, step = charts.panel_scale(report)
     svgs = [plots.scatter_panel(charts.panel_title(report, p), charts.rho_note(p),
                                 charts.panel_dots(report, p), y_top=y_top,
@@ -142,6 +145,21 @@ def accuracy_plot(report: Report) -> str:
     body = (f'<div class="legend">{legend}</div><div class="panels">'
             + "".join(f"<figure>{s}</figure>" for s in svgs) + "</div>")
     return section("accuracy", "Task accuracy vs follow-up rate", intro, body)
+
+
+def _accuracy_table(report: Report) -> str:
+    """The panels' numbers where each has one model: a table, and why there is no plot."""
+    keys = ["dataset"] if report.varies("dataset") else []
+    rows = [[esc(model), *(esc(p.dataset) for _ in keys), temperature_axis(p.temperature),
+             rate_html(acc), str(acc.n), rate_html(rate), str(rate.n)]
+            for p in report.panels for model, acc, rate in p.points]
+    models = len({model for p in report.panels for model, _, _ in p.points})
+    note = (f"{models} model{'s' if models != 1 else ''} with scored "
+            "answers: the relation across models needs at least two to plot and three for "
+            "Spearman's ρ, so the numbers are shown instead.")
+    return (table(["model", *keys, "T", "accuracy [95% CI]", "n", "follow-up [95% CI]", "n"],
+                  rows, numeric_from=1 + len(keys))
+            + f'<p class="note">{esc(note)}</p>')
 
 
 # -- plot 3 ----------------------------------------------------------------------------------------
@@ -159,8 +177,11 @@ def labels_plot(report: Report) -> str:
 
 # -- plot 4 ----------------------------------------------------------------------------------------
 def perturbations(report: Report) -> str:
+    left_out = "".join(f'<p class="note warn-note">{esc(line)}</p>'
+                       for line in _unapplied_lines(report))
     if not report.comparisons:
-        return ""
+        return section("perturbations", "Perturbations: paired differences",
+                       "No perturbed context was generated.", left_out) if left_out else ""
     svg = plots.forest(charts.forest_rows(report), x_label=charts.FOREST_X_LABEL)
     intro = ("Each perturbation of the assistant answer is paired with the original context of "
              "the same items: the difference in follow-up rate (perturbed minus original) with a "
@@ -168,7 +189,14 @@ def perturbations(report: Report) -> str:
              "raise the rate (a model that reads the conversation reacts to the change). For "
              "greedy decoding (one turn per item) McNemar's exact p is given too.")
     return section("perturbations", "Perturbations: paired differences", intro,
-                    f"<figure>{svg}</figure>" + _effects_table(report, charts.sorted_effects(report)))
+                    left_out + f"<figure>{svg}</figure>"
+                    + _effects_table(report, charts.sorted_effects(report)))
+
+
+def _unapplied_lines(report: Report) -> list[str]:
+    """One line per perturbation that left items out: how many, of which condition, and why."""
+    return [u.line(report.condition(u.model, u.answerer, u.dataset)) + "."
+            for u in report.unapplied]
 
 
 def user_variants(report: Report) -> str:

@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from userturn.probe.perturb import unapplied
+from userturn.report.compute import planned_perturbations
 from userturn.report.summary import print_instruction_accuracy, print_summary
 from userturn.report.view import RunView
 from userturn.stats.summary import assistant_errors
@@ -21,6 +23,10 @@ def print_run(view: RunView, console: Console) -> None:
     not finished or skipped rows."""
     print_summary(view.summary(), console, sources=view.sources,
                   assistant_failures=assistant_errors(view.answers))
+    for left_out in unapplied(view.turns, planned_perturbations(view.meta)):
+        where = " · ".join([left_out.model, left_out.dataset] + (
+            [] if left_out.answerer == "self" else [f"answers: {left_out.answerer}"]))
+        console.print(left_out.line(where), style="yellow", markup=False, soft_wrap=True)
     print_variant_comparisons(variant_comparisons(view.turns), console)
     print_instruction_accuracy(view.answers, console)
     counts = ", ".join(f"{source} {n}" for source, n in view.labelled_by().items())
