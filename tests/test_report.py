@@ -388,3 +388,27 @@ def test_a_perturbation_that_cannot_apply_says_how_many_items_it_left_out_and_wh
     page = (exp.output / "report.html").read_text(encoding="utf-8")
     assert "wrong_answer could not change 4 of 6 answers of fake/scripted" in page
     assert "truncate could not" not in page  # every answer could be cut
+
+
+def test_the_offline_caveat_says_how_far_off_on_what_and_the_fix_and_links_the_docs(
+        report_html):
+    import html as html_module
+
+    from userturn.labels.offline_error import CARDS, offline_error
+
+    html = report_html.read_text(encoding="utf-8")
+    caveat = re.search(r'<p class="note warn-note">(offline labels[^<]*(?:<a [^>]*>[^<]*</a>'
+                       r'[^<]*)*)</p>', html)
+    assert caveat, "the offline caveat is set apart from the grey notes"
+    text = html_module.unescape(re.sub(r"<[^>]+>", "", caveat.group(1)))
+    # How far off (the card of the labels that decide), on what, and the fix.
+    gaps = {(f"{e.mean_gap:.1f}", f"{e.max_gap:.0f}") for e in map(offline_error, CARDS.values())
+            if e is not None}
+    far = re.search(r"off from people's by (\d+\.\d) points on average and up to (\d+) in one "
+                    r"condition \((SmolLM2-135M, [^;]+);", text)
+    assert far and far.groups()[:2] in gaps
+    assert "never fit to" in text and "userturn annotate RUN" in text
+    for internal in ("lomo_round10.txt", "unseen_people.txt", "benchmarks/"):
+        assert internal not in text  # the project's own files mean nothing to a reader
+    docs = Path(__file__).resolve().parents[1] / "docs" / "classifier.md"
+    assert f'<a href="{docs.as_uri()}">docs/classifier.md</a>' in caveat.group(1)

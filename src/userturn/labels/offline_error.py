@@ -48,12 +48,11 @@ class OfflineError:
         """The note beside offline rates; ``what``: which labels of the run it speaks of;
         ``fix``: how to correct them with human labels (a size that can succeed, or the plan)."""
         low, high = self.kappa_follow_up
-        return (f"{what}: on sources it was never fit to "
-                f"({', '.join(self.groups)}), its kappa with people was {low:.2f}-{high:.2f} "
-                f"(follow-up vs rest) and the follow-up rate it printed was off by "
-                f"{self.mean_gap:.1f} points on average, up to {self.max_gap:.0f}, in a "
-                f"condition ({self.source}; docs/classifier.md). Correct it with human labels: "
-                f"{fix}; or judge the turns it is unsure of: "
+        return (f"{what}: on models and people such labels were never fit to, the follow-up "
+                f"rate they gave was off from people's by {self.mean_gap:.1f} points on average "
+                f"and up to {self.max_gap:.0f} in one condition ({', '.join(self.groups)}; "
+                f"kappa {low:.2f}-{high:.2f}, follow-up vs rest; docs/classifier.md). Correct it "
+                f"with human labels: {fix}; or let a judge read the turns they are unsure of: "
                 "userturn judge RUN --judge SPEC --scope uncertain")
 
 

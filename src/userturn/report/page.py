@@ -9,6 +9,7 @@ on screen with ``textContent`` only.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections import defaultdict
 from importlib import resources
 from pathlib import Path
@@ -24,6 +25,11 @@ from userturn.store.atomic import make_folder, refuse_to_replace, write_text
 
 # The sample browser's long texts, stored once in the page and referred to by index.
 SHARED_TEXTS = ("query", "answer", "prompt")
+# The docs of a source checkout (none where userturn is installed from a wheel: no links then).
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+_DOC_REF = re.compile(r"(?<![\w/.])docs/([a-z_]+)\.md")
+# A note that asks the reader to act (how to correct a rate) is a caveat, not a footnote.
+_CAVEAT = re.compile(r'<p class="note">(?=[^<]*userturn (?:annotate|judge) RUN)')
 
 
 def render_page(report: Report, template: str, data: dict[str, Any], links: Sequence[str]) -> str:
@@ -41,8 +47,23 @@ def render_page(report: Report, template: str, data: dict[str, Any], links: Sequ
     return fill(template, {"TITLE": esc(f"userturn report: {report.folder.name}"),
                            "RUN": esc(report.folder.name),
                            "HEADER": _header(report), "NAV": nav,
-                           "BODY": "\n".join(s for s in parts if s),
+                           "BODY": _link_docs(_caveats("\n".join(s for s in parts if s))),
                            "DATA": json_for_script(data)})
+
+
+def _link_docs(body: str) -> str:
+    """Each ``docs/NAME.md`` the page cites, linked to that page of the docs where they are
+    on this machine (project text only: model text is not in the body, only in its JSON)."""
+    def link(match: re.Match[str]) -> str:
+        page = DOCS / f"{match.group(1)}.md"
+        return (f'<a href="{esc(page.as_uri())}">{match.group(0)}</a>' if page.is_file()
+                else match.group(0))
+
+    return _DOC_REF.sub(link, body)
+
+
+def _caveats(body: str) -> str:
+    return _CAVEAT.sub('<p class="note warn-note">', body)
 
 
 _NAV = [("summary", "Summary"), ("temperature", "Temperature"), ("accuracy", "Accuracy"),
