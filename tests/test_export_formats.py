@@ -12,7 +12,6 @@ from helpers import assert_one_line_error, experiment, run_cli, run_scripted, un
 
 import userturn
 from userturn.backends.fake import ScriptedBackend
-from userturn.labels.classifier import FORM_MODEL_FILE
 from userturn.records import COLUMNS
 
 
@@ -25,7 +24,8 @@ def cascade_run(tmp_path_factory):
     data.write_text("".join(json.dumps({"question": f"Sam has {n} apples and buys 2. How many?",
                                         "answer": f"x\n#### {n + 2}"}) + "\n"
                             for n in range(3)), encoding="utf-8")
-    exp = experiment(data, folder, limit=3, classifier=FORM_MODEL_FILE)
+    # the tests' default classifier is the form-only one (conftest): it labels as "classifier"
+    exp = experiment(data, folder, limit=3)
     run_scripted(exp, ScriptedBackend(undecided_script)).close()
     run = userturn.load_run(exp.output)
     sources = {lab.source for turn in run.turns() for lab in turn.labels}
@@ -34,7 +34,7 @@ def cascade_run(tmp_path_factory):
 
 
 def expected_sources(turn) -> dict[str, str | None]:
-    found = {lab.source: lab.label or ("invalid" if lab.error else "undecided")
+    found = {lab.source: lab.label or ("error" if lab.error else "undecided")
              for lab in turn.labels}
     return {"label_rules": found.get("rules"), "label_classifier": found.get("classifier")}
 
