@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from userturn.errors import ConfigError
-from userturn.records import JudgeScopeName as JudgeScope
 from userturn.records import CLASSIFIER_SOURCE, Labeller
+from userturn.records import JudgeScopeName as JudgeScope
 
 if TYPE_CHECKING:
     from userturn.labels.classifier import Labelling, LearnedClassifier
