@@ -1,26 +1,36 @@
 """A notebook-sized tour of userturn's Python API (docs/api.md).
 
     python examples/api_tour.py                 # probes the tiny test model (about 2 minutes on CPU)
+    python examples/api_tour.py --model fake/probe --labeller rules   # a scripted model: seconds
     python examples/api_tour.py runs/demo       # or reads a run you already have
     python examples/api_tour.py runs/demo judge:openai/gpt-5.4-mini@rubric1,rules   # which labels
 
-It prints the follow-up rate per condition (the numbers of `userturn report RUN`), recomputes the
-same rates from a pandas DataFrame of the turns, and shows a few turns with their labels.
+It prints the follow-up rate per condition (the numbers of `userturn report RUN`), the same table
+as a pandas DataFrame (the columns of summary.csv), recomputes the rates from a DataFrame of the
+turns, and shows a few turns with their labels.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 from collections import Counter
 
 import userturn
 
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("run", nargs="?", help="a run folder to read (default: run the probe)")
+parser.add_argument("labels", nargs="?", help="label sources in priority order, comma-separated")
+parser.add_argument("--model", default="tiny", help="the model to probe (default: tiny)")
+parser.add_argument("--labeller", default="cascade", help="the offline labeller (default: cascade)")
+args = parser.parse_args()
+
 # 1. A run: load one from disk, or run the probe (resumable: a second call makes no model calls).
-if len(sys.argv) > 1:
-    run = userturn.load_run(sys.argv[1])
+if args.run:
+    run = userturn.load_run(args.run)
 else:
-    run = userturn.run(models=["tiny"], limit=3, samples=2, output="runs/api-tour")
-labels = sys.argv[2].split(",") if len(sys.argv) > 2 else None  # as `userturn report --labels`
+    run = userturn.run(models=[args.model], labeller=args.labeller, limit=3, samples=2,
+                       output=f"runs/api-tour-{args.model.replace('/', '-')}")
+labels = args.labels.split(",") if args.labels else None  # as `userturn report --labels`
 print(run, "labels from:", ", then ".join(run.label_sources(labels)))
 
 # 2. The summary: one row per model, answerer, dataset, perturbation and temperature.
@@ -32,6 +42,16 @@ for row in run.summary(labels):
     print(f"{row.model:<12} {row.perturbation:<10} {row.dataset:<14} {temperature:>6}  "
           f"follow-up {shown:<14} n={rate.n:<3} undecided={row.undecided} "
           f"label_errors={row.label_errors} errors={row.errors}")
+
+# 2b. The same table as a DataFrame: the columns and numbers of the report's summary.csv.
+try:
+    summary = run.summary_frame(labels)
+except userturn.UserturnError as missing:
+    print(f"\n{missing}")
+else:
+    print("\nsummary_frame():")
+    print(summary[["model", "perturbation", "temperature", "follow_up", "follow_up_low",
+                   "follow_up_high", "follow_up_n", "accuracy"]].round(3).to_string(index=False))
 
 # 3. Every user turn as a Turn: its context, its text, every label, and its status.
 turns = run.turns(labels)

@@ -82,6 +82,57 @@ def test_to_pandas_has_the_export_columns(fake_run):
     assert isinstance(frame, pd.DataFrame) and set(frame["status"]) == {"follow_up"}
 
 
+def test_summary_frame_is_summary_csv_column_for_column(fake_run, tmp_path):
+    pd = pytest.importorskip("pandas")
+    import numpy as np
+
+    from userturn.report import export_tables
+
+    store = RunStore.open(fake_run.folder)  # people labelled the greedy turns: human columns
+    store.put_labels([LabelRow(t.key, "h", Label("follow_up", "human:ann"))
+                      for t in read_turns(store) if t.temperature == 0])
+    store.close()
+    labels = ["judge:x@r1", "rules"]
+    export_tables(fake_run.report(labels), tmp_path / "tables")
+    written = pd.read_csv(tmp_path / "tables" / "summary.csv")
+    frame = fake_run.summary_frame(labels)
+    assert list(frame.columns) == list(written.columns) and len(frame) == len(written) == 2
+    for name in written.columns:
+        ours, theirs = frame[name], written[name]
+        if pd.api.types.is_numeric_dtype(theirs):  # numbers, and columns with nothing in them
+            assert pd.api.types.is_numeric_dtype(ours), name
+            np.testing.assert_allclose(ours.astype(float), theirs.astype(float), equal_nan=True,
+                                       err_msg=name)
+        else:
+            assert ours.fillna("").tolist() == theirs.fillna("").tolist(), name
+    # No Rate objects, no mixed columns: text where summary.csv has text, numbers elsewhere.
+    text = [name for name in frame.columns if not pd.api.types.is_numeric_dtype(frame[name])]
+    assert text == ["model", "answerer", "dataset", "perturbation", "correction_note"]
+    assert all(pd.api.types.is_string_dtype(frame[name]) for name in text)
+    assert {name: str(frame[name].dtype) for name in ("temperature", "follow_up", "items",
+                                                      "follow_up_hits", "human_labels")} == {
+        "temperature": "float64", "follow_up": "float64", "items": "int64",
+        "follow_up_hits": "int64", "human_labels": "int64"}
+    # A notebook's first question, answered from the frame as from summary.csv.
+    assert frame.groupby("temperature")["follow_up"].mean().tolist() == \
+        written.groupby("temperature")["follow_up"].mean().tolist()
+
+
+def test_frames_are_the_reports_tables_with_numeric_columns(fake_run, tmp_path):
+    pd = pytest.importorskip("pandas")
+    from userturn.report import export_tables
+
+    frames = fake_run.frames()
+    written = {path.stem for path in export_tables(fake_run.report(), tmp_path / "t")
+               if path.suffix == ".csv"}
+    assert set(frames) == written - {"user_turns"}  # the turns themselves: to_pandas()
+    labels = frames["labels"]
+    assert list(labels.columns) == ["model", "answerer", "dataset", "perturbation",
+                                    "temperature", "label", "count"]
+    assert str(labels["count"].dtype) == "int64" and labels["count"].sum() == 9
+    assert isinstance(frames["summary"], pd.DataFrame)
+
+
 def test_to_polars_says_how_to_get_polars_when_missing(fake_run):
     try:
         import polars  # noqa: F401
@@ -152,3 +203,19 @@ def test_the_example_prints_the_numbers_of_userturn_report(fake_run, capsys):
         assert f"follow-up {rate} " in line
         assert f"undecided={undecided} label_errors={label_errors} errors={errors}" in line
     assert "follow-up rate recomputed from the DataFrame" in tour or "pip install" in tour
+
+
+def test_the_example_probes_with_no_warning_from_a_dependency_and_rich_bars_only(tmp_path):
+    """examples/api_tour.py as a notebook runs it: probing a model (the default dataset imports
+    reasoning-gym, and through it cellpylib), compiled afresh as on a first import, shows no
+    warning from any dependency, and its progress is userturn's bars alone."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"),
+           "PYTHONPYCACHEPREFIX": str(tmp_path / "pycache")}  # every module compiled afresh
+    tour = subprocess.run([sys.executable, str(ROOT / "examples" / "api_tour.py"), "--model",
+                           "fake/probe", "--labeller", "rules"], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=300, check=True)
+    assert "Warning" not in tour.stderr and "site-packages" not in tour.stderr, tour.stderr
+    assert "fake/probe · gsm_symbolic · user turns" in tour.stderr  # the run's own bars
+    assert "it/s]" not in tour.stderr  # and no tqdm bar beside them
+    assert "summary_frame():" in tour.stdout
+    assert len([line for line in tour.stdout.splitlines() if " follow-up " in line]) == 2

@@ -68,6 +68,28 @@ class Run:
         counts, undecided / invalid / failed turns and task accuracy per condition."""
         return self.view(labels).summary()
 
+    def summary_frame(self, labels: Labels = None) -> Any:
+        """The summary as a pandas DataFrame: the columns and numbers of the report's
+        ``summary.csv``, one row per condition, numbers as numeric columns (a count that can be
+        missing, such as ``accuracy_hits``, as the nullable ``Int64``)."""
+        from userturn.report.compute import Report
+        from userturn.report.tables import tables
+
+        view = self.view(labels)
+        # The summary's rows alone: the other tables (bootstraps over perturbations and
+        # models) are not computed for it.
+        rows = Report(view.folder, view.meta, view.sources, view.summary(), [], [], [], [])
+        return _frame(tables(rows)["summary"])
+
+    def frames(self, labels: Labels = None) -> dict[str, Any]:
+        """Every table of the report (``summary``, ``labels``, ``perturbations``,
+        ``accuracy_vs_follow_up``, ``right_vs_wrong``, ...) as pandas DataFrames, with the
+        columns of its CSV file; the user turns themselves are ``to_pandas()``."""
+        from userturn.report.tables import tables
+
+        return {name: _frame(records) for name, records in tables(self.report(labels)).items()
+                if name != "user_turns"}
+
     def report(self, labels: Labels = None) -> Report:
         """Every number of the HTML report (perturbation effects, accuracy panels, ...)."""
         return self.view(labels).report()
@@ -106,21 +128,47 @@ class Run:
         return pl.DataFrame(records, infer_schema_length=None)
 
 
+def _frame(records: Sequence[Mapping[str, Any]]) -> Any:
+    """Flat records as a DataFrame with typed columns: whole numbers as int64 (``Int64`` where
+    one is missing), other numbers as float64, yes/no as ``boolean``, and a column with no
+    value at all as float64 NaN (as pandas reads the empty column of the CSV)."""
+    try:
+        import pandas as pd
+    except ImportError:
+        raise UserturnError("DataFrames need pandas: pip install pandas") from None
+    columns = list(dict.fromkeys(name for record in records for name in record))
+    frame = pd.DataFrame.from_records(list(records), columns=columns)
+    for name in columns:
+        found = [r.get(name) for r in records if r.get(name) is not None]
+        complete = len(found) == len(records)
+        if all(isinstance(v, bool) for v in found) and found:
+            frame[name] = frame[name].astype("boolean")
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in found) and found:
+            frame[name] = frame[name].astype("int64" if complete else "Int64")
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in found):
+            frame[name] = frame[name].astype("float64")
+    return frame
+
+
 def load_run(folder: str | Path) -> Run:
     """The run stored in ``folder``; raises ``StoreError`` when it holds no run."""
     return Run(folder)
 
 
-def run(experiment: Experiment | Mapping[str, Any] | str | Path | None = None,
-        **overrides: Any) -> Run:
+def run(experiment: Experiment | Mapping[str, Any] | str | Path | None = None, *,
+        progress: bool = True, **overrides: Any) -> Run:
     """Run (or resume) an experiment and return the run.
 
     ``experiment`` is an ``Experiment``, a dict of its settings, or the path of an experiment
     YAML file; keyword arguments override single settings, e.g.
     ``run(models=["tiny"], limit=3, output="runs/try")``. A finished run re-run makes no model
-    calls."""
+    calls. ``progress``: bars for each stage, as the commands show them (in a notebook, as its
+    live output)."""
+    from contextlib import nullcontext
+
     from userturn.config import Experiment, load_experiment
     from userturn.probe.pipeline import run_experiment
+    from userturn.report.progress import progress_bars
 
     if isinstance(experiment, Experiment):
         exp = load_experiment(None, {**experiment.model_dump(), **overrides})
@@ -128,7 +176,8 @@ def run(experiment: Experiment | Mapping[str, Any] | str | Path | None = None,
         exp = load_experiment(None, {**experiment, **overrides})
     else:
         exp = load_experiment(Path(experiment) if experiment else None, overrides)
-    run_experiment(exp).close()
+    with progress_bars() if progress else nullcontext(None) as bars:
+        run_experiment(exp, progress=bars).close()
     return Run(exp.output)
 
 

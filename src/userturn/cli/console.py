@@ -8,14 +8,8 @@ from contextlib import contextmanager
 from typing import Callable, Iterator
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+
+from userturn.report.progress import progress_bars as bars_on
 
 
 def plain_console(*, stderr: bool = False) -> Console:
@@ -30,12 +24,6 @@ def plain_console(*, stderr: bool = False) -> Console:
 
 @contextmanager
 def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
-    # A description names models and datasets (user text): shown as written, not as markup.
-    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
-    with Progress(*columns, console=plain_console(stderr=True)) as bars:
-        def start(description: str, total: int) -> Callable[[int], None]:
-            task = bars.add_task(description, total=total)
-            return lambda n: bars.advance(task, n)
-
-        yield start
+    """The commands' progress bars: the API's, on the commands' stderr console."""
+    with bars_on(plain_console(stderr=True)) as progress:
+        yield progress

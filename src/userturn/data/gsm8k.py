@@ -9,6 +9,7 @@ exact rationals, so "18.0" == "18" and "3/4" == "0.75".
 from __future__ import annotations
 
 import re
+import warnings
 from decimal import Decimal
 from fractions import Fraction
 from itertools import islice
@@ -201,7 +202,12 @@ def _is_bare_number(text: str) -> bool:
 def gsm_symbolic_items(size: int, seed: int) -> tuple[Item, ...]:
     """GSM8K-style problems generated offline from the GSM-Symbolic templates by reasoning-gym."""
     try:
-        import reasoning_gym
+        # cellpylib, which reasoning-gym imports, has `is "recursive"` comparisons that Python
+        # warns about when it compiles them (a first import, or an install that kept no
+        # bytecode): its words, not the user's, so they are not shown.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", SyntaxWarning)
+            import reasoning_gym
     except ImportError:
         raise DatasetError(
             "gsm_symbolic needs the 'reasoning-gym' package: pip install 'userturn[offline]'"

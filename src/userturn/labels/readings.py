@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from userturn.labels.context import ContextReading, ContextScorer, turn_key
+from userturn.records import Case, Progress, silent_progress
 from userturn.settings import parse_json
-
-if TYPE_CHECKING:
-    from userturn.records import Case
 
 # The corpus's turns read in context by the embedded scorer, so that `userturn train-classifier
 # --with-corpus` does not spend an hour re-reading them, and a corpus turn is labelled at once.
@@ -56,13 +54,12 @@ def load_readings(paths: Iterable[Path]) -> tuple[dict[str, ContextReading], set
 
 
 def read_cases(cases: Sequence[Case], cache: Path | None = None, known: dict[str, ContextReading]
-               | None = None, description: str = "reading turns in context"
-               ) -> list[ContextReading]:
-    """Every case's reading: from ``known`` (by turn key) where it is there, else scored now with
-    a progress bar and appended to ``cache`` (JSON Lines) as it comes, so a killed run loses at
-    most the turns in flight (one batch) and the next one starts where it stopped."""
-    from tqdm import tqdm
-
+               | None = None, description: str = "reading turns in context",
+               progress: Progress | None = None) -> list[ContextReading]:
+    """Every case's reading: from ``known`` (by turn key) where it is there, else scored now
+    (counted on ``progress``: the caller's bars, so a command shows one kind) and appended to
+    ``cache`` (JSON Lines) as it comes, so a killed run loses at most the turns in flight (one
+    batch) and the next one starts where it stopped."""
     known = dict(known or {})
     if cache is not None and cache.exists():
         known.update(load_readings([cache])[0])
@@ -75,18 +72,18 @@ def read_cases(cases: Sequence[Case], cache: Path | None = None, known: dict[str
         sink = open(cache, "a", encoding="utf-8") if cache is not None else None
         if sink is not None and sink.tell() and not _ends_a_line(cache):  # type: ignore[arg-type]
             sink.write("\n")  # a killed writer's torn last line stays alone on its line
+        advance = (progress or silent_progress)(description, len(missing))
         try:
-            with tqdm(total=len(missing), desc=description, unit="turn") as bar:
-                for start in range(0, len(missing), scorer.batch_size):
-                    chunk = missing[start:start + scorer.batch_size]
-                    for index, reading in zip(chunk, scorer.read_many([cases[i] for i in chunk])):
-                        known[keys[index]] = reading
-                        if sink is not None:
-                            sink.write(json.dumps(reading_row(keys[index], scorer.name, reading))
-                                       + "\n")
+            for start in range(0, len(missing), scorer.batch_size):
+                chunk = missing[start:start + scorer.batch_size]
+                for index, reading in zip(chunk, scorer.read_many([cases[i] for i in chunk])):
+                    known[keys[index]] = reading
                     if sink is not None:
-                        sink.flush()
-                    bar.update(len(chunk))
+                        sink.write(json.dumps(reading_row(keys[index], scorer.name, reading))
+                                   + "\n")
+                if sink is not None:
+                    sink.flush()
+                advance(len(chunk))
         finally:
             if sink is not None:
                 sink.close()
