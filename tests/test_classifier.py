@@ -166,7 +166,8 @@ def test_train_classifier_reports_dev_agreement_then_writes(tmp_path, capsys):
     labelled, out = small_labelled_file(tmp_path / "mine.jsonl"), tmp_path / "mine.npz"
     assert main(["train-classifier", str(labelled), "-o", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "dev agreement" in printed and "kappa 7-way" in printed
+    # 72 turns leave about 10 for a dev split: every turn is checked by cross-validation
+    assert "cross-validated agreement" in printed and "n=72  kappa 7-way" in printed
     model = LinearModel.load(out)
     assert model.labels == ("follow_up", "generic", "restatement")
     classifier = LearnedClassifier(model)
@@ -181,6 +182,36 @@ def test_train_classifier_reports_dev_agreement_then_writes(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["label"] == "generic"
     assert main(["train-classifier", str(labelled), "-o", str(out)]) == 2  # exists
     assert "--force" in capsys.readouterr().err
+
+
+def test_train_classifier_on_a_handful_of_rows_checks_every_row_and_says_so(tmp_path, capsys):
+    kinds = [("follow_up", "Why did you add {a} to {b}?"), ("generic", "Thanks, that helps!"),
+             ("new_query", "Write me a poem about the sea."), ("empty", "")]
+    rows = [{"query": f"What is {i} + {i + 1}?", "answer": f"{i} + {i + 1} = {2 * i + 1}.",
+             "label": label, "user_turn": turn.format(a=i, b=i + 1)}
+            for i, (label, turn) in enumerate(kinds * 2)]
+    labelled, out = write_jsonl(tmp_path / "eight.jsonl", rows), tmp_path / "eight.npz"
+    with pytest.warns(UserWarning, match="8 labelled turn") as said:
+        assert main(["train-classifier", str(labelled), "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    # Not 7 to train and 1 to check with "kappa nan": all 8 train, each checked by a model fit
+    # without its query, and the reader is told why.
+    assert "training on 8 turn(s), checked by cross-validation by query" in printed
+    assert "cross-validated agreement (classifier vs your labels, by query): n=8 " in printed
+    assert "nan" not in printed
+    (warning,) = [str(w.message) for w in said]
+    assert warning.startswith(f"{labelled}: 8 labelled turn(s) leave ")
+    assert "cross-validation by query" in warning
+    assert LinearModel.load(out).labels == ("follow_up", "generic", "new_query", "empty")
+
+
+def test_an_undefined_kappa_is_said_in_words_not_nan():
+    from userturn.labels.training import evaluate
+
+    result = evaluate(["generic", "generic"], ["generic", "generic"])
+    assert "nan" not in result.line() and "kappa 7-way undefined" in result.line()
+    assert "labels (or the classifier's) are all one kind" in (result.undefined() or "")
+    assert evaluate(["generic", "follow_up"], ["generic", "follow_up"]).undefined() is None
 
 
 def test_train_classifier_names_a_bad_label(tmp_path, capsys):

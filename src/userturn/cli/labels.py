@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import typing
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
@@ -131,8 +132,10 @@ def label_command(args: argparse.Namespace, console: Console) -> int:
 def train_command(args: argparse.Namespace, console: Console) -> int:
     from userturn.labels.classifier import LearnedClassifier
     from userturn.labels.training import (
+        MIN_DEV_TURNS,
         assign_splits,
         calibrate,
+        cross_validate,
         evaluate,
         fit,
         predict,
@@ -151,17 +154,33 @@ def train_command(args: argparse.Namespace, console: Console) -> int:
     if not train or not dev:
         raise UserturnError(f"{args.labelled}: needs turns of several queries for a train and a "
                             f"dev split (got {len(train)} train, {len(dev)} dev)")
-    console.print(f"training on {len(train)} turn(s), dev {len(dev)} "
-                  f"({sum(ex.split == 'test' for ex in examples)} test rows left untouched)")
+    small = len(dev) < MIN_DEV_TURNS
+    console.print(f"training on {len(train) + len(dev) if small else len(train)} turn(s), "
+                  + ("checked by cross-validation by query" if small else f"dev {len(dev)}")
+                  + f" ({sum(ex.split == 'test' for ex in examples)} test rows left untouched)")
     context = context_of(args)
     if context is not None:
         train, dev = read_in_context(train, dev, args)
-    model = calibrate(fit(train, c=args.c, context=context), dev)
-    read = {ex.case: ex.reading for ex in dev}  # dev turns were read in context above
-    labels, probs = predict(LearnedClassifier(model, reader=read.__getitem__).classify, dev)
-    result = evaluate(labels, [ex.label for ex in dev], probs)
-    console.print(f"dev agreement (classifier vs your labels): {result.line()}  "
-                  f"calibration error {result.ece:.3f}")
+    if small:
+        # A dev split of a few turns measures nothing (8 rows: 1 dev turn, kappa undefined):
+        # every turn is checked by a model fit without its query, and all of them train.
+        warnings.warn(f"{args.labelled}: {len(train) + len(dev)} labelled turn(s) leave "
+                      f"{len(dev)} for a dev split: agreement is measured by cross-validation "
+                      "by query instead, and the classifier is fit to every turn (with a few "
+                      "hundred across the labels it can be checked on held-out queries)",
+                      stacklevel=1)
+        labels, probs, reference = cross_validate([*train, *dev], c=args.c, context=context)
+        model = fit([*train, *dev], c=args.c, context=context)
+        checked = "cross-validated agreement (classifier vs your labels, by query)"
+    else:
+        model = calibrate(fit(train, c=args.c, context=context), dev)
+        read = {ex.case: ex.reading for ex in dev}  # dev turns were read in context above
+        labels, probs = predict(LearnedClassifier(model, reader=read.__getitem__).classify, dev)
+        reference, checked = [ex.label for ex in dev], "dev agreement (classifier vs your labels)"
+    result = evaluate(labels, reference, probs)
+    if result.undefined():
+        warnings.warn(f"{args.labelled}: {result.undefined()}", stacklevel=1)
+    console.print(f"{checked}: {result.line()}  calibration error {result.ece:.3f}")
     print_per_label(result, console)
     model.save(args.output)
     console.print(f"wrote {args.output} (use it with --classifier {args.output})")
@@ -189,6 +208,7 @@ def read_in_context(train: list[Any], dev: list[Any], args: argparse.Namespace
                     ) -> tuple[list[Any], list[Any]]:
     """Train and dev examples with their context readings: the corpus's from the shipped file,
     yours scored now (a progress bar; cached in --readings, so a kill resumes)."""
+    from userturn.cli.console import progress_bars
     from userturn.labels.context import scorer_name
     from userturn.labels.readings import corpus_readings, read_cases
     from userturn.labels.training import with_readings
@@ -197,7 +217,9 @@ def read_in_context(train: list[Any], dev: list[Any], args: argparse.Namespace
     if scorer != scorer_name():  # readings of another SmolLM2 file would not match
         known = {}
     cache = args.readings or args.output.with_name(args.output.name + ".readings.jsonl")
-    readings = read_cases([ex.case for ex in [*train, *dev]], cache, known)
+    with progress_bars() as progress:  # the bars every command shows
+        readings = read_cases([ex.case for ex in [*train, *dev]], cache, known,
+                              progress=progress)
     return (with_readings(train, readings[:len(train)]),
             with_readings(dev, readings[len(train):]))
 
@@ -205,6 +227,10 @@ def read_in_context(train: list[Any], dev: list[Any], args: argparse.Namespace
 def print_per_label(result: Any, console: Console) -> None:
     table = Table("label", "precision", "recall", "support")
     for name, row in result.per_label.items():
-        table.add_row(name, f"{row['precision']:.2f}", f"{row['recall']:.2f}",
+        table.add_row(name, *(_share(row[key]) for key in ("precision", "recall")),
                       str(row["support"]))
     console.print(table)
+
+
+def _share(value: float) -> str:
+    return "–" if value != value else f"{value:.2f}"  # nan: nothing predicted, or none there

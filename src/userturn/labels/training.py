@@ -131,6 +131,7 @@ def fit(train: Sequence[Example], *, c: float = 0.5, balanced: bool = True,
     ``context`` (:func:`context_meta`): the examples carry readings, and the model reads them."""
     try:
         from sklearn.linear_model import LogisticRegression
+        from threadpoolctl import threadpool_limits  # installed with scikit-learn
     except ImportError:
         raise UserturnError("training the classifier needs scikit-learn: "
                             "pip install 'userturn[classifier]'") from None
@@ -141,7 +142,10 @@ def fit(train: Sequence[Example], *, c: float = 0.5, balanced: bool = True,
     x, scale = standardised_design([ex.case for ex in train], readings=readings, context=context)
     y = np.array([labels.index(ex.label) for ex in train])
     model = LogisticRegression(C=c, max_iter=3000, class_weight="balanced" if balanced else None)
-    model.fit(x, y)
+    # One BLAS thread: L-BFGS steps on vectors this small gain nothing from threads, and on a
+    # busy machine OpenBLAS's waiting threads made one fit 17 times slower (58 s, not 3.5 s).
+    with threadpool_limits(limits=1, user_api="blas"):
+        model.fit(x, y)
     weights, bias = model.coef_, model.intercept_
     if len(labels) == 2:  # scikit-learn keeps one row for two classes
         weights = np.vstack([-weights[0] / 2, weights[0] / 2])
@@ -196,8 +200,58 @@ class Evaluation:
     ece: float | None = None
 
     def line(self) -> str:
-        return (f"n={self.n}  kappa 7-way {self.kappa:.3f}  follow-up vs rest "
-                f"{self.kappa_follow_up:.3f}  accuracy {self.accuracy:.3f}")
+        return (f"n={self.n}  kappa 7-way {_figure(self.kappa)}  follow-up vs rest "
+                f"{_figure(self.kappa_follow_up)}  accuracy {self.accuracy:.3f}")
+
+    def undefined(self) -> str | None:
+        """Why a kappa could not be computed (the checked turns carry one label only, so
+        agreement beyond chance is not defined), or None."""
+        missing = [name for name, value in (("7-way", self.kappa),
+                                            ("follow-up vs rest", self.kappa_follow_up))
+                   if value != value]
+        if not missing:
+            return None
+        return (f"kappa {' and '.join(missing)} is undefined on these {self.n} turn(s): their "
+                "labels (or the classifier's) are all one kind, so agreement beyond chance "
+                "cannot be measured; label more turns of each kind")
+
+
+def _figure(value: float) -> str:
+    return "undefined" if value != value else f"{value:.3f}"
+
+
+# Below this many dev turns the dev split says little: agreement is measured by
+# cross-validation over every turn instead (each fold's queries held out of its fit).
+MIN_DEV_TURNS = 30
+
+
+def cross_validate(examples: Sequence[Example], *, c: float = 0.5,
+                   context: dict[str, Any] | None = None, folds: int = 5
+                   ) -> tuple[list[str], list[float], list[str]]:
+    """Predictions for every example from a model fit without its query's turns (``folds``
+    folds by query, fewer where there are fewer queries): (labels, probabilities, reference)."""
+    from userturn.labels.classifier import LearnedClassifier
+
+    groups = sorted({ex.group for ex in examples})
+    fold_of = {group: i % min(folds, len(groups)) for i, group in enumerate(groups)}
+    labels: list[str] = []
+    probs: list[float] = []
+    reference: list[str] = []
+    for fold in sorted(set(fold_of.values())):
+        held = [ex for ex in examples if fold_of[ex.group] == fold]
+        rest = [ex for ex in examples if fold_of[ex.group] != fold]
+        kinds = {ex.label for ex in rest}
+        if len(kinds) < 2:  # nothing to fit: the fold's model can only say the one label
+            labels += [kinds.pop() if kinds else "undecided"] * len(held)
+            probs += [1.0] * len(held)
+        else:
+            model = fit(rest, c=c, context=context)
+            read = {ex.case: ex.reading for ex in held}
+            got, conf = predict(LearnedClassifier(model, reader=read.__getitem__).classify, held)
+            labels += got
+            probs += conf
+        reference += [ex.label for ex in held]
+    return labels, probs, reference
 
 
 def evaluate(predicted: Sequence[str], reference: Sequence[str],
