@@ -65,23 +65,35 @@ def test_the_log_reads_back_in_inspect_with_turns_labels_and_rates(fake_run, tmp
         assert roles == ["system", "user", "assistant", "user"]
         assert sample.messages[-1].text == turn.user_turn  # the generated user turn is last
         assert sample.messages[1].text == turn.query and sample.messages[2].text == turn.answer
-        assert sample.scores["label"].value == turn.status
-        assert {name for name in sample.scores if name.startswith("label:")} == {
-            f"label:{lab.source}" for lab in turn.labels}
-        for lab in turn.labels:  # a source that abstained is undecided, one that failed invalid
-            assert sample.scores[f"label:{lab.source}"].value == (
-                lab.label or ("invalid" if lab.error else "undecided"))
+        # One score per sample, as userturn.inspect's scorer gives it; every source's label
+        # in its metadata, the condition in the sample's.
+        assert set(sample.scores) == {"user_turn_label"}
+        score = sample.scores["user_turn_label"]
+        assert score.value == turn.status and score.metadata["label"] == turn.status
+        assert score.metadata["follow_up"] == (1.0 if turn.follow_up else 0.0)
+        assert score.metadata["labels"] == {
+            lab.source: lab.label or ("error" if lab.error else "undecided")
+            for lab in turn.labels}
         assert sample.metadata["temperature"] == turn.temperature
         assert sample.metadata["perturbation"] == turn.perturbation
         assert sample.metadata["item_id"] == turn.item_id
+        assert sample.metadata["condition"] == (
+            f"fake_probe_mini_t{turn.temperature:g}"
+            + ("" if turn.perturbation == "none" else f"_{turn.perturbation}"))
     rows = {(r.temperature, r.perturbation): r for r in fake_run.summary()}
-    headline, *conditions = log.results.scores
-    assert headline.name == "follow_up" and len(conditions) == len(rows)
-    for score in conditions:
-        row = rows[(score.metadata["temperature"], score.metadata["perturbation"])]
-        assert score.metrics["follow_up_rate"].value == pytest.approx(row.follow_up.value)
-        assert score.metrics["ci_low"].value == pytest.approx(row.follow_up.low)
-        assert score.metrics["turns"].value == row.follow_up.n
+    (result,) = log.results.scores  # the aggregates are the one score's metrics
+    assert result.name == result.scorer == "user_turn_label"
+    assert list(result.metrics)[:3] == ["follow_up_rate", "ci_low", "ci_high"]  # the headline
+    by_condition = [m for m in result.metrics.values() if m.group == "follow_up_rate"]
+    assert len(by_condition) == len(rows)
+    for metric in by_condition:
+        row = rows[(metric.metadata["temperature"], metric.metadata["perturbation"])]
+        assert metric.value == pytest.approx(row.follow_up.value)
+        assert metric.metadata["ci_low"] == pytest.approx(row.follow_up.low)
+        assert metric.metadata["turns"] == row.follow_up.n
+        assert {s.metadata["condition"] for s in log.samples
+                if (s.metadata["temperature"], s.metadata["perturbation"])
+                == (row.temperature, row.perturbation)} == {metric.name}
 
 
 def test_a_source_that_abstained_is_undecided_not_invalid(gsm_file, tmp_path):
@@ -90,11 +102,11 @@ def test_a_source_that_abstained_is_undecided_not_invalid(gsm_file, tmp_path):
     run_scripted(exp, ScriptedBackend(undecided_script)).close()
     out = tmp_path / "run.eval"
     assert main(["export", str(exp.output), "--format", "inspect", "-o", str(out)]) == 0
-    scores = [s.scores for s in log_module.read_eval_log(str(out)).samples]
-    abstained = [s for s in scores if s["label"].value == "undecided"]
+    scores = [s.scores["user_turn_label"] for s in log_module.read_eval_log(str(out)).samples]
+    abstained = [s for s in scores if s.value == "undecided"]
     assert abstained and len(abstained) < len(scores)  # the sampled turns: rules undecided
-    assert all(s["label:rules"].value == "undecided" for s in abstained)
-    assert not any(s["label:rules"].value == "invalid" for s in scores)
+    assert all(s.metadata["labels"]["rules"] == "undecided" for s in abstained)
+    assert not any(s.metadata["labels"]["rules"] in ("invalid", "error") for s in scores)
 
 
 def test_samples_df_reads_the_log(fake_run, tmp_path):
@@ -106,9 +118,11 @@ def test_samples_df_reads_the_log(fake_run, tmp_path):
     assert sorted(frame["id"]) == sorted(turns)
     for _, row in frame.iterrows():
         turn = turns[row["id"]]
-        assert row["score_label"] == turn.status
+        assert row["score_user_turn_label"] == turn.status
         assert row["metadata_model"] == "fake/probe"
-        assert row["score_follow_up"] == (1.0 if turn.follow_up else 0.0)
+        assert row["metadata_condition"].startswith("fake_probe_mini_t")
+    # Not a score per condition flattened into names: one score, grouped by its metadata.
+    assert not [c for c in frame.columns if c.startswith("score_") and "mini" in c]
 
 
 def test_evals_df_has_a_pooled_headline_one_word_columns_ids_and_tokens(fake_run, tmp_path):
@@ -120,10 +134,12 @@ def test_evals_df_has_a_pooled_headline_one_word_columns_ids_and_tokens(fake_run
     row = frame.iloc[0]
     assert not [c for c in frame.columns if " " in c or "=" in c]
     turns = fake_run.turns()
-    assert row["score_headline_score"] == "follow_up"  # every condition, not the first one
+    assert row["score_headline_score"] == "user_turn_label"
+    assert row["score_headline_metric"] == "follow_up_rate"  # every condition, pooled
     assert row["score_headline_value"] == pytest.approx(
         sum(t.follow_up for t in turns) / len(turns))
-    assert row["score_follow_up_fake_probe_mini_t0_truncate_follow_up_rate"] >= 0
+    assert row["score_user_turn_label_fake_probe_mini_t0_truncate"] >= 0  # a condition's rate
+    assert not [c for c in frame.columns if c.endswith("_ci_high") and "mini" in c]
     assert row["run_id"] and row["task_id"]
     again = tmp_path / "again.eval"
     assert main(["export", str(fake_run.folder), "-o", str(again)]) == 0

@@ -1,10 +1,16 @@
 """A run as an Inspect log (``.eval``), written with ``inspect_ai.log``'s own types and writer,
 so ``inspect view`` opens it and ``inspect_ai.analysis.samples_df`` reads it.
 
-One sample per generated user turn: the conversation as its messages with the generated user
-turn last; the resolved label and every label source's label as scores; model, dataset,
-temperature, perturbation, item and the rest of the turn's coordinates as metadata; the run's
-follow-up rates (one per condition, with their 95% intervals) as the log's results.
+Laid out as an Inspect eval scored with ``userturn.inspect.user_turn_label`` would be: one
+sample per generated user turn, the conversation as its messages with the generated user turn
+last, and ONE score, ``user_turn_label``, whose value is the resolved label (every label
+source's label in its metadata); the condition (model, dataset, temperature, perturbation,
+answerer, and ``condition``, their one-word id) and the turn's other coordinates as the sample's
+metadata; the aggregates as that score's metrics: the follow-up rate of every turn pooled
+(``follow_up_rate``, the headline, with ``ci_low``/``ci_high`` clustered by item and the
+counts), then one metric per condition named by its id in the group ``follow_up_rate``, as
+``grouped(follow_up_rate(), "condition")`` reports it, its interval and counts in the metric's
+metadata.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from userturn.store.meta import RunMeta
 from userturn.version import __version__
 
 TASK = "userturn"
+SCORER = "user_turn_label"  # the name of userturn.inspect's scorer: a live eval's score
 PURPOSE = "the Inspect log export"
 
 
@@ -51,9 +58,7 @@ def export_inspect(store: RunStore, out: Path, *, force: bool = False) -> int:
         status="success", eval=_spec(meta, plan, view.turns, Path(store.folder)),
         results=log_module.EvalResults(
             total_samples=len(samples), completed_samples=len(samples),
-            # The first score is Inspect's headline (evals_df's score_headline_*): the whole
-            # run pooled; then one per condition.
-            scores=[_headline(view.turns), *(_score(row) for row in view.summary())]),
+            scores=[_results(view.turns, view.summary())]),
         stats=log_module.EvalStats(started_at=_when(meta.started),
                                    completed_at=_when(meta.finished),
                                    model_usage=_usage(view.turns, tokens)),
@@ -137,8 +142,10 @@ def _sample(turn: Turn, system: str | None, tokens: tuple[int, int] | None) -> A
     return EvalSample(
         model_usage=usage,
         id=turn.key, epoch=1, input=conversation, target="",
-        messages=[*conversation, generated], output=output, scores=_scores(turn),
-        metadata={"model": turn.model, "dataset": turn.dataset, "item_id": turn.item_id,
+        messages=[*conversation, generated], output=output, scores={SCORER: _score(turn)},
+        metadata={"condition": condition_id(turn.model, turn.dataset, turn.temperature,
+                                            turn.perturbation, turn.answerer),
+                  "model": turn.model, "dataset": turn.dataset, "item_id": turn.item_id,
                   "temperature": turn.temperature, "sample_index": turn.sample_index,
                   "perturbation": turn.perturbation, "answerer": turn.answerer,
                   "context": turn.context, "answer_correct": turn.answer_correct,
@@ -148,66 +155,57 @@ def _sample(turn: Turn, system: str | None, tokens: tuple[int, int] | None) -> A
         error=None)
 
 
-def _scores(turn: Turn) -> dict[str, Any]:
-    """``label``: the resolved label (or why there is none); ``follow_up``: 1/0 for turns that
-    count toward the rate; ``label:SOURCE`` for every source that labelled the turn."""
+def _score(turn: Turn) -> Any:
+    """The turn's one score, as ``user_turn_label`` gives it: the resolved label (or why there
+    is none) as its value, and in its metadata who decided, whether it counts toward the rate
+    as a follow-up (1/0; None: it does not count), and every source's label (``undecided``
+    where a source abstained, ``error`` where its verdict failed)."""
     from inspect_ai.scorer import Score
 
-    scores = {"label": Score(value=turn.status, answer=turn.user_turn,
-                             explanation=turn.rationale or turn.label_error or None,
-                             metadata={"source": turn.label_source,
-                                       "probability": turn.probability})}
-    if turn.counts_toward_rate:
-        scores["follow_up"] = Score(value=1.0 if turn.follow_up else 0.0)
-    for lab in turn.labels:
-        # A source that abstained is undecided; one whose verdict failed says "error".
-        scores[f"label:{lab.source}"] = Score(
-            value=turn.source_values(lab.source)[0] or "undecided",
-            explanation=lab.rationale or lab.error or None,
-            metadata={"version": lab.version, "probability": lab.probability})
-    return scores
+    return Score(value=turn.status, answer=turn.user_turn,
+                 explanation=turn.rationale or turn.label_error or None,
+                 metadata={"label": turn.status, "source": turn.label_source,
+                           "probability": turn.probability,
+                           "follow_up": (1.0 if turn.follow_up else 0.0)
+                           if turn.counts_toward_rate else None,
+                           "labels": {lab.source: turn.source_values(lab.source)[0]
+                                      or "undecided" for lab in turn.labels}})
 
 
-def _score(row: SummaryRow) -> Any:
-    from inspect_ai.log import EvalMetric, EvalScore
-
-    rate = row.follow_up
-    condition = {"model": row.model, "dataset": row.dataset, "answerer": row.answerer,
-                 "perturbation": row.perturbation, "temperature": row.temperature}
-    metrics = {"follow_up_rate": rate.value, "ci_low": rate.low, "ci_high": rate.high,
-               "follow_ups": rate.hits, "turns": rate.n, "undecided": row.undecided,
-               "label_errors": row.label_errors, "failed": row.errors}
-    name = score_name(row)
-    return EvalScore(name=name, scorer=TASK, scored_samples=rate.n,
-                     unscored_samples=row.errors, metadata=condition,
-                     metrics={key: EvalMetric(name=key, value=_finite(value))
-                              for key, value in metrics.items()})
+def condition_id(model: str, dataset: str, temperature: float, perturbation: str,
+                 answerer: str) -> str:
+    """A condition in one word, as Inspect's tables name a metric's column:
+    ``smollm2_gsm_symbolic_t0_7`` (then the perturbation and answerer where set)."""
+    parts = [model, dataset, f"t{temperature:g}",
+             *([perturbation] if perturbation != "none" else []),
+             *([f"answerer {answerer}"] if answerer != "self" else [])]
+    return "_".join(re.sub(r"[^A-Za-z0-9]+", "_", part).strip("_") for part in parts)
 
 
-def score_name(row: SummaryRow) -> str:
-    """A condition's score name, one word so evals_df's columns are too:
-    ``follow_up_smollm2_gsm_symbolic_t0_7`` (then the perturbation and answerer where set)."""
-    parts = [row.model, row.dataset, f"t{row.temperature:g}",
-             *([row.perturbation] if row.perturbation != "none" else []),
-             *([f"answerer {row.answerer}"] if row.answerer != "self" else [])]
-    return "follow_up_" + "_".join(re.sub(r"[^A-Za-z0-9]+", "_", part).strip("_")
-                                   for part in parts)
-
-
-def _headline(turns: Sequence[Turn]) -> Any:
-    """The run's follow-up rate over every condition pooled (the turns that count toward a
-    rate), clustered by item: Inspect shows the first score as the log's headline."""
+def _results(turns: Sequence[Turn], rows: Sequence[SummaryRow]) -> Any:
+    """The one score's metrics: the run pooled (the headline: Inspect shows the first metric
+    of the first score), then each condition's rate, grouped as ``grouped()`` groups them."""
     from inspect_ai.log import EvalMetric, EvalScore
 
     counted = [t for t in turns if t.counts_toward_rate]
     rate = clustered_rate(((t.dataset, t.item_id), t.follow_up) for t in counted)
-    metrics = {"follow_up_rate": rate.value, "ci_low": rate.low, "ci_high": rate.high,
-               "follow_ups": rate.hits, "turns": rate.n}
-    return EvalScore(name="follow_up", scorer=TASK, scored_samples=rate.n,
-                     unscored_samples=len(turns) - len(counted),
-                     metadata={"conditions": "all, pooled"},
-                     metrics={key: EvalMetric(name=key, value=_finite(value))
-                              for key, value in metrics.items()})
+    pooled = {"follow_up_rate": rate.value, "ci_low": rate.low, "ci_high": rate.high,
+              "follow_ups": rate.hits, "turns": rate.n}
+    metrics = {key: EvalMetric(name=key, value=_finite(value)) for key, value in pooled.items()}
+    for row in rows:
+        key = condition_id(row.model, row.dataset, row.temperature, row.perturbation,
+                           row.answerer)
+        metrics[key] = EvalMetric(
+            name=key, group="follow_up_rate", value=_finite(row.follow_up.value),
+            metadata={"model": row.model, "dataset": row.dataset, "answerer": row.answerer,
+                      "perturbation": row.perturbation, "temperature": row.temperature,
+                      "ci_low": _finite(row.follow_up.low),
+                      "ci_high": _finite(row.follow_up.high),
+                      "follow_ups": row.follow_up.hits, "turns": row.follow_up.n,
+                      "undecided": row.undecided, "label_errors": row.label_errors,
+                      "failed": row.errors})
+    return EvalScore(name=SCORER, scorer=SCORER, scored_samples=rate.n,
+                     unscored_samples=len(turns) - len(counted), metrics=metrics)
 
 
 def _finite(value: float) -> float:
