@@ -314,6 +314,15 @@ def test_the_task_readme_says_where_the_embedded_model_lives(tmp_path, capsys):
     readme = (task / "README.md").read_text()
     assert f"pretrained={location} " in readme and "PATH_OR_ID" not in readme
     assert f"--include_path {task.resolve()} " in readme  # runs from any folder
+    # The command export-task prints is the README's, float32 included (the docs' command,
+    # which writes the run's own greedy turns), on one line.
+    assert main(["export-task", str(run.folder), "-o", str(task), "--force"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    command = " ".join(next(block for block in readme.split("```bash\n")[1:])
+                       .split("\nuserturn import")[0].replace("\\\n", " ").split())
+    assert command.startswith(f"lm-eval run --model hf --model_args pretrained={location} "
+                              "dtype=float32 --include_path")
+    assert f"run: {command}; then: userturn import --from lm-eval lmeval-out" in printed
     lm_eval_samples(task, tmp_path / "out", run=run,
                     ran=("hf", {"pretrained": location + "/", "dtype": "float32"}))
     assert main(["import", "--from", "lm-eval", str(tmp_path / "out"), "-o",

@@ -95,7 +95,7 @@ def export_run_as(args: argparse.Namespace, console: Console) -> int:
 
 
 def _export_task(args: argparse.Namespace, console: Console) -> int:
-    from userturn.integrations.lmeval import export_task
+    from userturn.integrations.lmeval import export_task, run_command
     from userturn.store.database import RunStore
 
     folder = args.source
@@ -120,11 +120,10 @@ def _export_task(args: argparse.Namespace, console: Console) -> int:
                       markup=False, highlight=False)
     tags = " ".join(dict.fromkeys(task.tag for task in tasks))
     where = tasks[0].location if len({t.location for t in tasks}) == 1 else None
-    console.print(f"wrote {args.out}/; run: lm-eval run --model hf --model_args pretrained="
-                  f"{where or 'MODEL'} --include_path {args.out.resolve()} --tasks {tags} "
-                  "--log_samples --output_path OUT; then: userturn import --from lm-eval OUT "
-                  f"-o RUN ({args.out}/README.md has the commands)", markup=False,
-                  highlight=False, soft_wrap=True)
+    console.print(f"wrote {args.out}/; run: {run_command(where or 'MODEL', args.out.resolve(), tags)}"
+                  "; then: userturn import --from lm-eval lmeval-out -o RUN "
+                  f"({args.out}/README.md has the commands)", markup=False, highlight=False,
+                  soft_wrap=True)
     return 0
 
 

@@ -247,6 +247,15 @@ def task_yaml(task: ExportedTask) -> str:
             f"custom_dataset: !function {DOCS_LOADER[:-3]}.load\n{body}")
 
 
+def run_command(where: str, folder: Path, tasks: str, *, wrap: bool = False) -> str:
+    """The lm-eval command that runs ``tasks`` of ``folder`` on the model at ``where``, as the
+    README and ``export-task`` print it: float32, the dtype the run's own user turns were
+    generated in, so lm-eval writes the same greedy turns."""
+    gap = " \\\n    " if wrap else " "  # a shell line continuation in the README
+    return (f"lm-eval run --model hf --model_args pretrained={where} dtype=float32{gap}"
+            f"--include_path {folder} --tasks {tasks} --log_samples --output_path lmeval-out")
+
+
 def task_readme(tasks: Sequence[ExportedTask], folder: Path) -> str:
     version = ".".join(map(str, MIN_LM_EVAL))
     lines = ["# userturn: the user-turn pass as lm-evaluation-harness tasks", "",
@@ -262,10 +271,7 @@ def task_readme(tasks: Sequence[ExportedTask], folder: Path) -> str:
         if task.location is None:
             lines += [f"{task.model} has no weights userturn can point lm-eval at: give "
                       "the model's folder or hub id.", ""]
-        lines += ["```bash",
-                  f"lm-eval run --model hf --model_args pretrained={where} dtype=float32 "
-                  f"\\\n    --include_path {folder} --tasks {tag} --log_samples "
-                  "--output_path lmeval-out",
+        lines += ["```bash", run_command(where, folder, tag, wrap=True),
                   f"userturn import --from lm-eval lmeval-out -o runs/{tag}-lmeval",
                   "```", ""]
     lines += ["| task | model | temperature | top-p | max tokens | until | documents |",
