@@ -48,10 +48,14 @@ def test_a_judge_whose_every_verdict_failed_changes_no_rate_and_no_export(run, t
     assert rates(capsys, str(run)) == before
     turns = load_run(run).turns()
     assert {t.key: t.label for t in turns} == turns_before  # every label where it was
-    assert all(t.label_error and t.counts_toward_rate for t in turns)
-    (greedy, sampled) = load_run(run).summary()
+    # a judge that never once succeeded decides nothing: the run's sources stay as they were
+    assert load_run(run).label_sources() == ["rules", "classifier"]
+    assert "now labelled by" not in err
+    # read with the judge first, every failed verdict is a label error, never a label
+    (greedy, sampled) = load_run(run).summary(["judge:openai/x@rubric1", "rules", "classifier"])
     assert (greedy.label_errors, sampled.label_errors) == (3, 6)
     assert (greedy.undecided, sampled.undecided) == (0, 0)
+    assert rates(capsys, str(run), "--labels", "judge:openai/x@rubric1,rules") == before
     # the exports read the same labels: none is empty, no sample is scored invalid
     assert main(["export", str(run), "--format", "hf", "-o", str(tmp_path / "hf")]) == 0
     pq = pytest.importorskip("pyarrow.parquet")

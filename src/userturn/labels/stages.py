@@ -174,7 +174,9 @@ def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: JudgeScope,
     names = [judge.name for judge in judges]
     if len(judges) > 1:
         store_majority(store, names)
-    if record and judges:
+    # A judge none of whose verdicts ever succeeded decides nothing: the run's sources (and its
+    # rates) stay as they were, and nothing says they changed.
+    if record and any(store.labelled_keys(judge.name, judge.version) for judge in judges):
         record_sources(store, run_labeller(store.meta()), names, scope, classifier)
     return sent
 
