@@ -67,7 +67,7 @@ def test_a_judge_whose_every_verdict_failed_changes_no_rate_and_no_export(run, t
 
     samples = read_eval_log(str(tmp_path / "x.eval")).samples or []
     assert len(samples) == 9
-    assert {s.scores["label"].value for s in samples} == set(turns_before.values())
+    assert {s.scores["user_turn_label"].value for s in samples} == set(turns_before.values())
 
 
 def test_failed_verdicts_under_labels_chosen_by_hand_are_undecided_in_table_and_footer(
