@@ -62,15 +62,32 @@ def test_a_prompt_too_long_for_the_context_fails_alone_and_budgets_are_clamped(t
     assert any("runs past the model's context" in str(w.message) for w in caught)
 
 
-def test_a_batch_that_fails_as_a_whole_is_retried_one_by_one(tiny_backend, monkeypatch):
-    run = type(tiny_backend)._run
+@pytest.mark.parametrize("batching", ["refill", "static"])
+def test_a_batch_that_fails_as_a_whole_is_retried_one_by_one(batching, tiny_backend,
+                                                              monkeypatch):
+    import userturn.backends.hf as hf
 
-    def fails_with_the_long_one(self, requests, encoded, params, stop):
-        if any("LONG" in r.prompt for r in requests):
-            raise RuntimeError("DefaultCPUAllocator: can't allocate memory")
-        return run(self, requests, encoded, params, stop)
+    failure = RuntimeError("DefaultCPUAllocator: can't allocate memory")
+    long_ids = tuple(prompt_token_ids(tiny_backend.tokenizer, "LONG"))
+    if batching == "refill":  # the engine's loop over rows, refilled as they finish
+        generate_rows = hf.generate_rows
 
-    monkeypatch.setattr(type(tiny_backend), "_run", fails_with_the_long_one)
+        def rows_fail_with_the_long_one(model, rows, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if any(row.ids == long_ids for row in rows):
+                raise failure
+            return generate_rows(model, rows, *args, **kwargs)
+
+        monkeypatch.setattr(hf, "generate_rows", rows_fail_with_the_long_one)
+    else:  # left-padded static batches through generate
+        run = type(tiny_backend)._run
+
+        def fails_with_the_long_one(self, requests, encoded, params, stop):  # type: ignore[no-untyped-def]
+            if any("LONG" in r.prompt for r in requests):
+                raise failure
+            return run(self, requests, encoded, params, stop)
+
+        monkeypatch.setattr(type(tiny_backend), "_run", fails_with_the_long_one)
+    monkeypatch.setattr(tiny_backend, "batching", batching)
     params = GenerationParams(0.0, 1.0, 4)
     batch = [Request(text, params, ("<|im_end|>",)) for text in ("a", "LONG", "b", "c")]
     out = tiny_backend.complete(batch)

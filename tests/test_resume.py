@@ -13,6 +13,7 @@ from pathlib import Path
 
 from helpers import count_generations, stored_generations
 
+from userturn.backends.batching import QUEUE_WIDTHS
 from userturn.cli.main import main
 
 ARGS = ["--model", "tiny", "--dataset", "gsm_symbolic", "--limit", "16", "--temperatures", "0,1",
@@ -24,7 +25,10 @@ WAIT_LIMIT_S = 1200
 
 # The killed run: the real CLI run, whose model stops answering after STALL_AFTER chunks (the
 # chunks before it are committed), so the kill always lands mid-run however fast the machine is.
-STALL_AFTER = 6
+STALL_AFTER = 3
+# A call to the engine is a unit of QUEUE_WIDTHS batches' worth of prompts (refilled rows), so
+# the stall lands after STALL_AFTER such units: the answers, the greedy turns, the first sampled.
+UNIT = 2 * QUEUE_WIDTHS
 STALLING_RUN = f"""
 import sys, time
 from userturn.backends import BackendSpec
@@ -65,7 +69,7 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path, tiny_backend)
     # however slow the machine, the kill lands with exactly those chunks committed. The limit
     # only stops a broken run from hanging the suite.
     limit = time.monotonic() + WAIT_LIMIT_S
-    committed = 2 * STALL_AFTER  # chunks of --batch-size 2
+    committed = UNIT * STALL_AFTER  # units of --batch-size 2 rows
     while (count_generations(killed) < committed and process.poll() is None
            and time.monotonic() < limit):
         time.sleep(0.05)
