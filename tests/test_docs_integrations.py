@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 LM_EVAL_BIN = ROOT / ".venv-lmeval" / "bin"
 SLOW = os.environ.get("USERTURN_SLOW") == "1"
 INSPECT_VIEW_PORT = 7575  # `inspect view`'s default
+# A reader meets the commands in the document's order and each may need what the one before
+# made: `make test-random` shuffles the modules, never the commands of this one.
+pytestmark = pytest.mark.random_order(disabled=True)
 
 
 def doc_commands(path: Path, section: str | None = None) -> list[tuple[str, str]]:
