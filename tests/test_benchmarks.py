@@ -44,6 +44,8 @@ NUMBER = r"-?\d+(\.\d+)?"
 SMOKES = {
     "overhead.py": Smoke(TINY, rf"^greedy +userturn +{NUMBER}s +bare generate +{NUMBER}s +"
                                rf"ratio {NUMBER} \(median ratio {NUMBER}\)$"),
+    "rows_busy.py": Smoke(("--model", "tiny", "--items", "2", "--samples", "1", "--max-tokens",
+                           "4", "--repeats", "1"), rf"^useful throughput ratio: {NUMBER}$"),
     "backends.py": Smoke(("--backend", "transformers", *TINY, "--greedy-only"),
                          rf"^greedy +userturn +{NUMBER} tok/s +bare +{NUMBER} tok/s +ratio "
                          rf"{NUMBER} \(median\) .* wall-time ratio {NUMBER} +\[\d+ vs \d+ tokens\]$"),

@@ -76,16 +76,17 @@ def test_user_turn_prompt_has_bos_once_and_ends_in_the_user_header(tiny_backend)
 
 
 def test_batch_size_auto_on_the_cpu_measures_the_width_on_first_use_and_says_it(tiny_backend):
-    """Units are 8 batches' worth of prompts (the refill queue) from the start; the width is
-    measured when the weights are there, said once, and the turns are those of any width."""
+    """Units are 8 batches' worth of prompts (the refill queue) of the widest width measured, from
+    the start; the width is measured when the weights are there, said once, and the turns are
+    those of any width."""
     backend = TransformersBackend(resolve_model("tiny"), batch_size="auto", device="cpu")
-    assert (backend.batch_size, backend.chunk_size, backend.searching) == (8, 64, False)
+    assert (backend.batch_size, backend.chunk_size, backend.searching) == (8, 256, False)
     batch = requests(backend, GREEDY, [0])
     with pytest.warns(UserWarning, match=r"^tiny: --batch-size auto: \d+ rows at once on cpu "
                       r"\(row-tokens/s measured at \d+ tokens a row, by width: 4: \d+, 8: \d+, "
                       r"16: \d+, 32: \d+\)$"):
         got = backend.complete(batch)
-    assert backend.batch_size in CPU_WIDTHS and backend.chunk_size == 64
+    assert backend.batch_size in CPU_WIDTHS and backend.chunk_size == 256
     assert [g.text for g in got] == [g.text for g in tiny_backend.complete(batch)]
     import warnings
 

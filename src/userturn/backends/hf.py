@@ -67,7 +67,10 @@ class TransformersBackend:
         self.measuring = batch_size == "auto" and not self.searching and batching == "refill"
         self._batch_said = not self.searching
         self.batching: Batching = batching
-        self.chunk_size = self.batch_size * (QUEUE_WIDTHS if batching == "refill" else 1)
+        # Units hold QUEUE_WIDTHS batches of the widest the measurement may choose: the width
+        # comes when the weights do, the units are cut before.
+        widest = max(CPU_WIDTHS) if self.measuring else self.batch_size
+        self.chunk_size = widest * QUEUE_WIDTHS if batching == "refill" else self.batch_size
         self._can_refill: bool | None = None
         self._logits_processors: Any = None
         self._ref, self._trust_remote_code = ref, trust_remote_code
