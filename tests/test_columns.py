@@ -23,7 +23,7 @@ import pytest
 from rich.console import Console
 
 from userturn.records import HUMAN
-from userturn.report import sections
+from userturn.report import columns, sections
 from userturn.report.agreement import print_against_people
 from userturn.report.compute import Report
 from userturn.report.summary import print_summary
@@ -162,3 +162,89 @@ def test_the_column_list_writes_what_the_tables_wrote_before_it(case, tmp_path):
     for name, text in written.items():
         assert text == (golden / name).read_text(encoding="utf-8"), f"{case}/{name} changed"
 
+
+def _table_lines(text: str, title: str) -> list[str]:
+    """The header and body lines of the terminal table under ``title``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == title)
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("└"))
+    return [line for line in lines[start + 1:end] if line.startswith(("┃", "│"))]
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip("┃│").replace("┃", "│").split("│")]
+
+
+RATE_TITLE = "Genuine follow-up rate, 95% CI clustered by item"
+LABELS_TITLE = "Labels of the generated user turns (counts)"
+
+
+def test_a_column_added_to_the_list_shows_in_the_terminal_the_page_and_summary_csv(
+        monkeypatch, tmp_path):
+    added = columns.Column("samples", "samples per item", lambda r: r.turns // r.items,
+                           columns.COUNT)
+    monkeypatch.setattr(columns, "COLUMNS", [*columns.COLUMNS, added])
+    written = of_rows(single_rows(), tmp_path)
+
+    header, *rows = _table_lines(written["terminal.txt"], RATE_TITLE)
+    assert _cells(header)[-1] == "samples per item"
+    assert [_cells(row)[-1] for row in rows] == ["1", "2"]
+    html = written["summary.html"]
+    assert '<th class="num">samples per item</th>' in html
+    assert html.count('<td class="num">1</td></tr>') == 1
+    assert html.count('<td class="num">2</td></tr>') == 1
+    records = list(csv.DictReader(io.StringIO(written["summary.csv"])))
+    assert [record["samples"] for record in records] == ["1", "2"]
+    # Nothing else moved: without the new column each file reads as before.
+    golden = (GOLDEN / "single" / "summary.csv").read_text(encoding="utf-8")
+    assert [{k: v for k, v in record.items() if k != "samples"} for record in records] == list(
+        csv.DictReader(io.StringIO(golden)))
+
+
+def _arm(row: SummaryRow) -> str:
+    """A stand-in for a condition key such as the probe's arm."""
+    return "continuation" if row.temperature > 0 else "opened"
+
+
+def test_a_condition_column_shows_where_the_run_varies_it_and_is_always_in_the_csv(
+        monkeypatch, tmp_path):
+    arm = columns.Column("arm", "arm", _arm, columns.NAME, shown=columns.varies, condition=True)
+    at = 1 + max(i for i, c in enumerate(columns.COLUMNS) if c.name == "perturbation")
+    monkeypatch.setattr(columns, "COLUMNS", [*columns.COLUMNS[:at], arm, *columns.COLUMNS[at:]])
+
+    both = of_rows(single_rows(), tmp_path / "both")
+    for title in (RATE_TITLE, LABELS_TITLE):
+        header, *rows = _table_lines(both["terminal.txt"], title)
+        where = _cells(header).index("arm")
+        assert _cells(header)[where + 1] == "T"
+        assert [_cells(row)[where] for row in rows] == ["opened", "continuation"]
+    assert both["summary.html"].count('<th class="">arm</th>') == 2  # the rates and the counts
+    assert both["summary.html"].count('<td class="">continuation</td>') == 2
+
+    one = of_rows(single_rows()[:1], tmp_path / "one")
+    for title in (RATE_TITLE, LABELS_TITLE):
+        assert "arm" not in _cells(_table_lines(one["terminal.txt"], title)[0])
+    assert ">arm<" not in one["summary.html"] and "opened" not in one["summary.html"]
+
+    for written, values in ((both, ["opened", "continuation"]), (one, ["opened"])):
+        summary = list(csv.DictReader(io.StringIO(written["summary.csv"])))
+        assert list(summary[0])[3:6] == ["perturbation", "arm", "temperature"]
+        assert [record["arm"] for record in summary] == values
+        labels = list(csv.DictReader(io.StringIO(written["labels.csv"])))
+        assert list(labels[0])[:6] == ["model", "answerer", "dataset", "perturbation", "arm",
+                                       "temperature"]
+        assert {record["arm"] for record in labels} == set(values)
+
+
+def test_two_columns_writing_one_csv_field_are_refused_and_the_tables_written_stay(
+        monkeypatch, tmp_path):
+    report = Report(folder=tmp_path, meta=RunMeta(), sources=SOURCES, rows=single_rows(),
+                    comparisons=[], panels=[], joints=[], turns=[])
+    export_tables(report, tmp_path / "tables")
+    before = (tmp_path / "tables" / "summary.csv").read_bytes()
+    again = replace(next(c for c in columns.COLUMNS if c.name == "turns"), header="turns again")
+    monkeypatch.setattr(columns, "COLUMNS", [*columns.COLUMNS, again])
+    with pytest.raises(ValueError, match="^columns 'turns' and 'turns' both write the "
+                                         "summary.csv field 'turns'; rename one$"):
+        export_tables(report, tmp_path / "tables")
+    assert (tmp_path / "tables" / "summary.csv").read_bytes() == before
