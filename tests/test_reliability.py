@@ -74,10 +74,10 @@ def test_labellers_are_read_against_the_people_range():
     results = [_agreement("human:ana", "human:bo", 0.7), _agreement("human:ana", "human:cy", 0.8),
                _agreement("human:bo", "human:cy", 0.75), _agreement("human:ana", "rules", 0.72),
                _agreement("human:ana", "classifier", 0.5), _agreement("classifier", "rules", 0.9)]
-    rows = {row["labeller"]: row for row in against_people(results)}
+    rows = {row.labeller: row for row in against_people(results)}
     assert set(rows) == {"rules", "classifier"}  # labeller vs labeller is not against a person
-    assert (rows["rules"]["human_low"], rows["rules"]["human_high"]) == (0.7, 0.8)
-    assert rows["rules"]["in_range"] is True and rows["classifier"]["in_range"] is False
+    assert (rows["rules"].human_low, rows["rules"].human_high) == (0.7, 0.8)
+    assert rows["rules"].in_range is True and rows["classifier"].in_range is False
 
 
 def test_empty_input_is_nan():

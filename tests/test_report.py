@@ -197,9 +197,9 @@ def test_joint_table_splits_right_and_wrong_answers(run_folder):
     report = load_run(store).report()
     store.close()
     by_model = {c.model: j for c, j in report.joints if c.temperature == 0.0}
-    assert by_model["fake/alpha"]["items_correct"] == 3
-    assert by_model["fake/beta"]["items_correct"] == 1
-    assert by_model["fake/beta"]["items_wrong"] == 5
+    assert by_model["fake/alpha"].items_correct == 3
+    assert by_model["fake/beta"].items_correct == 1
+    assert by_model["fake/beta"].items_wrong == 5
 
 
 def test_three_models_give_a_rank_correlation(tmp_path):

@@ -307,21 +307,21 @@ def test_joint_table_by_hand():
     triples = [("r1", True, True), ("r1", True, False), ("r2", True, False), ("r2", True, False),
                ("w1", False, True), ("w1", False, True), ("w2", False, False)]
     table = joint_table(triples)
-    assert isinstance(table["correct"], Rate) and isinstance(table["wrong"], Rate)
-    assert (table["correct"].hits, table["correct"].n) == (1, 4)
-    assert (table["wrong"].hits, table["wrong"].n) == (2, 3)
-    assert (table["items_correct"], table["items_wrong"], table["items_mixed"]) == (2, 2, 0)
-    assert table["counts"] == {"correct_hit": 1, "correct_miss": 3, "wrong_hit": 2,
-                               "wrong_miss": 1}
-    assert table["correct"].low < 0.25 < table["correct"].high
-    assert table["correct"] == clustered_rate([(i, h) for i, c, h in triples if c])
+    assert isinstance(table.correct, Rate) and isinstance(table.wrong, Rate)
+    assert (table.correct.hits, table.correct.n) == (1, 4)
+    assert (table.wrong.hits, table.wrong.n) == (2, 3)
+    assert (table.items_correct, table.items_wrong, table.items_mixed) == (2, 2, 0)
+    assert (table.correct_hit, table.correct_miss, table.wrong_hit, table.wrong_miss) == (
+        1, 3, 2, 1)
+    assert table.correct.low < 0.25 < table.correct.high
+    assert table.correct == clustered_rate([(i, h) for i, c, h in triples if c])
 
 
 def test_joint_table_empty_stratum_and_mixed_items():
     table = joint_table([("x", True, True), ("x", False, False), ("y", True, False)])
-    assert (table["items_correct"], table["items_wrong"], table["items_mixed"]) == (2, 1, 1)
+    assert (table.items_correct, table.items_wrong, table.items_mixed) == (2, 1, 1)
     empty = joint_table([("x", True, True)])
-    assert empty["wrong"].n == 0 and math.isnan(empty["wrong"].value)
+    assert empty.wrong.n == 0 and math.isnan(empty.wrong.value)
 
 
 def test_direction_and_single_sample_mcnemar():

@@ -108,11 +108,11 @@ def print_against_people(results: Sequence[Agreement],
                      "at least as good as a person"):
             table.add_column(name, justify="left" if name in ("labeller", "human") else "right")
         for row in rows:
-            human_range = ("-" if row["human_low"] != row["human_low"] else
-                           f"{decimal(row['human_low'])} to {decimal(row['human_high'])}")
-            verdict = "-" if row["in_range"] is None else ("yes" if row["in_range"] else "no")
-            table.add_row(row["labeller"], row["human"], str(row["n"]), decimal(row["kappa"]),
-                          decimal(row["ac1"]), human_range, verdict)
+            human_range = ("-" if row.human_low != row.human_low else
+                           f"{decimal(row.human_low)} to {decimal(row.human_high)}")
+            verdict = "-" if row.in_range is None else ("yes" if row.in_range else "no")
+            table.add_row(row.labeller, row.human, str(row.n), decimal(row.kappa),
+                          decimal(row.ac1), human_range, verdict)
         console.print(table)
     lines = []
     try:

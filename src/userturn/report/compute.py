@@ -27,10 +27,11 @@ from userturn.stats.effects import (
     perturbation_effects,
     right_wrong_tables,
 )
-from userturn.stats.reliability import against_people
+from userturn.stats.reliability import AgainstPeople, against_people
 from userturn.stats.summary import SummaryRow, assistant_errors, summarize
 from userturn.stats.variants import VariantComparison, variant_comparisons
 from userturn.store.meta import RunMeta
+from userturn.store.runstate import RunState
 
 # The stacked categories of the label plot and the browser's filter: labels, then statuses.
 CATEGORIES = [(label, label.replace("_", " ")) for label in LABELS] + [
@@ -49,13 +50,13 @@ class Report:
     turns: list[Turn]
     models: list[str] = field(default_factory=list)
     assistant_failures: int = 0
-    state: Any = None  # runstate.RunState: finished, in progress or incomplete
+    state: RunState | None = None  # finished, in progress or incomplete
     # Each user-turn variant against the native opening (stats.variants).
     variants: list[VariantComparison] = field(default_factory=list)
     # Every pair of label sources that labelled at least two of the same turns.
     agreement: list[Agreement] = field(default_factory=list)
     # Each labeller against each person, beside the people's own range (stats.reliability).
-    against_people: list[dict[str, Any]] = field(default_factory=list)
+    against_people: list[AgainstPeople] = field(default_factory=list)
     # Each perturbation that could not change some answers: those items are left out of it.
     unapplied: list[Unapplied] = field(default_factory=list)
 
@@ -69,7 +70,8 @@ class Report:
 
 def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Path,
                  meta: RunMeta, sources: Sequence[str],
-                 inclusion: Mapping[str, float] | None = None, state: Any = None) -> Report:
+                 inclusion: Mapping[str, float] | None = None,
+                 state: RunState | None = None) -> Report:
     """Every number of the report. ``turns`` are read with ``sources`` (the label sources in
     priority order); ``meta`` is the run's stored metadata; ``inclusion`` the human-labelled
     turns' inclusion probabilities (as :func:`userturn.stats.summary.summarize` takes them); ``state`` the

@@ -50,18 +50,21 @@ def rate_html(rate: Rate | None, value: float | None = None) -> str:
             '</span>')
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeric_from: int,
-           cls: str = "", groups: Sequence[bool] = (), headings: Sequence[str] = ()) -> str:
-    """An HTML table; ``groups`` marks rows that start a group (a rule above them),
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeric_from: int = 0,
+          numeric: Sequence[bool] = (), cls: str = "", groups: Sequence[bool] = (),
+          headings: Sequence[str] = ()) -> str:
+    """An HTML table whose columns from ``numeric_from`` on hold numbers (right-aligned), or
+    those ``numeric`` marks; ``groups`` marks rows that start a group (a rule above them),
     ``headings`` gives each row a group heading, shown as a row of its own when it changes."""
-    head = "".join(f'<th class="{"num" if i >= numeric_from else ""}">{h}</th>'
+    numbers = list(numeric) or [i >= numeric_from for i in range(len(headers))]
+    head = "".join(f'<th class="{"num" if numbers[i] else ""}">{h}</th>'
                    for i, h in enumerate(headers))
     body = []
     for r, cells in enumerate(rows):
         if headings and (r == 0 or headings[r] != headings[r - 1]):
             body.append(f'<tr class="heading"><th colspan="{len(headers)}">{esc(headings[r])}'
                         f"</th></tr>")
-        tds = "".join(f'<td class="{"num" if i >= numeric_from else ""}">{c}</td>'
+        tds = "".join(f'<td class="{"num" if numbers[i] else ""}">{c}</td>'
                       for i, c in enumerate(cells))
         first = ' class="group-start"' if groups and groups[r] else ""
         body.append(f"<tr{first}>{tds}</tr>")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from userturn.records import LABELS, VERDICT_ERROR
-from userturn.report import charts, plots
+from userturn.report import charts, columns, plots
 from userturn.report.compute import CATEGORIES, Report
 from userturn.report.markup import count, esc, group_starts, rate_html, section, table
 from userturn.report.numbers import (
@@ -19,13 +19,8 @@ from userturn.report.numbers import (
     temperature,
     temperature_axis,
 )
-from userturn.report.summary import (
-    correction_hint,
-    labels_text,
-    missing_correction,
-    offline_notes,
-)
-from userturn.stats.correction import MIN_HUMAN_LABELS, Corrected
+from userturn.report.summary import correction_hint, offline_notes
+from userturn.stats.correction import MIN_HUMAN_LABELS
 from userturn.stats.effects import PerturbationEffect
 from userturn.stats.rates import Difference, McNemar, Rate
 from userturn.stats.summary import SummaryRow
@@ -37,32 +32,19 @@ NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower 
                   "source's label, so a failed verdict never moves the rate.")
 
 
-def _keys(report: Report) -> list[str]:
-    return [k for k in ("answerer", "dataset", "perturbation") if report.varies(k)]
-
-
 # -- summary ---------------------------------------------------------------------------------------
 def summary(report: Report) -> str:
-    keys = _keys(report)
+    groups = group_starts([r.model for r in report.rows])
+    main = _columns_table(columns.page_columns(report.rows), report.rows, groups=groups)
+    keys = columns.page_columns(report.rows, conditions=True)
+    label_rows = [[cell for c in keys for cell in c.html(r)]
+                  + [str(r.labels.get(key, 0)) for key in LABELS]
+                  + [count(r.undecided), count(r.errors)] for r in report.rows]
+    counts = table([esc(header) for c in keys for header in c.page_headers()]
+                   + [esc(name) for _, name in CATEGORIES], label_rows,
+                   numeric=[c.format.numeric for c in keys] + [True] * len(CATEGORIES),
+                   groups=groups)
     humans = any(r.human_labels for r in report.rows)
-    # With human labels the corrected rate leads, the labeller's raw rate beside it.
-    rates = (["corrected [95% CI]", "raw follow-up [95% CI]", "n", "human labels",
-              "human only [95% CI]"] if humans else ["follow-up [95% CI]", "n"])
-    headers = ["model", *keys, "T", "items", "turns", *rates, "undecided", "label errors",
-               "errors", "accuracy [95% CI]", "n"]
-    rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
-             str(r.items), str(r.turns), *_rate_cells(r, humans),
-             count(r.undecided, False), count(r.label_errors), count(r.errors),
-             rate_html(r.accuracy),
-             str(r.accuracy.n) if r.accuracy else "–"] for r in report.rows]
-    main = table(headers, rows, numeric_from=1 + len(keys),
-                   groups=group_starts([r.model for r in report.rows]))
-    label_rows = [[esc(r.model), *(esc(getattr(r, k)) for k in keys), temperature_axis(r.temperature),
-                   *(str(r.labels.get(key, 0)) for key in LABELS),
-                   count(r.undecided), count(r.errors)] for r in report.rows]
-    counts = table(["model", *keys, "T", *(esc(name) for _, name in CATEGORIES)], label_rows,
-                    numeric_from=1 + len(keys),
-                    groups=group_starts([r.model for r in report.rows]))
     notes = [f"n: turns the rate is over; {NOTE_UNDECIDED}",
              "Task accuracy: the score of the greedy assistant answer the turns follow (one per "
              "item). Intervals: 95% clustered Wilson intervals (the effective sample size the items' "
@@ -88,21 +70,13 @@ def summary(report: Report) -> str:
                     "per model and condition.", body)
 
 
-def _corrected_html(c: Corrected | None) -> str:
-    if c is None:
-        return '<span class="na">–</span>'
-    return rate_html(Rate(0, c.n, c.low, c.high), value=c.value)
-
-
-def _rate_cells(r: SummaryRow, humans: bool) -> list[str]:
-    """The rate columns of a summary row: the corrected rate first where people labelled turns
-    (or how many more labels it needs), the raw rate beside it."""
-    if not humans:
-        return [rate_html(r.follow_up), str(r.follow_up.n)]
-    corrected = (_corrected_html(r.corrected) if r.corrected is not None
-                 else f'<span class="na">– ({esc(missing_correction(r))})</span>')
-    return [corrected, rate_html(r.follow_up), str(r.follow_up.n), esc(labels_text(r)),
-            _corrected_html(r.human_only)]
+def _columns_table(shown: Sequence[columns.Column], rows: Sequence[SummaryRow], *,
+                   groups: Sequence[bool]) -> str:
+    """The page's table of ``shown`` columns, one row per summary row (a rate brings its n)."""
+    return table([esc(header) for c in shown for header in c.page_headers()],
+                 [[cell for c in shown for cell in c.html(r)] for r in rows],
+                 numeric=[c.format.numeric for c in shown for _ in c.page_headers()],
+                 groups=groups)
 
 
 # -- plot 1 ----------------------------------------------------------------------------------------
@@ -150,10 +124,11 @@ def accuracy_plot(report: Report) -> str:
 def _accuracy_table(report: Report) -> str:
     """The panels' numbers where each has one model: a table, and why there is no plot."""
     keys = ["dataset"] if report.varies("dataset") else []
-    rows = [[esc(model), *(esc(p.dataset) for _ in keys), temperature_axis(p.temperature),
-             rate_html(acc), str(acc.n), rate_html(rate), str(rate.n)]
-            for p in report.panels for model, acc, rate in p.points]
-    models = len({model for p in report.panels for model, _, _ in p.points})
+    rows = [[esc(point.model), *(esc(p.dataset) for _ in keys), temperature_axis(p.temperature),
+             rate_html(point.accuracy), str(point.accuracy.n), rate_html(point.follow_up),
+             str(point.follow_up.n)]
+            for p in report.panels for point in p.points]
+    models = len({point.model for p in report.panels for point in p.points})
     note = (f"{models} model{'s' if models != 1 else ''} with scored "
             "answers: the relation across models needs at least two to plot and three for "
             "Spearman's ρ, so the numbers are shown instead.")
@@ -274,9 +249,8 @@ def right_wrong(report: Report) -> str:
     headers = ["model", *keys, "T", "after a right answer [95% CI]", "turns", "items",
                "after a wrong answer [95% CI]", "turns", "items", "items in both"]
     rows = [[esc(c.model), *(esc(getattr(c, k)) for k in keys), temperature_axis(c.temperature),
-             rate_html(j["correct"]), str(j["correct"].n),
-             str(j["items_correct"]), rate_html(j["wrong"]), str(j["wrong"].n),
-             str(j["items_wrong"]), str(j["items_mixed"])]
+             rate_html(j.correct), str(j.correct.n), str(j.items_correct),
+             rate_html(j.wrong), str(j.wrong.n), str(j.items_wrong), str(j.items_mixed)]
             for c, j in report.joints]
     return section("right-wrong", "Right vs wrong answers", intro,
                     table(headers, rows, numeric_from=1 + len(keys),
@@ -328,10 +302,10 @@ def agreement(report: Report) -> str:
                        "agreement", "constant a"], rows, numeric_from=2)
     people = report.against_people
     if people:
-        rows = [[esc(p["labeller"]), esc(p["human"]), str(p["n"]), decimal(p["kappa"]),
-                 "–" if p["in_range"] is None else
-                 f"{decimal(p['human_low'])} to {decimal(p['human_high'])}",
-                 "–" if p["in_range"] is None else ("yes" if p["in_range"] else "no")]
+        rows = [[esc(p.labeller), esc(p.human), str(p.n), decimal(p.kappa),
+                 "–" if p.in_range is None else
+                 f"{decimal(p.human_low)} to {decimal(p.human_high)}",
+                 "–" if p.in_range is None else ("yes" if p.in_range else "no")]
                 for p in people]
         body += table(["labeller", "human", "turns", "kappa", "human vs human kappa",
                        "as good as a person"], rows, numeric_from=2)

@@ -16,50 +16,14 @@ from rich.text import Text
 from userturn.labels.offline_error import CARDS, PLAN_HINT, offline_error
 from userturn.labels.sources import classifier_of, is_offline
 from userturn.records import HUMAN, LABELS, Answer, is_human
-from userturn.report.numbers import (
-    LABEL_HEADERS,
-    f1,
-    interval_text,
-    percent,
-    rate_interval,
-    temperature,
-)
-from userturn.stats.correction import MIN_HUMAN_LABELS, Corrected
+from userturn.report import columns
+from userturn.report.numbers import LABEL_HEADERS, percent, temperature
+from userturn.stats.correction import MIN_HUMAN_LABELS
 from userturn.stats.planning import LabellerError, Planned, PlanRow
 from userturn.stats.summary import SummaryRow
 
 # The offline error card's figures for each shipped classifier's source (labels/offline_error.json).
 SHIPPED_CARDS = {source: card for source, card in CARDS.items() if source != "rules"}
-NUMERIC = ("T", "items", "turns", "follow-up", "undecided", "label errors", "errors", "accuracy",
-           "vs real turn")
-# With human labels the corrected rate leads, the labeller's raw rate beside it.
-CORRECTION = ("corrected", "raw follow-up", "human labels", "human only")
-
-
-def corrected_text(row: SummaryRow, c: Corrected | None = None) -> str:
-    """The corrected rate (or ``c``, such as the human-only rate) as ``value [low-high]``."""
-    c = row.corrected if c is None else c
-    if c is None:
-        return "-"
-    return interval_text(c.value, c.low, c.high)
-
-
-def missing_correction(row: SummaryRow) -> str:
-    """Why a row has no corrected rate, in a few words: how many more labels it needs, or that
-    none can be had."""
-    more = row.labels_to_correct
-    if row.read_by_people:
-        return "read by people"
-    if more is None:
-        return f"none: {row.follow_up.n} turns"
-    return f"{more} more labels"
-
-
-def labels_text(row: SummaryRow) -> str:
-    """The human labels a corrected rate rests on, or how far the row is from one."""
-    if row.corrected is not None or row.labels_to_correct is None:
-        return str(row.human_labels)
-    return f"{row.human_labels} of {MIN_HUMAN_LABELS}"
 
 
 def correction_hint(rows: Sequence[SummaryRow]) -> str:
@@ -83,37 +47,24 @@ def correction_hint(rows: Sequence[SummaryRow]) -> str:
 
 def print_summary(rows: list[SummaryRow], console: Console, *, sources: Sequence[str] = (),
                   assistant_failures: int = 0) -> None:
-    # Answerer and perturbation columns appear only when the experiment varies them.
-    extra = [name for name, values in (("answerer", {r.answerer for r in rows}),
-                                       ("perturbation", {r.perturbation for r in rows}))
-             if values - {"self", "none"}]
+    shown = columns.terminal_columns(rows)
     table = Table(title="Genuine follow-up rate, 95% CI clustered by item")
-    similar = any(row.similarity is not None for row in rows)
-    humans = any(row.human_labels for row in rows)
-    for name in ("model", *extra, "dataset", "T", "items", "turns",
-                 *(CORRECTION if humans else ["follow-up"]), "undecided",
-                 "label errors", "errors", "accuracy", *(["vs real turn"] if similar else [])):
-        table.add_column(name, justify="right" if name in NUMERIC + CORRECTION else "left")
+    for column in shown:
+        table.add_column(column.header, justify="right" if column.format.numeric else "left")
     for row in rows:
-        rates = ([corrected_text(row) if row.corrected else f"- ({missing_correction(row)})",
-                  rate_interval(row.follow_up), labels_text(row),
-                  corrected_text(row, row.human_only)] if humans
-                 else [rate_interval(row.follow_up)])
-        # escape: a variant's name (MODEL[user=...]) is not rich markup.
-        table.add_row(Text(row.model), *(getattr(row, name) for name in extra), Text(row.dataset),
-                      temperature(row.temperature), str(row.items), str(row.turns), *rates,
-                      str(row.undecided), str(row.label_errors),
-                      str(row.errors), rate_interval(row.accuracy),
-                      *([f1(row.similarity)] if similar else []))
+        table.add_row(*(column.text(row) for column in shown))
     console.print(table)
+    keys = columns.terminal_columns(rows, conditions=True)
     labels = Table(title="Labels of the generated user turns (counts)")
-    for name in ("model", *extra, "dataset", "T", *LABEL_HEADERS.values(), "undecided"):
-        labels.add_column(name, justify="left" if name in ("model", "dataset", *extra) else "right")
+    for column in keys:
+        labels.add_column(column.header, justify="right" if column.format.numeric else "left")
+    for name in (*LABEL_HEADERS.values(), "undecided"):
+        labels.add_column(name, justify="right")
     for row in rows:
-        labels.add_row(Text(row.model), *(getattr(row, name) for name in extra), Text(row.dataset),
-                       temperature(row.temperature),
+        labels.add_row(*(column.text(row) for column in keys),
                        *(str(row.labels.get(label, 0)) for label in LABELS), str(row.undecided))
     console.print(labels)
+    humans = any(row.human_labels for row in rows)
     notes = ["follow-up: share of user turns labelled follow_up; accuracy: task score of the "
              "greedy assistant answer"]
     if any(row.undecided for row in rows):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 from userturn.records import Condition, Turn
 from userturn.stats.rates import (
@@ -16,6 +16,7 @@ from userturn.stats.rates import (
     Difference,
     McNemar,
     Rate,
+    RightWrong,
     direction,
     joint_table,
     paired_difference,
@@ -43,17 +44,29 @@ class PerturbationEffect:
         return direction(self.diff, self.expected)
 
 
+class PanelPoint(NamedTuple):
+    """One model of a panel: the accuracy of its answers and the follow-up rate after them."""
+
+    model: str
+    accuracy: Rate
+    follow_up: Rate
+
+
 @dataclass(frozen=True)
 class Panel:
     """Task accuracy vs follow-up rate across models, at one dataset and temperature."""
 
     dataset: str
     temperature: float
-    points: list[tuple[str, Rate, Rate]]  # (model, accuracy, follow-up rate)
+    points: list[PanelPoint]
     correlation: Correlation
 
 
-Joint = tuple[Condition, dict[str, Any]]  # an unperturbed condition, its right-vs-wrong table
+class Joint(NamedTuple):
+    """An unperturbed condition and its follow-up rates after right and after wrong answers."""
+
+    condition: Condition
+    table: RightWrong
 
 
 def perturbation_effects(turns: Sequence[Turn],
@@ -84,11 +97,12 @@ def accuracy_panels(rows: Sequence[SummaryRow]) -> list[Panel]:
     chosen = [r for r in rows if r.answerer == "self" and r.perturbation == "none"]
     panels = []
     for dataset, temperature in sorted({(r.dataset, r.temperature) for r in chosen}):
-        points = [(r.model, r.accuracy, r.follow_up) for r in chosen
+        points = [PanelPoint(r.model, r.accuracy, r.follow_up) for r in chosen
                   if (r.dataset, r.temperature) == (dataset, temperature)
                   and r.accuracy is not None and r.accuracy.n and r.follow_up.n]
-        corr = rank_correlation([a.value for _, a, _ in points], [f.value for *_, f in points])
-        panels.append(Panel(dataset, temperature, points, corr))  # type: ignore[arg-type]
+        corr = rank_correlation([p.accuracy.value for p in points],
+                                [p.follow_up.value for p in points])
+        panels.append(Panel(dataset, temperature, points, corr))
     return panels
 
 
@@ -100,4 +114,4 @@ def right_wrong_tables(turns: Sequence[Turn]) -> list[Joint]:
         if t.perturbation == "none" and t.answer_correct is not None and t.counts_toward_rate:
             groups[Condition.of(t)].append(
                 (t.item_id, t.answer_correct, t.follow_up))
-    return [(key, joint_table(triples)) for key, triples in sorted(groups.items())]
+    return [Joint(key, joint_table(triples)) for key, triples in sorted(groups.items())]

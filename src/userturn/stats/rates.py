@@ -295,41 +295,51 @@ def rank_correlation(x: Sequence[float], y: Sequence[float], *, resamples: int =
     return Correlation(rho, low, high, n, dropped)
 
 
+@dataclass(frozen=True)
+class RightWrong:
+    """The follow-up rate after a right answer and after a wrong one (:func:`joint_table`).
+
+    ``correct`` / ``wrong``: follow-ups among the turns after a right / wrong answer, clustered
+    by item; ``items_correct`` / ``items_wrong``: distinct items with turns in that stratum;
+    ``items_mixed``: items in both (possible only when the assistant answer varies across an
+    item's samples; such an item is a cluster in each stratum); ``correct_hit`` ...
+    ``wrong_miss``: turns per cell of the two-by-two table."""
+
+    correct: Rate
+    wrong: Rate
+    items_correct: int
+    items_wrong: int
+    items_mixed: int
+    correct_hit: int
+    correct_miss: int
+    wrong_hit: int
+    wrong_miss: int
+
+
 def joint_table(pairs: Iterable[tuple[Hashable, bool, bool]], *,
-                level: float = 0.95) -> dict[str, Any]:
+                level: float = 0.95) -> RightWrong:
     """Follow-up rate when the item's answer was right vs wrong: ``(item, correct, hit)`` triples,
     one per sampled user turn (``correct`` is the task score of the assistant answer the turn
     reacts to, so it normally repeats across an item's samples).
-
-    Returns a dict:
-
-    - ``"correct"`` / ``"wrong"``: :class:`Rate` of follow-ups among the turns after a right /
-      wrong answer, clustered by item (as in :func:`clustered_rate`);
-    - ``"items_correct"`` / ``"items_wrong"``: distinct items with turns in that stratum;
-      ``"items_mixed"``: items in both (possible only when the assistant answer varies across an
-      item's samples; such an item is a cluster in each stratum);
-    - ``"counts"``: turns per cell, ``{"correct_hit", "correct_miss", "wrong_hit", "wrong_miss"}``.
 
     The two rates come from different items, so they are not paired: compare them with their own
     intervals, not with :func:`paired_difference`.
     """
     check_level(level)
     strata: dict[bool, list[tuple[Hashable, bool]]] = {True: [], False: []}
-    counts = {"correct_hit": 0, "correct_miss": 0, "wrong_hit": 0, "wrong_miss": 0}
     for item, correct, hit in pairs:
-        correct, hit = bool(correct), bool(hit)
-        strata[correct].append((item, hit))
-        counts[("correct" if correct else "wrong") + ("_hit" if hit else "_miss")] += 1
+        strata[bool(correct)].append((item, bool(hit)))
     items_right = {item for item, _ in strata[True]}
     items_wrong = {item for item, _ in strata[False]}
-    return {
-        "correct": clustered_rate(strata[True], level=level),
-        "wrong": clustered_rate(strata[False], level=level),
-        "items_correct": len(items_right),
-        "items_wrong": len(items_wrong),
-        "items_mixed": len(items_right & items_wrong),
-        "counts": counts,
-    }
+    return RightWrong(
+        correct=clustered_rate(strata[True], level=level),
+        wrong=clustered_rate(strata[False], level=level),
+        items_correct=len(items_right), items_wrong=len(items_wrong),
+        items_mixed=len(items_right & items_wrong),
+        correct_hit=sum(hit for _, hit in strata[True]),
+        correct_miss=sum(not hit for _, hit in strata[True]),
+        wrong_hit=sum(hit for _, hit in strata[False]),
+        wrong_miss=sum(not hit for _, hit in strata[False]))
 
 
 def direction(d: Difference, expected: str = "up") -> str:

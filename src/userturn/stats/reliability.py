@@ -24,7 +24,8 @@ on empty input.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, Sequence
 
 from userturn.records import LABELS, Turn
 
@@ -116,7 +117,40 @@ def ratings_of(turns: Sequence[Turn]) -> dict[str, dict[str, str | None]]:
     return out
 
 
-def against_people(results: Sequence[Any]) -> list[dict[str, Any]]:
+class Paired(Protocol):
+    """Two sources' agreement on the turns both labelled (an
+    :class:`~userturn.stats.agreement.Agreement`, read only)."""
+
+    @property
+    def a(self) -> str: ...
+    @property
+    def b(self) -> str: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def kappa(self) -> float: ...
+    @property
+    def ac1(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class AgainstPeople:
+    """A labeller against one person: ``kappa`` and ``ac1`` on the ``n`` turns both labelled,
+    beside the people's own range of kappa with each other (``human_low`` to ``human_high``,
+    NaN where fewer than two people labelled the same turns). ``in_range``: the labeller's kappa
+    is at least the lowest people's (None where there is no people's range)."""
+
+    labeller: str
+    human: str
+    n: int
+    kappa: float
+    ac1: float
+    human_low: float
+    human_high: float
+    in_range: bool | None
+
+
+def against_people(results: Sequence[Paired]) -> list[AgainstPeople]:
     """Each labeller (any non-human source) against each person, beside the people's agreement
     with each other: a labeller is as good as a person when its kappa falls in their range."""
     human = [r for r in results if r.n >= 2 and r.a.startswith("human:")
@@ -127,9 +161,9 @@ def against_people(results: Sequence[Any]) -> list[dict[str, Any]]:
         people = [s for s in (r.a, r.b) if s.startswith("human:")]
         if r.n < 2 or len(people) != 1:
             continue
-        labeller = r.b if people[0] == r.a else r.a
-        rows.append({"labeller": labeller, "human": people[0], "n": r.n, "kappa": r.kappa,
-                     "ac1": r.ac1, "human_low": min(spread) if spread else _NAN,
-                     "human_high": max(spread) if spread else _NAN,
-                     "in_range": (min(spread) <= r.kappa if spread else None)})
+        rows.append(AgainstPeople(
+            labeller=r.b if people[0] == r.a else r.a, human=people[0], n=r.n, kappa=r.kappa,
+            ac1=r.ac1, human_low=min(spread) if spread else _NAN,
+            human_high=max(spread) if spread else _NAN,
+            in_range=(min(spread) <= r.kappa) if spread else None))
     return rows
