@@ -269,6 +269,24 @@ def test_nemotron_s_user_turn_ends_at_the_token_that_opens_the_user_header():
     parsed = parse_continuation(prompt.markers, text)
     assert (parsed.role, parsed.user_turn) == ("user", FOLLOW_UP)
     assert first_stop(text, prompt.stop) == parsed.end_at
+    # A second user header before the assistant's: the engine runs on, the turn is cut there.
+    text = f"<SPECIAL_11>User\n{FOLLOW_UP}\n<SPECIAL_11>User\nAnd June?\n<SPECIAL_11>Assistant"
+    parsed = parse_continuation(prompt.markers, text)
+    assert (parsed.role, parsed.user_turn) == ("user", FOLLOW_UP)
+    assert parsed.end_at == text.index("<SPECIAL_11>", parsed.content_at) < first_stop(
+        text, prompt.stop)
+
+
+def test_a_format_of_plain_role_names_has_them_as_headers():
+    # No special token at all: the layout before "User:" closes the answer, the name opens a turn.
+    source = ("{% for m in messages %}{{ '\\n\\n' + m['role'] | capitalize + ': ' + m['content'] }}"
+              "{% endfor %}{% if add_generation_prompt %}{{ '\\n\\nAssistant: ' }}{% endif %}")
+    prompt = render_continuation(ChatTemplate(source, "plain"), conversation(system=False))
+    assert prompt.text.endswith("The answer is 72.\n\n")
+    assert prompt.markers.user_header == "User: "
+    text = "User: Why halve it?\n\nAssistant: Because"
+    parsed = parse_continuation(prompt.markers, text)
+    assert (parsed.role, parsed.user_turn, parsed.content_at) == ("user", "Why halve it?", 6)
 
 
 def test_a_user_turn_cut_by_the_budget_is_kept_and_said_open():
@@ -277,6 +295,16 @@ def test_a_user_turn_cut_by_the_budget_is_kept_and_said_open():
     assert (parsed.role, parsed.user_turn, parsed.closed) == ("user", "Why did you", False)
     # A header cut off midway is no header.
     assert parse_continuation(markers, "<|im_st").role == "text"
+
+
+def test_a_new_conversation_s_bos_says_nothing_unless_it_opens_a_header():
+    mistral = render_continuation(load("fixture/mistral"), conversation()).markers
+    parsed = parse_continuation(mistral, f"<s>[INST] {FOLLOW_UP} [/INST]")
+    assert (parsed.role, parsed.header_at, parsed.user_turn) == ("user", 3, FOLLOW_UP)
+    assert parse_continuation(mistral, "<s>").role == "none"
+    # SmolLM2's BOS is <|im_start|>, the start of every header: it is no BOS to skip there.
+    smollm2 = render_continuation(load("fixture/chatml_smollm2"), conversation()).markers
+    assert smollm2.bos == "" and parse_continuation(smollm2, "<|im_start|>").role == "text"
 
 
 def test_a_user_turn_s_thinking_is_split_off_as_the_probe_splits_it():

@@ -62,7 +62,10 @@ class ContinuationMarkers:
     user_stop: tuple[str, ...]  # where a user turn ends, as the probe cuts a generated one
     stop: tuple[str, ...]  # where the engine ends a continuation (and nowhere else)
     ends: tuple[str, ...]  # end-of-sequence texts: the template's, then the engine's
-    blank: tuple[str, ...]  # tokens that say nothing before a turn opens: end markers, BOS
+    # BOS says nothing before a turn opens (a model that starts a new conversation); "" where
+    # it is part of a header (SmolLM2's BOS is <|im_start|>). End markers before a header are
+    # stops: the continuation ended there.
+    bos: str
     specials: tuple[str, ...]  # the tokenizer's added tokens, removed from a user turn's text
     thinking: ThinkingFormat
 
@@ -121,10 +124,10 @@ def continuation_markers(template: ChatTemplate, ends: Sequence[str] = ()) -> Co
     closing = [piece for piece, special in template.lexer.pieces(close) if special]
     stop = [s for s in (*turns.user_stop, assistant_end, *closing, *ending)
             if s and s not in user_header]
-    blank = [b for b in (*ending, turns.user_end_marker, assistant_end, *closing,
-                         template.bos_token or "") if b and not any(b in h for h in headers)]
+    bos = template.bos_token or ""
     return ContinuationMarkers(user_header, assistant_header, headers[2], turns.user_stop,
-                               _unique(stop), tuple(ending), _unique(blank),
+                               _unique(stop), tuple(ending),
+                               "" if any(bos in h for h in headers) else bos,
                                template.special_tokens, thinking_format(template.source))
 
 
@@ -158,10 +161,10 @@ def parse_continuation(markers: ContinuationMarkers, text: str) -> ParsedContinu
     stop_at, _ = _first(text, markers.stop)
     header_at, role, header = _first_header(markers, text)
     if role is None or header_at > stop_at:
-        first = _skip_blank(text, 0, stop_at, markers.blank)
+        first = _skip_blank(text, stop_at, markers.bos)
         said: ContinuationRole = "text" if first < stop_at else "none"
         return ParsedContinuation(said, None, None, first, first, stop_at, stop_at < len(text))
-    first = _skip_blank(text, 0, header_at, markers.blank)
+    first = _skip_blank(text, header_at, markers.bos)
     if first < header_at:
         return ParsedContinuation("text", None, None, first, first, header_at, True)
     written = {"user": markers.user_header, "assistant": markers.assistant_header,
@@ -287,16 +290,14 @@ def _first_header(markers: ContinuationMarkers, text: str
     return at, role, header
 
 
-def _skip_blank(text: str, start: int, limit: int, blank: Sequence[str]) -> int:
-    """The first position from ``start`` (up to ``limit``) that is neither whitespace nor a
-    token that says nothing (an end marker, BOS)."""
-    at = start
+def _skip_blank(text: str, limit: int, bos: str) -> int:
+    """The first position of ``text`` (up to ``limit``) that is neither whitespace nor BOS."""
+    at = 0
     while at < limit:
         if text[at].isspace():
             at += 1
-            continue
-        token = next((b for b in blank if text.startswith(b, at)), "")
-        if not token:
+        elif bos and text.startswith(bos, at):
+            at += len(bos)
+        else:
             break
-        at += len(token)
     return min(at, limit)
