@@ -103,6 +103,9 @@ TEMPLATES = TESTS / "fixtures" / "templates"
 GOLDEN = TESTS / "golden"
 UPDATE_GOLDEN = os.environ.get("UPDATE_GOLDEN") == "1"
 FAMILIES: dict[str, dict] = json.loads((TEMPLATES / "families.json").read_text(encoding="utf-8"))
+# The published formats (tests/fixtures/templates/published/): each one's file and special tokens.
+PUBLISHED: dict[str, dict] = json.loads(
+    (TEMPLATES / "published" / "families.json").read_text(encoding="utf-8"))
 # Known render.py bugs, each a strict xfail so that a fix shows up as an XPASS. None open now.
 KNOWN_BUGS: dict[tuple[str, str], str] = {}
 
@@ -129,6 +132,13 @@ def load_family(name: str, **overrides: Any) -> ChatTemplate:
         eos_token=spec["eos_token"],
         variables=variables,
     )
+
+
+def load_published(name: str) -> ChatTemplate:
+    """The published prompt format of family ``name`` (published/families.json)."""
+    spec = PUBLISHED[name]
+    return ChatTemplate((TEMPLATES / "published" / spec["file"]).read_text(encoding="utf-8"),
+                        f"published/{name}", spec["bos_token"], spec["eos_token"])
 
 
 def read_exact(path: Path) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import load_family
+from helpers import PUBLISHED, load_family, load_published
 
 from userturn.chat.render import (
     SYSTEM_KEPT,
@@ -34,7 +34,6 @@ from userturn.chat.render import (
 from userturn.errors import TemplateError
 
 HERE = Path(__file__).parent
-TEMPLATES = HERE / "fixtures" / "templates" / "published"
 GOLDEN = HERE / "golden" / "published"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 
@@ -47,9 +46,8 @@ DSEOS = "<｜end▁of▁sentence｜>"
 
 @dataclass(frozen=True)
 class Family:
-    file: str
-    bos: str | None
-    eos: str | None
+    """What a reader checks by eye (the template's file and special tokens: helpers.PUBLISHED)."""
+
     tail: str  # what follows the visible answer: the closed turn, then the opened user turn
     user_stop: tuple[str, ...]
     header: str  # the assistant header, as derived
@@ -61,91 +59,77 @@ class Family:
 
 FAMILIES = {
     # Generation prompt "<｜Assistant｜></think>": the thinking tag is no part of the stop.
-    "deepseek_v31": Family("deepseek_v31.jinja", "<｜begin▁of▁sentence｜>", DSEOS,
-                           f"{DSEOS}<｜User｜>", ("<｜Assistant｜>",), "<｜Assistant｜>",
+    "deepseek_v31": Family(f"{DSEOS}<｜User｜>", ("<｜Assistant｜>",), "<｜Assistant｜>",
                            "<｜Assistant｜></think>", DSEOS),
     # "<|assistant|></think>" in history, "<|assistant|><think>" when generating: the stop is the
     # whole role token, never "<|assistant|><".
-    "glm47_flash": Family("glm47_flash.jinja", None, "<|endoftext|>", "<|user|>",
-                          ("<|assistant|>",), "<|assistant|>", "<|assistant|><think>", "<|user|>"),
+    "glm47_flash": Family("<|user|>", ("<|assistant|>",), "<|assistant|>", "<|assistant|><think>",
+                          "<|user|>"),
     # Plain-text role name after the special token: the turn ends at <SPECIAL_11>.
-    "nemotron_nano_v2": Family("nemotron_nano_v2.jinja", None, "<SPECIAL_12>",
-                               "\n<SPECIAL_12>\n\n<SPECIAL_11>User\n",
+    "nemotron_nano_v2": Family("\n<SPECIAL_12>\n\n<SPECIAL_11>User\n",
                                ("<SPECIAL_11>", "<SPECIAL_11>Assistant"),
                                "<SPECIAL_11>Assistant\n", "<SPECIAL_11>Assistant\n<think>\n\n",
                                "<SPECIAL_12>"),
     # The assistant header after every user message: no "<｜" stop, no "Assistant｜>" header.
-    "deepseek_r1_0528": Family("deepseek_r1_0528.jinja", "<｜begin▁of▁sentence｜>", DSEOS,
-                               f"{DSEOS}<｜User｜>", ("<｜Assistant｜>",), "<｜Assistant｜>",
+    "deepseek_r1_0528": Family(f"{DSEOS}<｜User｜>", ("<｜Assistant｜>",), "<｜Assistant｜>",
                                "<｜Assistant｜>", DSEOS),
     # The system text goes into the last user message: here the query the model answered.
-    "mistral_nemo": Family("mistral_nemo.jinja", "<s>", "</s>", "</s>[INST]", ("[/INST]",),
-                           "[/INST]", "[/INST]", "</s>", SYSTEM_MOVED, thinks=False),
-    "llama4": Family("llama4.jinja", "<|begin_of_text|>", "<|eot|>",
-                     "<|eot|><|header_start|>user<|header_end|>\n\n", ("<|eot|>",
+    "mistral_nemo": Family("</s>[INST]", ("[/INST]",), "[/INST]", "[/INST]", "</s>", SYSTEM_MOVED,
+                           thinks=False),
+    "llama4": Family("<|eot|><|header_start|>user<|header_end|>\n\n", ("<|eot|>",
                      "<|header_start|>assistant<|header_end|>"),
                      "<|header_start|>assistant<|header_end|>\n\n",
                      "<|header_start|>assistant<|header_end|>\n\n", "<|eot|>", thinks=False),
-    "mistral_small3": Family("mistral_small3.jinja", "<s>", "</s>", "</s>[INST]", ("[/INST]",),
-                             "[/INST]", "[/INST]", "</s>", thinks=False),
-    "ministral_reasoning": Family("ministral_reasoning.jinja", "<s>", "</s>", "</s>[INST]",
-                                  ("[/INST]",), "[/INST]", "[/INST]", "</s>"),
-    "gemma4": Family("gemma4.jinja", "<bos>", "<eos>", "<turn|>\n<|turn>user\n",
-                     ("<turn|>", "<|turn>model"), "<|turn>model\n",
+    "mistral_small3": Family("</s>[INST]", ("[/INST]",), "[/INST]", "[/INST]", "</s>",
+                             thinks=False),
+    "ministral_reasoning": Family("</s>[INST]", ("[/INST]",), "[/INST]", "[/INST]", "</s>"),
+    "gemma4": Family("<turn|>\n<|turn>user\n", ("<turn|>", "<|turn>model"), "<|turn>model\n",
                      "<|turn>model\n<|channel>thought\n<channel|>", "<turn|>", thinks=False),
-    "glm45": Family("glm45.jinja", None, "<|endoftext|>", "<|user|>\n", ("<|assistant|>",),
-                    "<|assistant|>", "<|assistant|>", "<|user|>"),
-    "qwen3_coder": Family("qwen3_coder.jinja", None, "<|im_end|>", "<|im_end|>\n<|im_start|>user\n",
+    "glm45": Family("<|user|>\n", ("<|assistant|>",), "<|assistant|>", "<|assistant|>",
+                    "<|user|>"),
+    "qwen3_coder": Family("<|im_end|>\n<|im_start|>user\n",
                           ("<|im_end|>", "<|im_start|>assistant"), "<|im_start|>assistant\n",
                           "<|im_start|>assistant\n", "<|im_end|>", thinks=False),
-    "kimi_k2_thinking": Family("kimi_k2_thinking.jinja", None, "<|im_end|>",
-                               "<|im_end|><|im_user|>user<|im_middle|>",
+    "kimi_k2_thinking": Family("<|im_end|><|im_user|>user<|im_middle|>",
                                ("<|im_end|>", "<|im_assistant|>assistant<|im_middle|>"),
                                "<|im_assistant|>assistant<|im_middle|>",
                                "<|im_assistant|>assistant<|im_middle|>", "<|im_end|>",
                                thinks=False),
-    "minimax_m2": Family("minimax_m2.jinja", None, "[e~[", "[e~[\n]~b]user\n", ("[e~[", "]~b]ai"),
+    "minimax_m2": Family("[e~[\n]~b]user\n", ("[e~[", "]~b]ai"),
                          "]~b]ai\n", "]~b]ai\n<think>\n", "[e~["),
-    "seed_oss": Family("seed_oss.jinja", "<seed:bos>", "<seed:eos>", "<seed:eos><seed:bos>user\n",
+    "seed_oss": Family("<seed:eos><seed:bos>user\n",
                        ("<seed:eos>", "<seed:bos>assistant"), "<seed:bos>assistant\n",
                        "<seed:bos>assistant\n", "<seed:eos>", thinks=False),
-    "apertus": Family("apertus.jinja", "<s>", "<|assistant_end|>",
-                      "<|assistant_end|><|user_start|>", ("<|user_end|>", "<|assistant_start|>"),
+    "apertus": Family("<|assistant_end|><|user_start|>", ("<|user_end|>", "<|assistant_start|>"),
                       "<|assistant_start|>", "<|assistant_start|>", "<|assistant_end|>",
                       thinks=False),
-    "lfm2": Family("lfm2.jinja", "<|startoftext|>", "<|im_end|>",
-                   "<|im_end|>\n<|im_start|>user\n", ("<|im_end|>", "<|im_start|>assistant"),
+    "lfm2": Family("<|im_end|>\n<|im_start|>user\n", ("<|im_end|>", "<|im_start|>assistant"),
                    "<|im_start|>assistant\n", "<|im_start|>assistant\n", "<|im_end|>",
                    thinks=False),
-    "granite4": Family("granite4.jinja", None, "<|end_of_text|>",
-                       "<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>",
+    "granite4": Family("<|end_of_text|>\n<|start_of_role|>user<|end_of_role|>",
                        ("<|end_of_text|>", "<|start_of_role|>assistant<|end_of_role|>"),
                        "<|start_of_role|>assistant<|end_of_role|>",
                        "<|start_of_role|>assistant<|end_of_role|>", "<|end_of_text|>",
                        thinks=False),
-    "phi4_reasoning": Family("phi4_reasoning.jinja", None, "<|im_end|>",
-                             "<|im_end|><|im_start|>user<|im_sep|>",
+    "phi4_reasoning": Family("<|im_end|><|im_start|>user<|im_sep|>",
                              ("<|im_end|>", "<|im_start|>assistant<|im_sep|>"),
                              "<|im_start|>assistant<|im_sep|>", "<|im_start|>assistant<|im_sep|>",
                              "<|im_end|>"),
     # History wraps an answer in <|START_RESPONSE|>...; the header is the two role tokens.
-    "command_a": Family("command_a.jinja", "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>",
-                        "<|END_RESPONSE|><|END_OF_TURN_TOKEN|><|START_OF_TURN_TOKEN|><|USER_TOKEN|>",
+    "command_a": Family("<|END_RESPONSE|><|END_OF_TURN_TOKEN|>"
+                        "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>",
                         ("<|END_OF_TURN_TOKEN|>", "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"),
                         "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
                         "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
                         "<|END_RESPONSE|>", thinks=False),
     # A user message ends with a newline only: the stop is the assistant role token.
-    "exaone": Family("exaone.jinja", None, "[|endofturn|]", "[|endofturn|]\n[|user|]",
-                     ("[|assistant|]",), "[|assistant|]", "[|assistant|]", "[|endofturn|]",
-                     thinks=False),
+    "exaone": Family("[|endofturn|]\n[|user|]", ("[|assistant|]",), "[|assistant|]",
+                     "[|assistant|]", "[|endofturn|]", thinks=False),
 }
 
 
 def load(name: str) -> ChatTemplate:
-    family = FAMILIES[name]
-    return ChatTemplate((TEMPLATES / family.file).read_text(encoding="utf-8"),
-                        f"published/{name}", family.bos, family.eos)
+    return load_published(name)
 
 
 def conversation(name: str = "") -> list[dict[str, str]]:
@@ -156,6 +140,12 @@ def conversation(name: str = "") -> list[dict[str, str]]:
 
 
 NAMES = list(FAMILIES)
+
+
+def test_every_published_fixture_has_its_tokens_and_expectations():
+    files = {path.name for path in (HERE / "fixtures" / "templates" / "published").glob("*.jinja")}
+    assert set(FAMILIES) == set(PUBLISHED)
+    assert {spec["file"] for spec in PUBLISHED.values()} == files
 
 
 @pytest.mark.parametrize("name", NAMES)
