@@ -40,8 +40,8 @@ from userturn.records import Message
 
 # What a continuation opens first. ``text``: words outside any turn before any header (where the
 # template does not close the answer's turn, GLM, that is the answer going on); ``none``: nothing
-# but whitespace, end markers and end of sequence before it ended. A header of a role outside this
-# set (a tool's) is not a header here: what it opens reads as ``text``.
+# but whitespace and BOS before it ended (at an end marker, the end of sequence or the budget). A
+# header of a role outside this set (a tool's) is not a header here: it reads as ``text``.
 ContinuationRole = Literal["user", "assistant", "system", "text", "none"]
 CONTINUATION_ROLES: tuple[ContinuationRole, ...] = get_args(ContinuationRole)
 # The next-role probabilities at the prompt's end: each header, the end of sequence, and
@@ -56,7 +56,9 @@ _ROLE_NAME = re.compile(r"\s*[A-Za-z_]{0,20}\s*")  # what may follow a role toke
 class ContinuationMarkers:
     """What a template writes between turns, as the continuation arm reads it (whitespace kept)."""
 
-    user_header: str  # as the template opens a user turn after a closed assistant turn
+    # As the template opens a user turn after a closed assistant turn; the layout before it
+    # (newlines) belongs to the close, so a header starts with what a model writes to open one.
+    user_header: str
     assistant_header: str
     system_header: str  # "" where the template has no system turn of its own (Gemma, Mistral)
     user_stop: tuple[str, ...]  # where a user turn ends, as the probe cuts a generated one
