@@ -95,10 +95,6 @@ class Taxonomy:
     def colours(self) -> dict[str, str]:
         return {kind.name: kind.colour for kind in self.kinds}
 
-    @property
-    def penalties(self) -> dict[str, Penalty]:
-        return {kind.name: kind.penalty for kind in self.kinds if kind.penalty is not None}
-
 
 def _problem(kinds: tuple[LabelKind, ...]) -> str:
     """What is wrong with the rows, or ""."""
