@@ -80,6 +80,7 @@ FLOORS: list[set[str]] = [
     {"data", "chat"},                       # items; prompts
     {"stats"},                              # statistics over turns
     {"records", "credentials", "settings", "version"},  # values and shared checks
+    {"taxonomy"},                           # the labels: one row each
     {"errors"},
 ]
 

@@ -16,7 +16,7 @@ from userturn.backends.fake import ScriptedBackend  # noqa: E402
 from userturn.cli.main import main  # noqa: E402
 from userturn.data import load_dataset  # noqa: E402
 from userturn.errors import DatasetError  # noqa: E402
-from userturn.records import Item  # noqa: E402
+from userturn.records import LABELS, Case, Item, Label  # noqa: E402
 from userturn.train.data import conversations_file, self_generated, split_dataset  # noqa: E402
 from userturn.train.rewards import CollabReward, ProbeReward  # noqa: E402
 from userturn.train.settings import RLSettings, SFTSettings  # noqa: E402
@@ -146,6 +146,27 @@ def test_probe_reward_on_hand_made_turns(tiny_backend) -> None:
     strict = ProbeReward(tokenizer, ("<|im_end|>",), length_penalty=0.01, free_tokens=4)
     score, label = strict.score(QUERY, ANSWER, FOLLOW_UP, FOLLOW_UP + "<|im_end|>", tokens=24)
     assert label == "follow_up" and score == pytest.approx(1.0 - 0.2)
+
+
+def test_probe_reward_pays_each_label_what_the_taxonomy_says(tiny_backend) -> None:
+    """+1 for a follow-up label, each penalised label its own penalty, 0 for the rest."""
+    class Says:  # the classifier's verdict, scripted: the reward is what is under test
+        label = ""
+
+        def classify(self, case: Case) -> Label:
+            return Label(self.label, "scripted")
+
+    says = Says()
+    reward = ProbeReward(tiny_backend.tokenizer, ("<|im_end|>",), classifier=says,
+                         restatement_penalty=0.5, drift_penalty=2.0, free_tokens=100)
+
+    def paid(label: str) -> float:
+        says.label = label
+        return reward.score(QUERY, ANSWER, "text", "text", tokens=1)[0]
+
+    assert {label: paid(label) for label in LABELS} == {
+        "follow_up": 1.0, "generic": 0.0, "new_query": 0.0, "restatement": -0.5,
+        "assistant_drift": -2.0, "meta": 0.0, "empty": 0.0}
 
 
 def test_collab_reward_adds_correctness_follow_ups_and_a_token_cost() -> None:

@@ -10,14 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping, get_args
 
+from userturn.taxonomy import STATUSES as STATUSES
+from userturn.taxonomy import TAXONOMY
+from userturn.taxonomy import VERDICT_ERROR as VERDICT_ERROR
+
 Message = Mapping[str, str]
 
-LabelName = Literal[
-    "follow_up", "generic", "new_query", "restatement", "assistant_drift", "meta", "empty"
-]
-LABELS: tuple[str, ...] = (
-    "follow_up", "generic", "new_query", "restatement", "assistant_drift", "meta", "empty"
-)
+# A label is one of LABELS, the names of the taxonomy's rows (userturn.taxonomy) in its order. A
+# plain str, not a Literal: the table is the one list of names, and labellers compute labels at
+# run time (every labeller checks its verdict against LABELS).
+LabelName = str
+LABELS: tuple[str, ...] = TAXONOMY.names
+FOLLOW_UP_LABELS: frozenset[str] = TAXONOMY.follow_up_labels  # counted in every follow-up rate
 FinishReason = Literal["stop", "length", "error"]
 # The offline labellers a run can name; labels.sources.source_order says where each decides.
 Labeller = Literal["cascade", "classifier", "rules"]
@@ -34,6 +38,11 @@ Progress = Callable[[str, int], Callable[[int], None]]
 def silent_progress(description: str, total: int) -> Callable[[int], None]:
     """Progress that shows nothing (the library's default)."""
     return lambda n: None
+
+
+def is_follow_up(label: str | None) -> bool:
+    """Whether a label counts as a genuine follow-up (the taxonomy's ``follow_up`` column)."""
+    return label in FOLLOW_UP_LABELS
 
 
 @dataclass(frozen=True)
@@ -145,8 +154,8 @@ class Score:
 # What readers of a stored run get (store.turns.read_turns builds them): plain values, so the
 # statistics in stats/ take them without importing the store.
 
-STATUSES = ("undecided", "failed")  # what a turn without a label is instead
-VERDICT_ERROR = "error"  # what one source said of a turn where its verdict failed
+# STATUSES (what a turn without a label is instead) and VERDICT_ERROR (what one source said of a
+# turn where its verdict failed) are defined beside the taxonomy, whose names may not take them.
 # The one column list of a user turn: the export, the report's user_turns table, the browser.
 COLUMNS = ("model", "answerer", "dataset", "perturbation", "temperature", "sample_index",
            "item_id", "context", "query", "answer", "answer_correct", "user_turn",
@@ -249,7 +258,7 @@ class Turn:
 
     @property
     def follow_up(self) -> bool:
-        return self.label == "follow_up"
+        return is_follow_up(self.label)
 
     def case(self, assistant_header: str = "") -> Case:
         """What a classifier sees. Where thinking was split off, the raw text (which still holds
@@ -293,7 +302,7 @@ def human_label(turn: Turn) -> tuple[bool | None, str | None]:
     by name that gave a label; ``(None, None)`` when no person labelled it."""
     for stored in sorted(turn.labels, key=lambda s: s.source):
         if is_human(stored.source) and stored.label is not None:
-            return stored.label == "follow_up", stored.source
+            return is_follow_up(stored.label), stored.source
     return None, None
 
 

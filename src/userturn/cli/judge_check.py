@@ -143,7 +143,7 @@ def print_check(check: Any, console: Console) -> None:
     from userturn.records import LABELS
 
     table = Table(title=f"{check.judge} against people ({check.split} split)")
-    for name in ("source", "turns", "errors", "kappa 7-way", "kappa follow-up",
+    for name in ("source", "turns", "errors", f"kappa {len(LABELS)}-way", "kappa follow-up",
                  "follow-up P", "follow-up R", "judge's rate", "people's rate",
                  "people vs people kappa"):
         table.add_column(name, justify="left" if name == "source" else "right")
@@ -166,5 +166,5 @@ def print_check(check: Any, console: Console) -> None:
         console.print(matrix)
     console.print("kappa: Cohen's, with a 95% interval over queries (whole queries resampled); "
                   "follow-up P/R: precision and recall of the judge's follow-ups; people vs "
-                  "people: the two annotators' own kappa (7-way / follow-up) on the same turns, "
-                  "the ceiling a judge is read against", style="dim", markup=False)
+                  f"people: the two annotators' own kappa ({len(LABELS)}-way / follow-up) on the "
+                  "same turns, the ceiling a judge is read against", style="dim", markup=False)

@@ -19,7 +19,7 @@ from inspect_ai.scorer import (
 )
 from inspect_ai.solver import TaskState
 
-from userturn.records import Case, Label, Labeller
+from userturn.records import Case, Label, Labeller, is_follow_up
 
 UNDECIDED, INVALID = "undecided", "invalid"
 
@@ -28,12 +28,13 @@ UNDECIDED, INVALID = "undecided", "invalid"
 # the scores unreduced, so Inspect never averages a label (a string) into a number.
 @metric(scores="unreduced")
 def follow_up_rate() -> Metric:
-    """The share of ``follow_up`` labels among the labelled and undecided turns (an invalid
-    verdict is out of the denominator, as in ``userturn report``), each epoch's turn counted."""
+    """The share of labels that count as a follow-up (``follow_up``) among the labelled and
+    undecided turns (an invalid verdict is out of the denominator, as in ``userturn report``),
+    each epoch's turn counted."""
     def rate(scores: list[SampleScore]) -> float:
         labels = [_label_of(s.score) for s in scores]
         counted = [label for label in labels if label != INVALID]
-        return sum(label == "follow_up" for label in counted) / len(counted) if counted else 0.0
+        return sum(is_follow_up(label) for label in counted) / len(counted) if counted else 0.0
     return rate
 
 

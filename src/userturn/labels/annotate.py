@@ -3,7 +3,8 @@
 A standard-library HTTP server on 127.0.0.1 serves one self-contained page and a small JSON API:
 
 - ``GET /``               the page (no external resources)
-- ``GET /api/config``     the annotator name and the seven labels with their definitions
+- ``GET /api/config``     the annotator name and the labels (the taxonomy's rows) with their
+  definitions and keys
 - ``GET /api/next``       the next unlabelled context of the sample, or ``done``
 - ``GET /api/progress``   ``{"done": n, "total": N, "to_correction", "conditions", "short"}``:
   per condition of the sample (unnamed, in the run's order: the page stays blind) the labels
@@ -42,6 +43,7 @@ from userturn.store.database import RunStore
 from userturn.store.meta import AnnotationSample
 from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
+from userturn.taxonomy import TAXONOMY
 
 DEFAULT_SIZE = 100
 DEFAULT_SEED = 0
@@ -51,24 +53,12 @@ MAX_BODY = 64 * 1024
 UNDECIDED = "undecided"  # the stratum of turns the strata source could not label
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
-# One line per label, condensed from docs/labels.md (the specification annotators follow).
-DEFINITIONS: dict[str, str] = {
-    "follow_up": "Written as the user and grounded in the SPECIFIC content of the answer: asks "
-                 "about a step, number or claim in it, disputes or corrects it, asks to extend "
-                 "it, says it was cut off, or answers the assistant's question.",
-    "generic": "Written as the user, reacting to having got an answer, but not grounded in its "
-               "content: could follow almost any answer (\"Thanks!\", \"Can you explain more?\").",
-    "new_query": "Written as the user, but a new or independent request that does not react to "
-                 "the answer (a different problem, an unrelated question, a new task).",
-    "restatement": "Repeats or paraphrases the ORIGINAL QUERY (fully or mostly), as if asking "
-                   "again.",
-    "assistant_drift": "Keeps talking as the ASSISTANT: answers or re-solves, explains, offers "
-                       "help, continues the answer, or emits an assistant role header.",
-    "meta": "Talks ABOUT the user, task or conversation from outside: describes what the user "
-            "wants, narrates, reasons about a response, writes instructions or a system prompt.",
-    "empty": "Nothing meaningful: empty, whitespace, only markup or special tokens, degenerate "
-             "repetition, gibberish or incoherent text.",
-}
+# One line per label, condensed from docs/labels.md (the specification annotators follow): the
+# taxonomy's guide lines.
+DEFINITIONS: dict[str, str] = {kind.name: kind.guide for kind in TAXONOMY.kinds}
+# The keys that label, 1 to the number of labels, in the taxonomy's order (the page is told them
+# in its config; its hint and key handler are filled in when it is served).
+LABEL_KEYS = "".join(str(i + 1) for i in range(len(LABELS)))
 
 
 class AnnotationError(UserturnError):
@@ -235,8 +225,8 @@ class AnnotationServer:
 
     # -- the API (each call opens its own store: sqlite3 connections stay in their thread) ------
     def config(self) -> dict[str, Any]:
-        labels = [{"name": name, "key": str(i + 1), "definition": DEFINITIONS[name]}
-                  for i, name in enumerate(LABELS)]
+        labels = [{"name": name, "key": key, "definition": DEFINITIONS[name]}
+                  for key, name in zip(LABEL_KEYS, LABELS)]
         return {"annotator": self.annotator, "labels": labels}
 
     def next(self) -> dict[str, Any]:
@@ -406,7 +396,12 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _template() -> str:
-    return resources.files("userturn.labels").joinpath("annotate_page.html").read_text(encoding="utf-8")
+    """The page with the label keys written in: with seven labels, ``1–7`` in its hint and
+    ``1234567`` in its key handler."""
+    page = resources.files("userturn.labels").joinpath("annotate_page.html").read_text(
+        encoding="utf-8")
+    return (page.replace("__KEY_RANGE__", f"1–{LABEL_KEYS[-1]}" if len(LABEL_KEYS) > 1 else "1")
+            .replace("__LABEL_KEYS__", LABEL_KEYS))
 
 
 def serve(folder: Path | str, annotator: str, *, size: int | None = None,

@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Sequence
 from userturn.errors import UserturnError
 from userturn.labels.corpus import CORPUS_FILE
 from userturn.labels.judge import Judge
-from userturn.records import LABELS, Case, Label, Progress, silent_progress
+from userturn.records import LABELS, Case, Label, Progress, is_follow_up, silent_progress
 from userturn.stats.agreement import cohen_kappa, confusion_matrix, kappa_interval
 from userturn.store.atomic import write_text
 
@@ -277,7 +277,7 @@ class JudgeCheck:
 
 
 def _follow(label: str) -> str:
-    return "follow_up" if label == "follow_up" else "other"
+    return "follow_up" if is_follow_up(label) else "other"
 
 
 def measure_group(group: str, turns: Sequence[CheckTurn], verdicts: dict[str, Verdict],

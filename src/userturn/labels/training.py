@@ -18,7 +18,7 @@ from userturn.data.rows import json_lines
 from userturn.errors import UserturnError
 from userturn.labels.classifier import N_DENSE, LinearModel, context_width, design_matrix
 from userturn.labels.context import CONTEXT_FEATURES, ContextReading
-from userturn.records import LABELS, Case
+from userturn.records import LABELS, Case, is_follow_up
 from userturn.settings import bad_text_path
 from userturn.stats.agreement import cohen_kappa, confusion_matrix
 from userturn.stats.reliability import per_label
@@ -200,13 +200,13 @@ class Evaluation:
     ece: float | None = None
 
     def line(self) -> str:
-        return (f"n={self.n}  kappa 7-way {_figure(self.kappa)}  follow-up vs rest "
+        return (f"n={self.n}  kappa {len(LABELS)}-way {_figure(self.kappa)}  follow-up vs rest "
                 f"{_figure(self.kappa_follow_up)}  accuracy {self.accuracy:.3f}")
 
     def undefined(self) -> str | None:
         """Why a kappa could not be computed (the checked turns carry one label only, so
         agreement beyond chance is not defined), or None."""
-        missing = [name for name, value in (("7-way", self.kappa),
+        missing = [name for name, value in ((f"{len(LABELS)}-way", self.kappa),
                                             ("follow-up vs rest", self.kappa_follow_up))
                    if value != value]
         if not missing:
@@ -257,7 +257,7 @@ def cross_validate(examples: Sequence[Example], *, c: float = 0.5,
 def evaluate(predicted: Sequence[str], reference: Sequence[str],
              confidence: Sequence[float] | None = None) -> Evaluation:
     pairs = list(zip(reference, predicted))
-    binary = [(a == "follow_up" and "f" or "r", b == "follow_up" and "f" or "r")
+    binary = [("f" if is_follow_up(a) else "r", "f" if is_follow_up(b) else "r")
               for a, b in pairs]
     ece = None
     if confidence is not None:

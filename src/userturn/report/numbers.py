@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from userturn.taxonomy import TAXONOMY
+
 if TYPE_CHECKING:
     from userturn.stats.rates import Difference, Rate
 
-# Short column names of the labels, for narrow tables.
-LABEL_HEADERS = {"follow_up": "follow-up", "generic": "generic", "new_query": "new",
-                 "restatement": "restate", "assistant_drift": "drift", "meta": "meta",
-                 "empty": "empty"}
+# Short column names of the labels, for narrow tables, in the taxonomy's order.
+LABEL_HEADERS = TAXONOMY.headers
 
 
 def label_header(label: str) -> str:

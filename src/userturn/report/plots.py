@@ -14,13 +14,13 @@ from html import escape
 from typing import Sequence
 
 from userturn.report.numbers import percent, temperature_axis
+from userturn.taxonomy import TAXONOMY
 
 MODEL_COLOURS = ("#3b6ea8", "#d4803a", "#4c956c", "#b5464b", "#7a68a6", "#8c6d53", "#c5719d",
                  "#6b7b8c", "#a89a3c", "#4aa3b5")
-# Okabe-Ito hues for the labels (colour-blind safe), greys for turns without a label.
-LABEL_COLOURS = {"follow_up": "#0072b2", "generic": "#e69f00", "new_query": "#009e73",
-                 "restatement": "#f0e442", "assistant_drift": "#d55e00", "meta": "#cc79a7",
-                 "empty": "#56b4e9", "undecided": "#d9d9d9", "error": "#9a9a9a",
+# The labels' colours from the taxonomy (Okabe-Ito hues, colour-blind safe), then greys for
+# turns without a label.
+LABEL_COLOURS = {**TAXONOMY.colours, "undecided": "#d9d9d9", "error": "#9a9a9a",
                  "failed": "#4d4d4d"}
 INK, MUTED, GRID = "#222", "#666", "#e6e6e6"
 UP, DOWN, FLAT = "#1b7f6b", "#c0504d", "#888"

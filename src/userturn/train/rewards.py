@@ -2,10 +2,11 @@
 
 ``probe`` is the user-side reward. The completion IS a user turn, written after an open user
 header; the offline cascade's verdict on it (the rules where they decide, the learned
-classifier elsewhere) is the reward: +1 for ``follow_up``, minus a penalty for
-``restatement`` and for ``assistant_drift`` (the two degenerate modes a user turn can be pushed
-into by a reward that only likes questions), 0 otherwise, minus a length
-penalty past a free budget so that the reward cannot be farmed with rambling.
+classifier elsewhere) is the reward: +1 for a label that counts as a follow-up, minus a penalty
+for a label the taxonomy gives one (``restatement``: the restatement penalty, ``assistant_drift``:
+the drift penalty; the degenerate modes a user turn can be pushed into by a reward that only likes
+questions), 0 otherwise, minus a length penalty past a free budget so that the reward cannot be
+farmed with rambling.
 
 ``collab`` is the assistant-side reward in the spirit of CollabLLM's multiturn-aware reward. The
 completion is an answer; its reward is task correctness, plus ``follow_weight`` x the follow-up
@@ -23,7 +24,8 @@ from userturn.backends.turns import finish_turn, specials_longest_first, split_s
 from userturn.chat.render import render_user_turn
 from userturn.data import Scorer
 from userturn.labels.classifier import Cascade
-from userturn.records import Case, GenerationParams, Item, Request
+from userturn.records import Case, GenerationParams, Item, Request, is_follow_up
+from userturn.taxonomy import TAXONOMY
 
 
 class ProbeReward:
@@ -43,14 +45,18 @@ class ProbeReward:
             [tokenizer.eos_token_id], self._specials)
         self.classifier = classifier or Cascade()
         self.restatement_penalty, self.drift_penalty = restatement_penalty, drift_penalty
+        # The reward of each label (the classes): the taxonomy's follow-ups and penalties.
+        penalty = {"restatement": restatement_penalty, "drift": drift_penalty}
+        self.rewards = {kind.name: 1.0 if kind.follow_up else
+                        -penalty[kind.penalty] if kind.penalty else 0.0
+                        for kind in TAXONOMY.kinds}
         self.length_penalty, self.free_tokens = length_penalty, free_tokens
 
     def score(self, query: str, answer: str, text: str, raw_turn: str,
               tokens: int) -> tuple[float, str | None]:
         label = self.classifier.classify(
             Case(query, answer, text, raw_turn, self.assistant_header)).label
-        reward = {"follow_up": 1.0, "restatement": -self.restatement_penalty,
-                  "assistant_drift": -self.drift_penalty}.get(label or "", 0.0)
+        reward = self.rewards.get(label or "", 0.0)
         reward -= self.length_penalty * max(0, tokens - self.free_tokens)
         return reward, label
 
@@ -97,7 +103,7 @@ class CollabReward:
             return 0.0
         labels = [self.classifier.classify(Case(item.query, answer, g.text, g.raw_text,
                                                 prompt.assistant_header)).label for g in turns]
-        return sum(label == "follow_up" for label in labels) / len(turns)
+        return sum(is_follow_up(label) for label in labels) / len(turns)
 
     def __call__(self, prompts: Sequence[str], completions: Sequence[str],
                  completion_ids: Sequence[Sequence[int]], item_id: Sequence[str],
