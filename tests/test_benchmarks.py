@@ -36,6 +36,9 @@ class Smoke:
     gpu: bool = False
     # A Ray cluster or a CUDA context would outlive the script inside this process.
     own_process: bool = False
+    # Tens of seconds even at smoke size (child processes, a training loop): run in
+    # `make test-slow` (CI runs it too), so `make test` stays under five minutes.
+    slow: bool = False
 
 
 TINY = ("--model", "tiny", "--items", "2", "--max-tokens", "4", "--repeats", "1")
@@ -76,7 +79,7 @@ SMOKES = {
     # A few turns through the frozen model, one epoch of the adapters per fold.
     "finetuned_lomo.py": Smoke(("--limit", "40", "--epochs", "1", "--bootstrap", "5"),
                                rf"^\| smollm2 \| cascade \(LoRA top layers\) \| \d+ \| {NUMBER} "
-                               rf"\[{NUMBER}, {NUMBER}\]"),
+                               rf"\[{NUMBER}, {NUMBER}\]", slow=True),
     # The rubric does not fit the tiny model's context: every verdict is an error label, counted.
     "judge_quality.py": Smoke(("--judge", "tiny", "--limit", "3", "--bootstrap", "5"),
                               r"^\| all \| 3 \| 3 \| - \|"),
@@ -95,7 +98,7 @@ SMOKES = {
                             rf"\d+; .* coverage min {NUMBER}, mean {NUMBER}, max {NUMBER}; widest "
                             rf"\+- planned allocation {NUMBER} vs equal split {NUMBER} points$"),
     "soak.py": Smoke(("--kills", "1", "--items", "2", "--samples", "1", "--max-delay", "1"),
-                     r'^  "ok": true$'),
+                     r'^  "ok": true$', slow=True),
     "ray_scaling.py": Smoke(("--limit", "2", "--samples", "1", "--max-tokens", "4",
                              "--unit-size", "2"),
                             rf"^ratio 2 actors / 1 actor: {NUMBER}$", needs=("ray",),
@@ -131,7 +134,8 @@ def _cuda() -> bool:
 
 
 def _params() -> list:
-    return [pytest.param(name, marks=[pytest.mark.gpu] if smoke.gpu else [],
+    return [pytest.param(name, marks=[*([pytest.mark.gpu] if smoke.gpu else []),
+                                      *([pytest.mark.slow] if smoke.slow else [])],
                          id=name.removesuffix(".py")) for name, smoke in sorted(SMOKES.items())]
 
 

@@ -8,6 +8,12 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
+# Child processes killed and resumed, a judge server: about a minute on 2 quiet cores, and the
+# most load-sensitive test we have. `make test-slow` runs it (CI runs both).
+pytestmark = pytest.mark.slow
+
 SOAK = Path(__file__).resolve().parent.parent / "benchmarks" / "soak.py"
 
 
