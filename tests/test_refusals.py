@@ -223,7 +223,7 @@ def test_a_read_only_file_system_is_one_line_from_every_single_file_write(finish
     out.mkdir()
     # The write fails, and so does removing its temporary (EROFS both): the second failure
     # must not bury the first under two tracebacks.
-    monkeypatch.setattr(atomic, "_fsync", read_only)
+    monkeypatch.setattr(atomic, "sync_to_disk", read_only)
     monkeypatch.setattr(Path, "unlink", read_only)
     for argv, path in (
             (["export", str(finished), "--out", str(out / "turns.jsonl")], out / "turns.jsonl"),

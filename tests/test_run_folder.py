@@ -153,7 +153,7 @@ def test_a_full_disk_or_a_refusal_while_writing_is_one_line_and_leaves_nothing(
     def full(fd):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(atomic, "_fsync", full)
+    monkeypatch.setattr(atomic, "sync_to_disk", full)
     for command in (["export", str(folder), "--format", "csv"], ["report", str(folder),
                                                                   "--html"]):
         assert main(command) == 2

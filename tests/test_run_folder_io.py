@@ -189,7 +189,7 @@ def test_report_html_on_a_nearly_full_disk_leaves_no_partial_tables(gsm_file, tm
         if len(synced) > 2:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(atomic, "_fsync", nearly_full)
+    monkeypatch.setattr(atomic, "sync_to_disk", nearly_full)
     assert main(["report", str(folder), "--html"]) == 2
     err = capsys.readouterr().err
     assert "no space left on the device" in err and "Traceback" not in err
@@ -207,7 +207,7 @@ def test_compare_html_on_a_full_disk_blames_the_page(gsm_file, tmp_path, capsys,
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(atomic, "_fsync", full)
+    monkeypatch.setattr(atomic, "sync_to_disk", full)
     other = tmp_path / "other"
     shutil.copytree(folder, other)  # compare refuses a run against itself
     page = tmp_path / "compare.html"

@@ -67,28 +67,30 @@ def add_integration_parsers(sub: Subparsers) -> None:
     add_check_judge(actions)
 
 
-def export_run_as(args: argparse.Namespace, console: Console) -> int:
-    """``userturn export RUN --format inspect|hf``."""
+def export_run_as(run: Path, fmt: str, out: Path | None, force: bool, console: Console) -> int:
+    """``userturn export RUN --format inspect|hf`` (``--out``, ``--force``)."""
     from userturn.store.database import RunStore
 
-    store = RunStore.read(args.run)  # an export only reads: the run folder stays as it was
+    store = RunStore.read(run)  # an export only reads: the run folder stays as it was
     try:
-        if args.format == "inspect":
+        # A file the user names is theirs (replaced only with --force); the default one in
+        # the run folder is userturn's own and is rewritten.
+        if fmt == "inspect":
             from userturn.integrations.inspect_log import export_inspect
 
-            out = args.out or args.run / "user_turns.eval"
-            count = export_inspect(store, out, force=args.force or args.out is None)
-            console.print(f"wrote {count} samples to {out} (inspect view --log-dir "
-                          f"{out.parent})", markup=False, highlight=False, soft_wrap=True)
+            target = out or run / "user_turns.eval"
+            count = export_inspect(store, target, force=force or out is None)
+            console.print(f"wrote {count} samples to {target} (inspect view --log-dir "
+                          f"{target.parent})", markup=False, highlight=False, soft_wrap=True)
         else:
             from userturn.integrations.hf import export_run
 
-            out = args.out or args.run / "hf"
+            target = out or run / "hf"
             _quiet_datasets()
-            count = export_run(store, out, force=args.force or args.out is None)
-            console.print(f"wrote {count} user turns to {out}/ (datasets.load_dataset"
-                          f"(\"{out}\"); README.md is its card)", markup=False, highlight=False,
-                          soft_wrap=True)
+            count = export_run(store, target, force=force or out is None)
+            console.print(f"wrote {count} user turns to {target}/ (datasets.load_dataset"
+                          f"(\"{target}\"); README.md is its card)", markup=False,
+                          highlight=False, soft_wrap=True)
     finally:
         store.close()
     return 0

@@ -6,23 +6,22 @@ import argparse
 import json
 import sys
 import typing
-import warnings
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
 from userturn.cli.flags import check_range, number
-from userturn.errors import UserturnError
+from userturn.labels.fitting import CONTEXT_CHOICES
 from userturn.records import LABELS, Labeller
 from userturn.store.atomic import refuse_to_replace, write_text
 
 LABELLERS = typing.get_args(Labeller)
 
 
-def add_classifier_parsers(sub: Any, handler: Callable[..., int]) -> None:
+def add_classifier_parsers(sub: Any) -> None:
     classify = sub.add_parser(
         "classify", help="label a JSONL file of user turns (query, answer, user_turn)",
         description="Label every row of FILE (JSON Lines with the text fields query, answer and "
@@ -33,7 +32,7 @@ def add_classifier_parsers(sub: Any, handler: Callable[..., int]) -> None:
                           "unless --force)")
     classify.add_argument("--force", action="store_true", help="overwrite --out")
     _labeller_options(classify)
-    classify.set_defaults(handler=handler, action=classify_command)
+    classify.set_defaults(handler=classify_command)
 
     label = sub.add_parser(
         "label", help="(re)label a run's user turns offline, generating nothing",
@@ -41,7 +40,7 @@ def add_classifier_parsers(sub: Any, handler: Callable[..., int]) -> None:
         "classifier, each on the turns it has not labelled yet. Only labels change.")
     label.add_argument("run", type=Path)
     _labeller_options(label)
-    label.set_defaults(handler=handler, action=label_command)
+    label.set_defaults(handler=label_command)
 
     train = sub.add_parser(
         "train-classifier", help="fit the user-turn classifier to your own labels",
@@ -57,7 +56,7 @@ def add_classifier_parsers(sub: Any, handler: Callable[..., int]) -> None:
                        "corpus's train split plus your rows")
     train.add_argument("--c", type=number, default=0.5, help="inverse regularisation strength "
                        "(default 0.5: the best of the grid on the corpus dev split)")
-    train.add_argument("--context", choices=("shipped", "none", "ratios", "hidden"),
+    train.add_argument("--context", choices=CONTEXT_CHOICES,
                        default="shipped", help="what the classifier reads of a turn in context "
                        "through the embedded SmolLM2: ratios (how much likelier the turn is after "
                        "the answer, after the query, as the assistant), hidden (those and its "
@@ -66,7 +65,7 @@ def add_classifier_parsers(sub: Any, handler: Callable[..., int]) -> None:
     train.add_argument("--readings", type=Path, help="cache of your turns' context readings "
                        "(default OUTPUT.readings.jsonl): a killed training resumes from it")
     train.add_argument("--force", action="store_true", help="overwrite --output")
-    train.set_defaults(handler=handler, action=train_command)
+    train.set_defaults(handler=train_command)
 
 
 def _labeller_options(parser: argparse.ArgumentParser) -> None:
@@ -130,98 +129,26 @@ def label_command(args: argparse.Namespace, console: Console) -> int:
 
 
 def train_command(args: argparse.Namespace, console: Console) -> int:
-    from userturn.labels.classifier import LearnedClassifier
-    from userturn.labels.training import (
-        MIN_DEV_TURNS,
-        assign_splits,
-        calibrate,
-        cross_validate,
-        evaluate,
-        fit,
-        predict,
-        read_examples,
-    )
+    from userturn.cli.console import progress_bars
+    from userturn.labels.fitting import fit_classifier, training_splits
 
     check_range("--c", args.c, low=0, low_open=True)
     refuse_to_replace(args.output, args.force)
-    examples = assign_splits(read_examples(args.labelled))
-    if args.with_corpus:
-        from userturn.labels.corpus import corpus_examples
-
-        examples = [*corpus_examples("train"), *examples]
-    train = [ex for ex in examples if ex.split == "train"]
-    dev = [ex for ex in examples if ex.split == "dev"]
-    if not train or not dev:
-        raise UserturnError(f"{args.labelled}: needs turns of several queries for a train and a "
-                            f"dev split (got {len(train)} train, {len(dev)} dev)")
-    small = len(dev) < MIN_DEV_TURNS
-    console.print(f"training on {len(train) + len(dev) if small else len(train)} turn(s), "
-                  + ("checked by cross-validation by query" if small else f"dev {len(dev)}")
-                  + f" ({sum(ex.split == 'test' for ex in examples)} test rows left untouched)")
-    context = context_of(args)
-    if context is not None:
-        train, dev = read_in_context(train, dev, args)
-    if small:
-        # A dev split of a few turns measures nothing (8 rows: 1 dev turn, kappa undefined):
-        # every turn is checked by a model fit without its query, and all of them train.
-        warnings.warn(f"{args.labelled}: {len(train) + len(dev)} labelled turn(s) leave "
-                      f"{len(dev)} for a dev split: agreement is measured by cross-validation "
-                      "by query instead, and the classifier is fit to every turn (with a few "
-                      "hundred across the labels it can be checked on held-out queries)",
-                      stacklevel=1)
-        labels, probs, reference = cross_validate([*train, *dev], c=args.c, context=context)
-        model = fit([*train, *dev], c=args.c, context=context)
-        checked = "cross-validated agreement (classifier vs your labels, by query)"
-    else:
-        model = calibrate(fit(train, c=args.c, context=context), dev)
-        read = {ex.case: ex.reading for ex in dev}  # dev turns were read in context above
-        labels, probs = predict(LearnedClassifier(model, reader=read.__getitem__).classify, dev)
-        reference, checked = [ex.label for ex in dev], "dev agreement (classifier vs your labels)"
-    result = evaluate(labels, reference, probs)
-    if result.undefined():
-        warnings.warn(f"{args.labelled}: {result.undefined()}", stacklevel=1)
-    console.print(f"{checked}: {result.line()}  calibration error {result.ece:.3f}")
-    print_per_label(result, console)
-    model.save(args.output)
+    splits = training_splits(args.labelled, with_corpus=args.with_corpus)
+    train, dev = len(splits.train), len(splits.dev)
+    console.print(f"training on {train + dev if splits.small else train} turn(s), "
+                  + ("checked by cross-validation by query" if splits.small else f"dev {dev}")
+                  + f" ({splits.test} test rows left untouched)")
+    readings = args.readings or args.output.with_name(args.output.name + ".readings.jsonl")
+    with progress_bars() as progress:  # the bars every command shows
+        fitted = fit_classifier(splits, args.labelled, c=args.c, context=args.context,
+                                readings=readings, progress=progress)
+    console.print(f"{fitted.checked}: {fitted.result.line()}  calibration error "
+                  f"{fitted.result.ece:.3f}")
+    print_per_label(fitted.result, console)
+    fitted.model.save(args.output)
     console.print(f"wrote {args.output} (use it with --classifier {args.output})")
     return 0
-
-
-def context_of(args: argparse.Namespace) -> dict[str, Any] | None:
-    """``meta["context"]`` of the parameters ``--context`` asks for (None: form alone)."""
-    from userturn.labels.classifier import MODEL_FILE, LinearModel
-    from userturn.labels.context import HIDDEN_SIZE, scorer_name
-    from userturn.labels.training import context_meta
-
-    choice = args.context
-    if choice == "shipped":
-        shipped = LinearModel.load(MODEL_FILE).context
-        if not shipped:
-            return None
-        choice = "hidden" if shipped.get("embedding") else "ratios"
-    if choice == "none":
-        return None
-    return context_meta(scorer_name(), HIDDEN_SIZE if choice == "hidden" else 0)
-
-
-def read_in_context(train: list[Any], dev: list[Any], args: argparse.Namespace
-                    ) -> tuple[list[Any], list[Any]]:
-    """Train and dev examples with their context readings: the corpus's from the shipped file,
-    yours scored now (a progress bar; cached in --readings, so a kill resumes)."""
-    from userturn.cli.console import progress_bars
-    from userturn.labels.context import scorer_name
-    from userturn.labels.readings import corpus_readings, read_cases
-    from userturn.labels.training import with_readings
-
-    known, scorer = corpus_readings()
-    if scorer != scorer_name():  # readings of another SmolLM2 file would not match
-        known = {}
-    cache = args.readings or args.output.with_name(args.output.name + ".readings.jsonl")
-    with progress_bars() as progress:  # the bars every command shows
-        readings = read_cases([ex.case for ex in [*train, *dev]], cache, known,
-                              progress=progress)
-    return (with_readings(train, readings[:len(train)]),
-            with_readings(dev, readings[len(train):]))
 
 
 def print_per_label(result: Any, console: Console) -> None:

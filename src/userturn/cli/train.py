@@ -48,19 +48,21 @@ def settings_from(args: argparse.Namespace) -> BaseModel:
     return load_settings(model, args.config, flag_values(args, model))
 
 
-def train_command(args: argparse.Namespace, console: Console, progress: Any) -> int:
+def train_command(args: argparse.Namespace, console: Console) -> int:
+    from userturn.cli.console import progress_bars
     from userturn.report.compare import print_comparison
     from userturn.train.trainers import evaluate_checkpoint, run_rl, run_sft
 
     log = lambda text: console.print(text)  # noqa: E731
-    if args.train_command == "eval":
-        result = evaluate_checkpoint(args.folder, progress=progress)
-        folder = args.folder
-    else:
-        settings = settings_from(args)
-        runner = run_sft if args.train_command == "sft" else run_rl
-        outcome = runner(settings, progress=progress, log=log)  # type: ignore[arg-type]
-        result, folder = outcome.before_after, outcome.output
+    with progress_bars() as progress:
+        if args.train_command == "eval":
+            result = evaluate_checkpoint(args.folder, progress=progress)
+            folder = args.folder
+        else:
+            settings = settings_from(args)
+            runner = run_sft if args.train_command == "sft" else run_rl
+            outcome = runner(settings, progress=progress, log=log)  # type: ignore[arg-type]
+            result, folder = outcome.before_after, outcome.output
     if result is None:
         console.print(f"checkpoint in {folder}/model; before/after: userturn train eval {folder}")
         return 0

@@ -3,7 +3,8 @@
 The offline stage reads the run's turns once and passes them along (the rules' verdicts go to the
 classifier in memory), and all judges share one read; a later stage reads again, to see the labels
 the earlier ones wrote. Each stage writes its labels back as it goes, and none generates, so any
-of them can be run again on a finished run (``userturn label``, ``userturn judge``). The order in
+of them can be run again on a finished run (``userturn label``; ``userturn judge``,
+:func:`judge_folder`; people's labels from a file, :func:`import_human_labels`). The order in
 which the sources then decide a turn comes from the labeller table (:mod:`.sources`) and is
 recorded once, by :func:`record_sources`.
 """
@@ -11,6 +12,8 @@ recorded once, by :func:`record_sources`.
 from __future__ import annotations
 
 import warnings
+from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
@@ -35,6 +38,8 @@ from userturn.store.turns import read_turns
 
 if TYPE_CHECKING:
     from userturn.backends import Backend
+    from userturn.labels.plan import JudgeSpec
+    from userturn.store.sqlite import Tally
 
 
 
@@ -255,3 +260,43 @@ def _assistant_header(backend: Backend) -> str:
         return derive_markers(backend.template).assistant_header.strip()
     except TemplateError:
         return ""
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What ``userturn judge`` did to a run: the turns sent to its judges (over all of them)
+    and the tally of their requests (failed verdicts among them)."""
+
+    sent: int
+    tally: Tally
+
+    @property
+    def failed(self) -> int:
+        return self.tally.failed.get("judge", 0)
+
+
+def judge_folder(folder: Path, judges: Sequence[Judge], spec: JudgeSpec,
+                 progress: Progress | None = None) -> Judged:
+    """Judge the stored run in ``folder`` with ``judges`` (built from ``spec``, which gives the
+    scope and threshold), under the folder's lock: the store is checked before the lock is
+    taken, so a refusal writes nothing. Generates nothing."""
+    with RunStore.writing(folder, "judge") as store:
+        sent = judge_with_all(store, judges, spec.judge_scope, progress,
+                              threshold=spec.judge_threshold)
+        return Judged(sent, store.tally)
+
+
+def import_human_labels(folder: Path, file: Path, annotator: str) -> int:
+    """Store the ``key,label`` rows of ``file`` (``userturn annotate --import``) as
+    ``human:ANNOTATOR`` labels of the run in ``folder``: every row is checked against the run,
+    read only, before the lock is taken and the first label written. Returns how many."""
+    from userturn.labels.annotate import NAME_PATTERN, AnnotationError
+    from userturn.labels.calibration import imported_labels
+
+    if not NAME_PATTERN.fullmatch(annotator):
+        raise AnnotationError(f"annotator name {annotator!r}: use letters, digits, _ . -")
+    with closing(RunStore.read(folder)) as reader:  # every row checked, nothing written
+        labels = imported_labels(reader, file, annotator)
+    with RunStore.writing(folder, "annotate") as store:
+        store.put_labels(labels)
+    return len(labels)

@@ -1,25 +1,50 @@
 """``userturn agreement`` in the terminal: the agreement between label sources as rich tables.
 
-The numbers come from :mod:`userturn.stats.agreement` and :mod:`userturn.stats.reliability`;
-this module only lays them out.
+The numbers come from :mod:`userturn.stats.agreement` and :mod:`userturn.stats.reliability`
+(over a run folder's turns, read once by :func:`run_agreement`); this module lays them out.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from userturn.report.numbers import decimal, label_header, percent
-from userturn.stats.agreement import Agreement, source_rank
-from userturn.stats.reliability import against_people, alpha
+from userturn.stats.agreement import Agreement, pairwise_agreement, source_rank
+from userturn.stats.reliability import against_people, alpha, ratings_of
+from userturn.store.database import RunStore
+from userturn.store.turns import check_label_sources, read_turns
 
 _NAN = float("nan")
 
 NOTHING_TO_COMPARE = ("no two label sources share labelled turns: annotate with `userturn annotate "
                       "RUN` or judge with `userturn judge RUN --judge SPEC`")
+
+
+@dataclass(frozen=True)
+class RunAgreement:
+    """The agreement of a run's label sources: every pair, and each source's labels by turn."""
+
+    pairs: list[Agreement]
+    ratings: dict[str, dict[str, str | None]]
+
+
+def run_agreement(folder: Path, sources: Sequence[str] | None = None) -> RunAgreement:
+    """The agreement between the label sources of the run in ``folder`` (read only): all of
+    them, or ``sources`` (``--sources``, the first the reference), which the run must hold."""
+    with closing(RunStore.read(folder)) as store:
+        check_label_sources(store, sources, "--sources")
+        turns = read_turns(store)
+    ratings = ratings_of(turns)
+    if sources:
+        ratings = {s: r for s, r in ratings.items() if s in sources}
+    return RunAgreement(pairwise_agreement(turns, sources=sources), ratings)
 
 
 def _num(value: float, digits: int = 2) -> str:

@@ -6,18 +6,21 @@ units and items pair), printed as tables or laid out as one HTML page.
 from __future__ import annotations
 
 import re
+from contextlib import closing
+from pathlib import Path
 from typing import Any, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
+from userturn.errors import ConfigError
 from userturn.labels.calibration import inclusion_probabilities
 from userturn.report import markup
 from userturn.report.numbers import difference, percent, temperature, temperature_label
 from userturn.stats.comparison import AccuracyComparison, Comparison, compare_turns
 from userturn.stats.rates import direction
 from userturn.store.database import RunStore
-from userturn.store.turns import read_answers, read_turns
+from userturn.store.turns import check_label_sources, read_answers, read_turns
 
 
 def compare_runs(a: RunStore, b: RunStore, *,
@@ -29,6 +32,27 @@ def compare_runs(a: RunStore, b: RunStore, *,
     # Per run: the same generation (same key) can be in both runs, labelled by different samples.
     inclusion = (inclusion_probabilities(a, turns_a), inclusion_probabilities(b, turns_b))
     return compare_turns(turns_a, read_answers(a), turns_b, read_answers(b), inclusion)
+
+
+def compare_folders(a: Path, b: Path, *, labels: Sequence[str] | None = None
+                    ) -> tuple[list[Comparison], list[AccuracyComparison]]:
+    """:func:`compare_runs` of the runs in two folders, each opened to read only. ``labels``
+    (``--labels``) must name sources both runs hold; one folder given twice is refused, as every
+    difference would be zero by construction: a mistyped second run, not a result."""
+    if _same_folder(a, b):
+        raise ConfigError(f"compare: {a} and {b} are the same run; give two different run "
+                          "folders")
+    with closing(RunStore.read(a)) as run_a, closing(RunStore.read(b)) as run_b:
+        check_label_sources(run_a, labels)
+        check_label_sources(run_b, labels)
+        return compare_runs(run_a, run_b, labels=labels)
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or a.samefile(b)
+    except OSError:  # one does not exist: RunStore.read says so
+        return False
 
 
 def print_comparison(comparisons: Sequence[Comparison],

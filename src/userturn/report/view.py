@@ -8,6 +8,7 @@ is then computed from the view, never read again.
 
 from __future__ import annotations
 
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -20,7 +21,7 @@ from userturn.stats.summary import SummaryRow, summarize
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
 from userturn.store.runstate import RunState, run_state
-from userturn.store.turns import label_sources, read_answers, read_turns
+from userturn.store.turns import check_label_sources, label_sources, read_answers, read_turns
 
 
 @dataclass(frozen=True)
@@ -64,3 +65,11 @@ def read_run(store: RunStore, labels: str | Sequence[str] | None = None) -> RunV
     turns = read_turns(store, sources)
     return RunView(store.folder, store.meta(), sources, turns, read_answers(store),
                    inclusion_probabilities(store, turns), run_state(store))
+
+
+def read_folder(folder: Path, labels: Sequence[str] | None = None) -> RunView:
+    """The run in ``folder`` read once, to read only (nothing written into the folder).
+    ``labels`` (``--labels``) must name sources the run holds; None: the run's own."""
+    with closing(RunStore.read(folder)) as store:
+        check_label_sources(store, labels)
+        return read_run(store, labels)

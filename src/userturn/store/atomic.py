@@ -20,7 +20,9 @@ from userturn.errors import StoreError
 SQLITE_HEADER = b"SQLite format 3\x00"
 RUN_FILES = ("userturn.db", "userturn.db-wal", "userturn.db-shm", "userturn.lock")
 
-_fsync = os.fsync  # a seam: tests inject a full disk here
+# Where a written file is forced to disk: the seam where a full or read-only disk is injected
+# (tests replace it; every write of this module goes through it).
+sync_to_disk = os.fsync
 
 
 def write_file(path: Path, write: Callable[[Path], object], *, force: bool = True) -> Path:
@@ -33,7 +35,7 @@ def write_file(path: Path, write: Callable[[Path], object], *, force: bool = Tru
     try:
         write(temporary)
         with open(temporary, "rb+") as handle:  # on disk before the rename makes it visible
-            _fsync(handle.fileno())
+            sync_to_disk(handle.fileno())
         os.replace(temporary, path)
     except OSError as exc:
         _discard(temporary)
@@ -70,7 +72,7 @@ def write_folder(folder: Path, write: Callable[[Path], object]) -> Path:
         write(staging)
         for path in staging.iterdir():
             with open(path, "rb+") as handle:
-                _fsync(handle.fileno())
+                sync_to_disk(handle.fileno())
         if folder.exists():
             os.rename(folder, old)
         os.rename(staging, folder)

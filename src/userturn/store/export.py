@@ -6,13 +6,27 @@ from __future__ import annotations
 
 import csv
 import json
+from contextlib import closing
 from pathlib import Path
 from typing import Sequence
 
 from userturn.errors import UserturnError
 from userturn.records import Turn
 from userturn.store.atomic import refuse_to_replace, write_file
-from userturn.store.turns import flat_records
+from userturn.store.database import RunStore
+from userturn.store.turns import flat_records, read_turns
+
+
+def export_run(folder: Path, fmt: str, out: Path | None = None, *,
+               force: bool = False) -> tuple[Path, int]:
+    """``userturn export``: the user turns of the run in ``folder`` (read only) to ``out``,
+    default ``RUN/user_turns.FORMAT``. A file the user names is theirs: replaced only with
+    ``force``. The default file in the run folder is userturn's own and is rewritten. Returns
+    the file written and its number of rows."""
+    with closing(RunStore.read(folder)) as store:
+        target = out or folder / f"user_turns.{fmt}"
+        return target, export_user_turns(read_turns(store), target, fmt,
+                                         force=force or out is None)
 
 
 def export_user_turns(turns: Sequence[Turn], out: Path, fmt: str, *, force: bool = False) -> int:

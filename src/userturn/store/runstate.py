@@ -5,12 +5,15 @@ stopped early), with planned vs stored per stage and the rows skipped at load. E
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol
 
 from userturn.errors import DamagedStore, UserturnError
 from userturn.store.database import RunStore
 from userturn.store.lock import holder
+from userturn.store.sqlite import storage_faults
 
 STAGE_NAMES = {"assistant": "assistant turns", "user": "user turns"}
 
@@ -58,14 +61,15 @@ class RunState:
 
 def run_state(store: RunStore) -> RunState:
     meta = store.meta()
-    rows = store.db.execute(
-        "SELECT p.role, COUNT(*) AS planned, "
-        "SUM(g.key IS NOT NULL AND g.error IS NULL) AS stored, "
-        "SUM(g.error IS NOT NULL) AS failed "
-        "FROM plan p LEFT JOIN generations g ON g.key = p.key "
-        "WHERE p.model != 'human' GROUP BY p.role ORDER BY p.role")
-    stages = tuple(Stage(r["role"], r["planned"], r["stored"] or 0, r["failed"] or 0)
-                   for r in rows)
+    with storage_faults(store.path):  # damage found here is one line, as in every other read
+        rows = store.db.execute(
+            "SELECT p.role, COUNT(*) AS planned, "
+            "SUM(g.key IS NOT NULL AND g.error IS NULL) AS stored, "
+            "SUM(g.error IS NOT NULL) AS failed "
+            "FROM plan p LEFT JOIN generations g ON g.key = p.key "
+            "WHERE p.model != 'human' GROUP BY p.role ORDER BY p.role")
+        stages = tuple(Stage(r["role"], r["planned"], r["stored"] or 0, r["failed"] or 0)
+                       for r in rows)
     return RunState(meta.finished_now, holder(store.folder), stages, dict(meta.skipped))
 
 
@@ -74,6 +78,29 @@ class StoredSettings(Protocol):
 
 
 StoredReader = Callable[[Mapping[str, Any]], StoredSettings]
+
+
+@dataclass(frozen=True)
+class Checkup:
+    """What ``userturn doctor`` found: the problems of a run folder's store (none: it is whole)
+    and, for a whole one, where the run stands."""
+
+    problems: list[str]
+    state: RunState | None
+
+
+def checkup(folder: Path, settings: StoredReader | None = None) -> Checkup:
+    """Check the run in ``folder`` (read only). A store too damaged to open is a finding, as
+    any other damage; a folder that is no userturn store (or of a newer schema) is refused
+    with its ``StoreError``, as every command refuses it."""
+    try:
+        store = RunStore.read(folder)
+    except DamagedStore as exc:
+        return Checkup([f"integrity: the database is damaged ({exc.detail}); copy out what "
+                        "reads, then run again into a new folder"], None)
+    with closing(store):
+        problems = doctor(store, settings)
+        return Checkup(problems, None if problems else run_state(store))
 
 
 def doctor(store: RunStore, settings: StoredReader | None = None) -> list[str]:
@@ -89,6 +116,14 @@ def doctor(store: RunStore, settings: StoredReader | None = None) -> list[str]:
         return [f"integrity: the database is damaged ({exc})"]
     if problems:
         return problems
+    with storage_faults(store.path):
+        return problems + _table_problems(store, settings)
+
+
+def _table_problems(store: RunStore, settings: StoredReader | None) -> list[str]:
+    """The problems the integrity check cannot see: lost metadata, a stored experiment that no
+    longer reads, duplicate and dangling plan rows."""
+    problems: list[str] = []
     try:
         config = store.meta().config
     except DamagedStore as exc:

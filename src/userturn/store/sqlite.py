@@ -3,7 +3,8 @@
 checks at open, the added-column migrations, and storage faults as one line.
 
 :class:`~userturn.store.database.RunStore` is the only user of what is here besides the schema
-constants and :func:`generation_key`.
+constants, :func:`generation_key` and :func:`storage_faults` (for the store's own queries outside
+``RunStore``).
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import os
 import shutil
 import sqlite3
 import tempfile
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from userturn.credentials import scrub
-from userturn.errors import DamagedStore, StoreError
+from userturn.errors import DamagedStore, RequestsFailed, StoreError
 from userturn.records import Request
 from userturn.store.rows import GenerationRow
 
@@ -226,6 +228,16 @@ def storage_error(exc: sqlite3.Error, path: Path) -> StoreError:
     return StoreError(storage_problem(exc, path))
 
 
+@contextmanager
+def storage_faults(path: Path) -> Iterator[None]:
+    """SQLite faults inside become one ``StoreError`` line naming the database (damage a
+    ``DamagedStore``): no ``sqlite3`` error leaves the store, so no caller needs to know SQLite."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise storage_error(exc, path) from None
+
+
 def storage_errors(method):  # type: ignore[no-untyped-def]
     """Every store method: SQLite faults become one StoreError line; writes first check that
     the database is still the one opened."""
@@ -237,10 +249,8 @@ def storage_errors(method):  # type: ignore[no-untyped-def]
                 raise StoreError(f"cannot write {self.path}: it was opened to read only (a "
                                  "read-only folder?); copy the run somewhere writable")
             self.check_present()
-        try:
+        with storage_faults(self.path):
             return method(self, *args, **kwargs)
-        except sqlite3.Error as exc:
-            raise storage_error(exc, self.path) from None
     return wrapper
 
 
@@ -263,6 +273,12 @@ class Tally:
 
     def all_failed(self, kind: str) -> bool:
         return self.sent.get(kind, 0) > 0 and self.failed.get(kind, 0) == self.sent[kind]
+
+    def refuse_if_all_failed(self, kind: str) -> None:
+        """A command whose every request of ``kind`` failed did nothing: ``RequestsFailed``
+        (exit 1) with :meth:`summary`, once what it stored has been shown."""
+        if self.all_failed(kind):
+            raise RequestsFailed(self.summary(kind))
 
     def summary(self, kind: str) -> str:
         """One line: how many of what failed, and the first error."""

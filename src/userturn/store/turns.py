@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
+from userturn.errors import ConfigError
 from userturn.records import COLUMNS, Answer, Item, Message, StoredLabel, Turn
 from userturn.store.database import RunStore
 
@@ -52,6 +53,22 @@ def label_sources(store: RunStore, labels: str | Sequence[str] | None = None) ->
     if labels is None:
         return store.label_sources()
     return [labels] if isinstance(labels, str) else list(labels)
+
+
+def check_label_sources(store: RunStore, labels: Sequence[str] | None,
+                        flag: str = "--labels") -> None:
+    """``labels`` (as the user named them, with ``flag``) are sources the run holds: a typo
+    would show every turn undecided (or leave nothing to compare). None: the run's own."""
+    if labels is None:
+        return
+    stored = store.stored_label_sources()
+    if not labels:  # `--labels ''` or `,,,`: not "the run's own sources", which is no flag
+        raise ConfigError(f"{flag} names no label source; give one or more of: "
+                          f"{', '.join(stored) or 'none'} (or leave {flag} out)")
+    unknown = [name for name in labels if name not in stored]
+    if unknown:
+        raise ConfigError(f"{flag}: no labels from {', '.join(unknown)} in {store.folder}; "
+                          f"it holds: {', '.join(stored) or 'none'}")
 
 
 def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> list[Turn]:
