@@ -335,3 +335,19 @@ def fake_probe_run(folder: Path, **settings: Any):  # -> userturn.api.Run
         f'"answer": "x\\n#### {2 * n + 2}"}}\n' for n in range(3)), encoding="utf-8")
     return userturn.run(models=["fake/probe"], datasets=[str(data)], limit=3, samples=2,
                         output=folder / "run", **settings)
+
+
+# ---- option scores checked against the model itself ------------------------------------------------
+def plain_logprob(backend: Any, prompt: str, option: str) -> float:
+    """log P(option | prompt) from one plain forward pass of a transformers backend's model over
+    prompt + option: the log-softmax of the logits at each option token's position, summed."""
+    import torch
+
+    from userturn.chat.render import prompt_token_ids
+
+    ids = prompt_token_ids(backend.tokenizer, prompt)
+    extra = backend.tokenizer(option, add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        logits = backend.model(torch.tensor([ids + extra])).logits[0].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    return float(sum(logp[len(ids) - 1 + j, t] for j, t in enumerate(extra)))

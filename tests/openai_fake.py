@@ -17,6 +17,12 @@ a real model ends its turn); greedy requests ignore the seed. The server honours
 the matched stop string from the text, unless ``keep_stop`` (like ``transformers serve``).
 ``name_stop`` adds vLLM's ``stop_reason``; ``chat_only`` answers 404 on /v1/completions;
 ``text_prompts_only`` answers 400 to token-id prompts (like ``transformers serve``).
+``prompt_logprob(position, token)`` makes it echo a token-id prompt's log-probabilities when asked
+(``echo`` with ``logprobs``), in vLLM's shape: ``token_logprobs`` None for the first token, then
+one per prompt token, then the generated token's; without it nothing is echoed (``logprobs``
+null), as from a server that returns none. ``owned_by`` answers ``GET /v1/models`` with one model
+owned by that name (vLLM says ``vllm``, llama.cpp's server ``llamacpp``); without it the GET is
+not served.
 """
 
 from __future__ import annotations
@@ -158,6 +164,8 @@ class FakeOpenAI:
     text_prompts_only: bool = False  # 400 on token-id prompts, as `transformers serve` answers
     keep_stop: bool = False  # leave the matched stop string in the text
     name_stop: bool = False  # say which stop string matched (vLLM's ``stop_reason``)
+    prompt_logprob: Callable[[int, int], float] | None = None  # echoed per (position, token)
+    owned_by: str | None = None  # GET /v1/models names this owner
 
     def __post_init__(self) -> None:
         self._script: deque[Action] = deque()
@@ -201,6 +209,12 @@ class FakeOpenAI:
             choice = {**choice, "text": action.content}
         if action.finish_reason is not None:
             choice = {**choice, "finish_reason": action.finish_reason}
+        prompt = request.body.get("prompt")
+        if (self.prompt_logprob is not None and request.body.get("echo")
+                and request.body.get("logprobs") is not None and isinstance(prompt, list)):
+            echoed = [None] + [self.prompt_logprob(j, t) for j, t in enumerate(prompt) if j > 0]
+            choice = {**choice, "logprobs": {"tokens": [str(t) for t in prompt] + ["?"],
+                                             "token_logprobs": echoed + [-0.5]}}
         return json.dumps({
             "id": f"cmpl-{len(self.requests)}", "object": "text_completion",
             "model": request.body.get("model", ""), "choices": [choice], "usage": made["usage"],
@@ -259,6 +273,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
         pass
+
+    def do_GET(self) -> None:
+        fake: FakeOpenAI = self.server.fake  # type: ignore[attr-defined]
+        if fake.owned_by is None or not self.path.endswith("/models"):
+            self.send_error(501, "Unsupported method ('GET')")  # what the handler said before
+            return
+        model = {"id": "served", "object": "model", "owned_by": fake.owned_by}
+        self._send(200, json.dumps({"object": "list", "data": [model]}).encode())
 
     def do_POST(self) -> None:
         fake: FakeOpenAI = self.server.fake  # type: ignore[attr-defined]

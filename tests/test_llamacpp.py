@@ -237,3 +237,64 @@ def test_a_local_judge_under_the_verdict_grammar_always_answers_in_format(llama)
     label = judge.classify(Case("Ann has 3 apples and buys 2. How many?",
                                 "3 + 2 = 5. The answer is 5.", "Why did you add 2?"))
     assert label.error is None and label.label in LABELS and label.rationale
+
+
+# --- past the end of sequence (the continuation arm) -----------------------------------------------
+
+def test_past_the_end_only_a_stop_marker_or_the_budget_ends_the_turn() -> None:
+    # Both end tokens of the vocabulary are written and kept; the request's own markers still stop.
+    backend = fake_backend(["Why", " 26", "?", "<|im_end|>", "\n", "<|endoftext|>", " more",
+                            " text"])
+    base = probe_request(backend)
+    (ended,) = backend.complete([base])
+    assert (ended.raw_text, ended.finish_reason) == ("Why 26?<|im_end|>", "stop")
+    to_marker, to_budget, to_end = backend.complete([
+        Request(base.prompt, base.params, (" more",), 0, past_end=True),
+        Request(base.prompt, GenerationParams(0.0, 1.0, 5), (), 0, past_end=True),
+        Request(base.prompt, base.params, ("<|endoftext|>",), 0, past_end=True)])
+    assert (to_marker.raw_text, to_marker.finish_reason) == \
+        ("Why 26?<|im_end|>\n<|endoftext|> more", "stop")
+    assert to_marker.text == "Why 26?" and to_marker.completion_tokens == 7
+    assert (to_budget.raw_text, to_budget.finish_reason) == ("Why 26?<|im_end|>\n", "length")
+    assert to_end.raw_text == "Why 26?<|im_end|>\n<|endoftext|>"  # a marker that is an end token
+
+
+@needs_llama
+def test_past_the_end_the_real_gguf_goes_on_after_its_end_of_turn(llama) -> None:
+    budget = 64
+    batch = [Request(p.text, GenerationParams(0.0, 1.0, budget), p.stop, 0)
+             for p in prompts(llama)]
+    ended = llama.complete(batch)
+    past = llama.complete([Request(r.prompt, r.params, (), 0, past_end=True) for r in batch])
+    stopped = [(a, b) for a, b in zip(ended, past) if a.finish_reason == "stop"
+               and a.completion_tokens < budget and a.raw_text.endswith("<|im_end|>")]
+    assert stopped, [g.raw_text for g in ended]
+    for before, after in stopped:
+        # The same greedy tokens up to the end of turn, which is now written and gone past.
+        assert after.raw_text.startswith(before.raw_text)
+        assert (after.finish_reason, after.completion_tokens) == ("length", budget)
+        assert "<|im_end|>" not in after.text
+
+
+@needs_llama
+def test_option_scores_equal_a_plain_pass_with_every_position_s_logits(llama) -> None:
+    """Next-role scores at the end of a closed conversation, against llama.cpp evaluating the
+    prompt and each option in one batch with the logits of every position kept."""
+    import numpy as np
+    from llama_cpp import Llama
+
+    prompt = llama.template.render([{"role": "user", "content": QUESTIONS[0][0]},
+                                    {"role": "assistant", "content": "26 pencils are left."}])
+    options = ["<|im_start|>user\n", "<|im_start|>assistant\n", "<|endoftext|>", " Thanks"]
+    scores = llama.score_options(prompt, options, whole=True)
+    plain = Llama(model_path=str(smollm2_gguf()), n_ctx=2048, logits_all=True, verbose=False)
+    ids = llama.prompt_ids(prompt)
+    for option, score in zip(options, scores):
+        extra = plain.tokenize(option.encode("utf-8"), add_bos=False, special=True)
+        plain.reset()
+        plain.eval(ids + extra)
+        logits = np.asarray(plain.scores[len(ids) - 1:len(ids) - 1 + len(extra)], dtype=np.float64)
+        top = logits.max(axis=1, keepdims=True)
+        logp = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+        # One batch against one token at a time: llama.cpp's kernels differ in their rounding.
+        assert score == pytest.approx(sum(logp[j, t] for j, t in enumerate(extra)), abs=1e-2)

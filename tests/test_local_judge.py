@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Sequence
 
 import pytest
-from helpers import GSM_ITEMS, GSM_SAMPLES, experiment, undecided_script
+from helpers import GSM_ITEMS, GSM_SAMPLES, experiment, plain_logprob, undecided_script
 
 from userturn.backends.fake import ScriptedBackend, fake_template
 from userturn.config import load_experiment
@@ -119,20 +119,6 @@ def test_long_answers_are_cut_in_the_middle_and_the_cut_is_shown() -> None:
 
 
 # -- the tiny real model ------------------------------------------------------------------------
-
-def plain_logprob(backend, prompt: str, option: str) -> float:
-    """log P(option | prompt) from one plain forward pass over prompt + option."""
-    import torch
-
-    from userturn.chat.render import prompt_token_ids
-
-    ids = prompt_token_ids(backend.tokenizer, prompt)
-    extra = backend.tokenizer(option, add_special_tokens=False)["input_ids"]
-    with torch.inference_mode():
-        logits = backend.model(torch.tensor([ids + extra])).logits[0].float()
-    logp = torch.log_softmax(logits, dim=-1)
-    return float(sum(logp[len(ids) - 1 + j, t] for j, t in enumerate(extra)))
-
 
 def test_tiny_model_scores_equal_a_plain_forward_pass_with_and_without_its_cache(tiny_backend):
     first = label_prompt(tiny_backend.template, CASE)

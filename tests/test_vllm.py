@@ -70,3 +70,28 @@ def test_a_sample_does_not_depend_on_its_chunk(pair) -> None:
     alone = [served.complete([r])[0].text for r in samples]
     assert together == reordered == alone
     assert len(set(together)) > 1
+
+
+def closed_conversations(backend):
+    """Each conversation rendered through the end of the assistant's turn, no header opened."""
+    return [backend.template.render([{"role": "user", "content": q},
+                                     {"role": "assistant", "content": a}])
+            for (q, _), a in zip(QUESTIONS, ANSWERS)]
+
+
+def test_past_the_end_the_same_continuations_as_the_transformers_backend(pair) -> None:
+    served, local = pair
+    batch = [Request(text, GenerationParams(0.0, 1.0, 48), (), 0, past_end=True)
+             for text in closed_conversations(served)]
+    ours, theirs = served.complete(batch), local.complete(batch)
+    assert [g.raw_text for g in ours] == [g.raw_text for g in theirs]
+    # Nothing but the budget ends them: no end token stops a continuation.
+    assert {(g.finish_reason, g.completion_tokens) for g in ours} == {("length", 48)}
+
+
+def test_option_scores_equal_the_transformers_backend(pair) -> None:
+    served, local = pair
+    options = ["<|im_start|>user\n", "<|im_start|>assistant\n", "<|endoftext|>", " Thanks"]
+    for text in closed_conversations(served)[:2]:
+        assert served.score_options(text, options, whole=True) == \
+            pytest.approx(local.score_options(text, options, whole=True), abs=1e-3)

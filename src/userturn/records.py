@@ -90,6 +90,12 @@ class Request:
     # A JSON schema (as JSON text) the completion must follow, for engines with constrained
     # decoding (vLLM, llama.cpp: backends/constraints.py); None for the probe's own turns.
     constraint: str | None = None
+    # Go on past the model's end-of-sequence and end-of-turn tokens (the continuation arm writes
+    # what comes after the closed conversation, turns and their ends included): only ``stop``
+    # and the token budget end the completion, and ``raw_text`` keeps the special tokens.
+    # Not part of a generation's key (store.sqlite.generation_key), so every key stays as it
+    # was; a caller that stores past-end completions beside others keys what tells them apart.
+    past_end: bool = False
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,9 @@ class Backend(Protocol):
     chunk_size: int  # how many requests to hand over at once (results are stored per chunk)
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
-        """One Generation per request, in order. A failed request is a Generation with error."""
+        """One Generation per request, in order. A failed request is a Generation with error.
+        A request with ``past_end`` ends only at its stop markers or budget, never at the
+        model's end tokens, which ``raw_text`` keeps (docs/backends.md)."""
         ...
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Sequence
 
-from userturn.backends.tiny import CHATML_TEMPLATE
+from userturn.backends.tiny import CHATML_TEMPLATE, SPECIAL_TOKENS
 from userturn.chat.render import ChatTemplate
 from userturn.records import Generation, Request
 
@@ -17,11 +17,18 @@ Script = Callable[[Request], str]
 USER_HEADER = "<|im_start|>user\n"  # the fake template is ChatML: a probe prompt ends with it
 SCRIPTED_ANSWER = "Adding the two amounts gives the total.\n#### 42"
 SCRIPTED_FOLLOW_UP = "Why did you add the two amounts instead of multiplying them?"
+# What the fake model writes past the end of a closed conversation: a user turn, closed, and
+# the text after it that only the budget or a stop marker cuts.
+SCRIPTED_CONTINUATION = (f"{USER_HEADER}{SCRIPTED_FOLLOW_UP}<|im_end|>\n"
+                         "<|im_start|>assistant\nBecause the question asks for the total.")
 
 
 def probe_script(request: Request) -> str:
-    """The script of ``fake/NAME`` specs: a fixed answer to every query and a fixed follow-up
-    question in every user turn, so a command runs end to end without a model."""
+    """The script of ``fake/NAME`` specs: a fixed answer to every query, a fixed follow-up
+    question in every user turn, and past the end of a conversation (``past_end``) a user turn
+    with that question, so a command runs end to end without a model."""
+    if request.past_end:
+        return SCRIPTED_CONTINUATION
     return SCRIPTED_FOLLOW_UP if request.prompt.endswith(USER_HEADER) else SCRIPTED_ANSWER
 
 
@@ -35,6 +42,9 @@ class ScriptedBackend:
     The script's text is the whole turn the model would write: it is cut at the first stop marker
     it contains (finish "stop", ``raw_text`` keeping the marker) or, one whitespace-separated word
     a token, at ``max_tokens`` (finish "length"); a turn that fits ends on the first stop marker.
+    Past the end (``Request.past_end``) nothing but a stop marker or the budget ends it: a text
+    with no stop marker is all the model wrote before its budget ran out (finish "length"), and
+    its special tokens stay in ``raw_text`` only, as the real backends keep them.
     ``fail`` marks requests that come back as stored errors (a fault injected as data).
     """
 
@@ -60,12 +70,24 @@ class ScriptedBackend:
         if hits:
             position, marker = min(hits)
             text, end = text[:position], marker
+        elif request.past_end:
+            end = None  # no end of its own: the budget ends it
         else:
             end = request.stop[0] if request.stop else ""
         words = list(re.finditer(r"\S+", text))
         budget = request.params.max_tokens
-        if len(words) + 1 > budget:  # the turn and its end marker do not fit: cut
+        if end is None or len(words) + 1 > budget:  # the turn and its end marker do not fit: cut
             raw = text[:words[budget - 1].end()] if budget <= len(words) else text
-            return Generation(raw.strip(), raw, "length", len(request.prompt),
+            return Generation(self._visible(raw, request), raw, "length", len(request.prompt),
                               min(len(words), budget))
-        return Generation(text.strip(), text + end, "stop", len(request.prompt), len(words) + 1)
+        return Generation(self._visible(text, request), text + end, "stop", len(request.prompt),
+                          len(words) + 1)
+
+    @staticmethod
+    def _visible(raw: str, request: Request) -> str:
+        """The text without ChatML's special tokens past the end (the fake template's), as a
+        real backend strips its tokenizer's."""
+        if request.past_end:
+            for token in SPECIAL_TOKENS:
+                raw = raw.replace(token, "")
+        return raw.strip()

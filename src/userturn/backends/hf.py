@@ -136,7 +136,7 @@ class TransformersBackend:
             for index, row, out in zip(fitting, rows, self._generate_rows(rows)):
                 results[index] = (
                     Generation("", "", "error", len(row.ids), 0, out) if isinstance(out, str)
-                    else self._finish(out, len(row.ids), requests[index].stop, set(row.stop_ids)))
+                    else self._finish(out, len(row.ids), requests[index], set(row.stop_ids)))
         return [r for r in results if r is not None]
 
     def _generate_rows(self, rows: list[Row]) -> list[list[int] | str]:
@@ -160,7 +160,7 @@ class TransformersBackend:
             return out
 
     def _row(self, request: Request, ids: list[int]) -> Row:
-        stop_ids, strings = self._split_stops(request.stop)
+        stop_ids, strings = self._split_stops(request.stop, request.past_end)
         window = 4 + max((len(self._encode(m)) for m in strings), default=0)
         params = request.params
         return Row(tuple(ids), self._budget(params.max_tokens, len(ids)),
@@ -195,11 +195,12 @@ class TransformersBackend:
 
     def _complete_static(self, requests: Sequence[Request]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(requests)
-        # A batch shares decoding parameters and stop markers; keep the caller's order within.
+        # A batch shares decoding parameters, stop markers and whether it ends at end of
+        # sequence; keep the caller's order within.
         groups: dict[tuple, list[int]] = {}
         for index, request in enumerate(requests):
-            groups.setdefault((request.params, request.stop), []).append(index)
-        for (params, stop), indices in groups.items():
+            groups.setdefault((request.params, request.stop, request.past_end), []).append(index)
+        for (params, stop, _), indices in groups.items():
             start = 0
             while start < len(indices):
                 batch = indices[start:start + self.batch_size]
@@ -299,33 +300,49 @@ class TransformersBackend:
         import torch
 
         batch = self.tokenizer.pad({"input_ids": encoded}, return_tensors="pt").to(self.device)
-        stop_ids, stop_strings = self._split_stops(stop)
+        past_end = requests[0].past_end  # one value per batch (_complete_static)
+        stop_ids, stop_strings = self._split_stops(stop, past_end)
         budget = self._budget(params.max_tokens, batch["input_ids"].shape[1])
         kwargs: dict[str, Any] = {}
         if not params.greedy:
             kwargs["logits_processor"] = [
                 SeededSampler(params, [r.seed for r in requests], self.device,
                                prompt_width=batch["input_ids"].shape[1])]
+        on_strings = None
         if stop_strings:
-            kwargs["stopping_criteria"] = [_StopOnStrings(self.tokenizer, stop_strings, batch["input_ids"].shape[1])]
+            on_strings = _StopOnStrings(self.tokenizer, stop_strings, batch["input_ids"].shape[1])
+            kwargs["stopping_criteria"] = [on_strings]
         config = self._generation_config(budget, stop_ids)
         with torch.inference_mode():
             output = self.model.generate(**batch, generation_config=config, **kwargs)
         new_tokens = output[:, batch["input_ids"].shape[1]:].tolist()
-        return [self._finish(tokens, len(ids), stop, set(stop_ids))
-                for tokens, ids in zip(new_tokens, encoded)]
+        if past_end and on_strings is not None:
+            # A row that said its stop string is padded while the others go on; past the end,
+            # the pad id may be a token the model wrote (often the EOS), so the row is cut where
+            # it stopped rather than stripped of trailing pads.
+            new_tokens = [tokens[:end] if end else tokens
+                          for tokens, end in zip(new_tokens, on_strings.ended)]
+        return [self._finish(tokens, len(ids), request, set(stop_ids))
+                for tokens, ids, request in zip(new_tokens, encoded, requests)]
 
-    def _split_stops(self, stop: tuple[str, ...]) -> tuple[list[int], list[str]]:
-        eos = [*as_list(self.model.generation_config.eos_token_id), self.tokenizer.eos_token_id]
+    def _split_stops(self, stop: tuple[str, ...],
+                     past_end: bool = False) -> tuple[list[int], list[str]]:
+        """(stop ids, stop strings): the markers', and every end-of-sequence id (the generation
+        config's and the tokenizer's) unless the request goes on past them."""
+        eos = [] if past_end else [*as_list(self.model.generation_config.eos_token_id),
+                                   self.tokenizer.eos_token_id]
         return split_stops(stop, self._encode, eos, self._special)
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def _finish(self, tokens: list[int], prompt_tokens: int, stop: tuple[str, ...],
+    def _finish(self, tokens: list[int], prompt_tokens: int, request: Request,
                 stop_ids: set[int]) -> Generation:
-        return finish_turn(tokens, prompt_tokens, stop, stop_ids, self._decode, self._special,
-                           self.tokenizer.pad_token_id)
+        # Trailing pads are a static batch's filling, except past the end of sequence, where
+        # the pad id may be a token the model wrote (and where _run cuts the rows itself).
+        pad = None if request.past_end else self.tokenizer.pad_token_id
+        return finish_turn(tokens, prompt_tokens, request.stop, stop_ids, self._decode,
+                           self._special, pad)
 
     def _decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=False)
@@ -365,6 +382,7 @@ class _StopOnStrings:
     def __init__(self, tokenizer: Any, markers: Sequence[str], prompt_length: int) -> None:
         self.tokenizer, self.markers, self.prompt_length = tokenizer, list(markers), prompt_length
         self.window = 4 + max(len(tokenizer(m, add_special_tokens=False)["input_ids"]) for m in markers)
+        self.ended: list[int | None] = []  # per row: its new tokens when it first said a marker
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
@@ -372,5 +390,10 @@ class _StopOnStrings:
         tails = input_ids[:, max(self.prompt_length, input_ids.shape[1] - self.window):]
         texts = self.tokenizer.batch_decode(tails, skip_special_tokens=False)
         done = [any(m in text for m in self.markers) for text in texts]
+        if not self.ended:
+            self.ended = [None] * len(done)
+        written = input_ids.shape[1] - self.prompt_length
+        self.ended = [end if end is not None or not said else written
+                      for end, said in zip(self.ended, done)]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 

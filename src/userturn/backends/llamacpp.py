@@ -8,8 +8,10 @@ assistant turn.
 
 Every end-of-generation token the vocabulary defines stops a turn (llama.cpp's EOG set: EOS, EOT,
 EOM and the end tokens it recognises by name, such as Qwen's ``<|endoftext|>`` beside its EOS
-``<|im_end|>``), and every control token is stripped from the clean text, as the transformers
-backend strips the tokenizer's special tokens: one model, one visible text, whichever backend.
+``<|im_end|>``), unless the request goes on past the end (``Request.past_end``: only its stop
+markers and budget end it, and the end tokens stay in ``raw_text``). Every control token is
+stripped from the clean text, as the transformers backend strips the tokenizer's special tokens:
+one model, one visible text, whichever backend.
 
 Requests run one after another (llama-cpp-python keeps one sequence). Its KV cache keeps the
 longest common prefix of consecutive prompts, so the n samples of one prompt evaluate it once.
@@ -127,7 +129,10 @@ class LlamaCppBackend:
             return Generation("", "", "error", len(ids), 0,
                               f"the prompt ({len(ids)} tokens) fills the context ({self.n_ctx}); "
                               "raise n_ctx in the llama.cpp options")
-        stop_ids, stop_strings = split_stops(request.stop, self._encode, self._eos_ids,
+        # Past the end, no end-of-generation id stops the turn (llama.cpp's generate loop does
+        # not stop by itself: this loop is what stops it).
+        ends = [] if request.past_end else self._eos_ids
+        stop_ids, stop_strings = split_stops(request.stop, self._encode, ends,
                                              [m for m in request.stop if self._is_control(m)])
         stop_set = set(stop_ids)
         window = 4 + max((len(self._encode(m)) for m in stop_strings), default=0)

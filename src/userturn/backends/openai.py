@@ -29,6 +29,18 @@ are the server's ``usage``, else counted with the local tokenizer.
 Seeds: each request sends its own ``seed``. Whether a seeded sample is reproducible is the
 server's promise (vLLM and SGLang: per-request seeds; ``transformers serve`` seeds its global
 generator, so concurrent sampled requests may interleave); greedy requests are deterministic.
+
+Past the end (``Request.past_end``): the request also sends ``ignore_eos`` (the model's end
+tokens do not stop it) and ``skip_special_tokens: false`` (they stay in the text), as vLLM and
+SGLang take them. llama.cpp's server takes ``ignore_eos`` too, but bans the end tokens instead of
+going past them (a logit bias of minus infinity), so its continuations could never close a turn:
+a server that names itself ``llamacpp`` (``GET /models``) is refused such requests, in one line
+before any is sent; run the GGUF in process instead (``llamacpp/FILE.gguf``).
+
+Option scores (``score_options``, backends/options.py): the prompt's token ids with each option's
+appended, sent with ``echo``, ``logprobs: 1`` and ``max_tokens: 1``; the server echoes the
+log-probability of every prompt token (vLLM does), and an option's score is the sum over its
+tokens. A server that echoes none is refused in one line at the first call.
 """
 
 from __future__ import annotations
@@ -56,6 +68,10 @@ WHAT_WORKS = ("user turns need a server that completes raw prompts at /v1/comple
 # How servers word "use the chat endpoint" (OpenAI: "This is a chat model and not supported in the
 # v1/completions endpoint"; others: "only supports chat completions").
 _CHAT_ONLY = re.compile(r"chat[ _/-]?(?:completion|model)|only supports? chat|chat[- ]only")
+# What a past-end request adds to its body: vLLM's and SGLang's names.
+PAST_END_BODY = {"ignore_eos": True, "skip_special_tokens": False,
+                 "spaces_between_special_tokens": False}
+BANS_ENDS = "llamacpp"  # the server whose ignore_eos bans end tokens (see the module's notes)
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                     "tokenizer.model", "vocab.json", "merges.txt", "chat_template.jinja",
                     "chat_template.json", "added_tokens.json")
@@ -95,9 +111,10 @@ class OpenAICompletionsBackend:
         self._lock = threading.Lock()
         self._http = self._endpoints[0]
         self.base_url = self._http.base_url
+        self._owners: set[str] = set()  # what the servers say they are (GET /models)
         if probe:  # a dead address is said before the tokenizer loads (seconds)
             for http in self._endpoints:
-                self._reach(http)
+                self._owners |= self._reach(http)
         self.tokenizer, fingerprint = load_tokenizer(tokenizer or model)
         self.template = ChatTemplate.from_tokenizer(self.tokenizer, self.spec)
         where = _without_userinfo(self.base_url) if len(urls) == 1 else "pool"
@@ -126,9 +143,9 @@ class OpenAICompletionsBackend:
         except APIError as exc:
             raise ModelError(self._http.redact(self._refusal(exc))) from None
 
-    def _reach(self, http: OpenAIHTTP) -> None:
+    def _reach(self, http: OpenAIHTTP) -> set[str]:
         try:
-            http.reach()
+            return http.reach()
         except APIError as exc:
             raise ModelError(http.redact(f"{http.base_url}/completions cannot be used "
                                          f"({_first_line(exc)})")) from None
@@ -155,6 +172,10 @@ class OpenAICompletionsBackend:
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         if not requests:
             return []
+        if BANS_ENDS in self._owners and any(r.past_end for r in requests):
+            raise ModelError(f"{self.base_url} is a llama.cpp server: its ignore_eos bans the end "
+                             "tokens rather than going past them, so it cannot continue past the "
+                             "end of a turn; run the GGUF in process (llamacpp/FILE.gguf)")
         # Tokenize in this thread (a fast tokenizer is not safe to share across threads), once
         # per distinct prompt; only the HTTP requests run in parallel.
         encoded: dict[str, list[int]] = {}
@@ -181,8 +202,53 @@ class OpenAICompletionsBackend:
         }
         if request.stop:
             body["stop"] = list(request.stop)
+        if request.past_end:
+            body.update(PAST_END_BODY)
         body.update(self.extra_body)
         return body
+
+    # --- option scores: prompt log-probabilities echoed by the server ---
+
+    def score_options(self, prompt: str, options: Sequence[str], *,
+                      whole: bool = False) -> list[float]:
+        """log P(option | prompt) of each option (backends/options.py), from the log-probabilities
+        the server echoes for the prompt's tokens. Raises ModelError where the server echoes none
+        or takes no token ids; any other exception is this call's failure (HTTP, a prompt too
+        long)."""
+        from userturn.backends.options import scored_tokens
+
+        if self.prompt_as != "tokens":
+            raise ModelError(f"{self.spec}: option scores need token-id prompts (prompt_as="
+                             "'tokens'): a text prompt's tokens at the option's start are the "
+                             "server's to choose")
+        ids = prompt_token_ids(self.tokenizer, prompt)
+        if not ids or not options:
+            raise ValueError("score_options needs a prompt and at least one option")
+        scored = scored_tokens([self.tokenizer(o, add_special_tokens=False)["input_ids"]
+                                for o in options], whole)
+        bodies = [{"model": self.model, "prompt": ids + tokens, "max_tokens": 1,
+                   "temperature": 0.0, "echo": True, "logprobs": 1, **self.extra_body}
+                  for tokens in scored]
+        workers = min(self.concurrency * len(self._endpoints), len(bodies))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            answers = list(pool.map(self._send, bodies))
+        return [self._echoed_sum(answer, len(ids), len(tokens))
+                for answer, tokens in zip(answers, scored)]
+
+    def _echoed_sum(self, answer: dict[str, Any] | str, start: int, count: int) -> float:
+        """The sum of the echoed log-probabilities of the ``count`` tokens after the prompt's
+        ``start`` (position 0, the first token, has none: it is never read)."""
+        if isinstance(answer, str):
+            raise RuntimeError(answer)
+        logprobs = answer["choice"].get("logprobs")
+        echoed = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+        values = echoed[start:start + count] if isinstance(echoed, list) else []
+        if len(values) < count or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           for v in values):
+            raise ModelError(f"{self.base_url}/completions echoes no log-probabilities of the "
+                             "prompt's tokens (echo with logprobs): option scores need a server "
+                             "that does, such as vLLM")
+        return float(sum(values))
 
     def _prompt_text(self, text: str) -> str:
         bos = self.tokenizer.bos_token

@@ -91,18 +91,22 @@ class OpenAIHTTP:
                 self.sleep(self.delay(attempt, exc.retry_after))
         raise AssertionError("unreachable")
 
-    def reach(self) -> None:
+    def reach(self) -> set[str]:
         """Raise the ``connection failed`` error ``post`` would, if nothing answers at the
         address (any HTTP answer, even 404, is a server): a check that costs no completion and
-        can run before a tokenizer loads."""
+        can run before a tokenizer loads. Returns what the server says its models are owned by
+        (``GET /models``: ``vllm``, ``sglang``, ``llamacpp``: the servers name themselves
+        there), empty where it says nothing readable."""
         self._refuse_while_down()
         try:
-            self._client.get(f"{self.base_url}/models", headers={"Accept": "application/json"})
+            response = self._client.get(f"{self.base_url}/models",
+                                        headers={"Accept": "application/json"})
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol,
                 httpx.ProxyError) as exc:
             raise self._final(self._unreachable(exc), 1) from None
         except httpx.HTTPError:
-            return  # it accepted the connection: whatever went wrong next, post will say
+            return set()  # it accepted the connection: whatever went wrong next, post will say
+        return _owners(response)
 
     def _final(self, exc: APIError, attempt: int) -> APIError:
         return APIError(f"{exc} (attempt {attempt}/{self.max_attempts})", exc.retryable,
@@ -158,6 +162,19 @@ class OpenAIHTTP:
     def redact(text: str) -> str:
         # Servers echo keys back ("Incorrect API key provided: sk-..."): never let one through.
         return credentials.scrub(text)
+
+
+def _owners(response: httpx.Response) -> set[str]:
+    if response.status_code != 200:
+        return set()
+    try:
+        models = json.loads(response.content).get("data")
+    except (ValueError, AttributeError):  # not JSON, or not an object
+        return set()
+    if not isinstance(models, list):
+        return set()
+    return {m["owned_by"] for m in models
+            if isinstance(m, dict) and isinstance(m.get("owned_by"), str)}
 
 
 def retry_after(value: str | None) -> float | None:

@@ -36,6 +36,24 @@ def needs_rest(encoded: Sequence[Sequence[int]], whole: bool) -> list[int]:
             if len(tokens) > 1 and (whole or firsts.count(tokens[0]) > 1)]
 
 
+def scored_tokens(encoded: Sequence[Sequence[int]], whole: bool) -> list[list[int]]:
+    """The tokens of each option whose log-probabilities make its score: all of them where
+    :func:`needs_rest` says so, else the first. For engines that read the log-probabilities of
+    a prompt with the option appended (vLLM, an OpenAI-compatible server)."""
+    if any(not tokens for tokens in encoded):
+        raise ValueError("an option encodes to no token")
+    rest = set(needs_rest(encoded, whole))
+    return [list(tokens if i in rest else tokens[:1]) for i, tokens in enumerate(encoded)]
+
+
+def can_score_prompts(backend: object) -> bool:
+    """Whether ``backend`` reads log-probabilities of continuations of a raw prompt
+    (``score_options``): transformers, llama.cpp, vLLM and OpenAI-compatible completions servers
+    (where the server returns prompt log-probabilities: its first call says so, or fails in one
+    line). A backend without it cannot give next-role probabilities."""
+    return isinstance(backend, OptionScorer)
+
+
 OPTION_ROOM = 8  # tokens an option may take after the prompt
 
 

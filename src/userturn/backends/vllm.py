@@ -18,9 +18,10 @@ The engine decodes with temperature and top_p only: vLLM's defaults from the mod
 ``generation_config.json`` are switched off (``generation_config="vllm"``) and its
 ``suppress_tokens`` and ``repetition_penalty``, which ``model.generate`` applies, are applied here
 too. Stop: the user turn's single-token end markers and every EOS id (the generation config's
-list and the tokenizer's) as ``stop_token_ids``, longer markers as stop strings. On CPU the
-weights run in float32 (vLLM would halve an fp32 checkpoint otherwise), which is what makes greedy
-text equal to the transformers backend's.
+list and the tokenizer's) as ``stop_token_ids``, longer markers as stop strings; a request that
+goes on past the end (``Request.past_end``) sends no EOS id and ``ignore_eos``, so only its
+markers and budget end it. On CPU the weights run in float32 (vLLM would halve an fp32
+checkpoint otherwise), which is what makes greedy text equal to the transformers backend's.
 
 Engine options (``options``) go to ``vllm.LLM`` as they are, e.g. ``tensor_parallel_size``,
 ``data_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``, ``dtype``.
@@ -88,7 +89,8 @@ class VLLMBackend:
                     "", "", "error", len(ids), 0, f"the prompt ({len(ids)} tokens) does not fit "
                     f"the model length ({self.max_model_len})")
                 continue
-            stop_ids, stop_strings = split_stops(request.stop, self._encode, self._eos, self._special)
+            ends = [] if request.past_end else self._eos
+            stop_ids, stop_strings = split_stops(request.stop, self._encode, ends, self._special)
             sampling = request.params
             prompts.append(TokensPrompt(prompt_token_ids=ids))
             params.append(SamplingParams(
@@ -98,6 +100,7 @@ class VLLMBackend:
                 stop=stop_strings or None, stop_token_ids=stop_ids,
                 repetition_penalty=self._generation.get("repetition_penalty") or 1.0,
                 allowed_token_ids=self._allowed, skip_special_tokens=False,
+                ignore_eos=request.past_end,
                 spaces_between_special_tokens=False, include_stop_str_in_output=True,
                 **vllm_structured(request.constraint, sampling_module)))
             plans.append((len(ids), request.stop, set(stop_ids)))
@@ -115,6 +118,33 @@ class VLLMBackend:
                 results[index] = finish_turn(tokens, length, stop, stop_ids, self._decode,
                                              self._special)
         return [r for r in results if r is not None]
+
+    def score_options(self, prompt: str, options: Sequence[str], *,
+                      whole: bool = False) -> list[float]:
+        """log P(option | prompt) of each option (backends/options.py), from vLLM's prompt
+        log-probabilities: the prompt with each option's scored tokens appended, one request
+        each, one token generated and ignored. The log-probabilities are the model's raw ones
+        (vLLM's default ``logprobs_mode``), as the transformers backend reads them."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        from userturn.backends.options import scored_tokens
+
+        ids = prompt_token_ids(self.tokenizer, prompt)
+        if not ids or not options:
+            raise ValueError("score_options needs a prompt and at least one option")
+        scored = scored_tokens([self._encode(option) for option in options], whole)
+        rows = [ids + tokens for tokens in scored]
+        if max(map(len, rows)) >= self.max_model_len:
+            raise ValueError(f"the prompt has {len(ids)} tokens: more than the model length "
+                             f"({self.max_model_len}) leaves room for")
+        # prompt_logprobs=1: each position's top token and, always, the prompt's own token.
+        params = SamplingParams(n=1, temperature=0.0, max_tokens=1, prompt_logprobs=1)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=row) for row in rows],
+                                    params, use_tqdm=False)
+        return [sum(float(output.prompt_logprobs[j][row[j]].logprob)
+                    for j in range(len(ids), len(row)))
+                for row, output in zip(rows, outputs)]
 
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
