@@ -47,6 +47,9 @@ NUMBER = r"-?\d+(\.\d+)?"
 SMOKES = {
     "overhead.py": Smoke(TINY, rf"^greedy +userturn +{NUMBER}s +bare generate +{NUMBER}s +"
                                rf"ratio {NUMBER} \(median ratio {NUMBER}\)$"),
+    "arms_cost.py": Smoke(("--model", "tiny", "--items", "2", "--samples", "1",
+                           "--user-max-tokens", "4", "--continuation-max-tokens", "6"),
+                          rf"^continuation / opened time: {NUMBER}$"),
     "rows_busy.py": Smoke(("--model", "tiny", "--items", "2", "--samples", "1", "--max-tokens",
                            "4", "--repeats", "1"), rf"^useful throughput ratio: {NUMBER}$"),
     "backends.py": Smoke(("--backend", "transformers", *TINY, "--greedy-only"),

@@ -201,23 +201,16 @@ def test_a_column_added_to_the_list_shows_in_the_terminal_the_page_and_summary_c
         csv.DictReader(io.StringIO(golden)))
 
 
-def _arm(row: SummaryRow) -> str:
-    """A stand-in for a condition key such as the probe's arm."""
-    return "continuation" if row.temperature > 0 else "opened"
-
-
-def test_a_condition_column_shows_where_the_run_varies_it_and_is_always_in_the_csv(
-        monkeypatch, tmp_path):
-    arm = columns.Column("arm", "arm", _arm, columns.NAME, shown=columns.varies, condition=True)
-    at = 1 + max(i for i, c in enumerate(columns.COLUMNS) if c.name == "perturbation")
-    monkeypatch.setattr(columns, "COLUMNS", [*columns.COLUMNS[:at], arm, *columns.COLUMNS[at:]])
-
-    both = of_rows(single_rows(), tmp_path / "both")
+def test_the_arm_column_shows_where_a_row_is_not_the_opened_arm_and_is_always_in_the_csv(
+        tmp_path):
+    rows = [replace(row, arm="continuation") if row.temperature > 0 else row
+            for row in single_rows()]
+    both = of_rows(rows, tmp_path / "both")
     for title in (RATE_TITLE, LABELS_TITLE):
-        header, *rows = _table_lines(both["terminal.txt"], title)
+        header, *lines = _table_lines(both["terminal.txt"], title)
         where = _cells(header).index("arm")
-        assert _cells(header)[where + 1] == "T"
-        assert [_cells(row)[where] for row in rows] == ["opened", "continuation"]
+        assert _cells(header)[where - 1] == "model"
+        assert [_cells(line)[where] for line in lines] == ["opened", "continuation"]
     assert both["summary.html"].count('<th class="">arm</th>') == 2  # the rates and the counts
     assert both["summary.html"].count('<td class="">continuation</td>') == 2
 
@@ -228,11 +221,10 @@ def test_a_condition_column_shows_where_the_run_varies_it_and_is_always_in_the_c
 
     for written, values in ((both, ["opened", "continuation"]), (one, ["opened"])):
         summary = list(csv.DictReader(io.StringIO(written["summary.csv"])))
-        assert list(summary[0])[3:6] == ["perturbation", "arm", "temperature"]
+        assert list(summary[0])[:2] == ["model", "arm"]
         assert [record["arm"] for record in summary] == values
         labels = list(csv.DictReader(io.StringIO(written["labels.csv"])))
-        assert list(labels[0])[:6] == ["model", "answerer", "dataset", "perturbation", "arm",
-                                       "temperature"]
+        assert list(labels[0])[:2] == ["model", "arm"]
         assert {record["arm"] for record in labels} == set(values)
 
 

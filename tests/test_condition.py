@@ -16,7 +16,7 @@ from userturn.report.compute import build_report
 from userturn.stats.summary import summarize
 from userturn.store.turns import read_answers, read_turns
 
-FIELDS = ("model", "answerer", "dataset", "perturbation", "temperature")
+FIELDS = ("model", "answerer", "dataset", "perturbation", "temperature", "arm")
 
 
 def test_conditions_sort_field_by_field_in_their_declared_order() -> None:
@@ -31,6 +31,11 @@ def test_conditions_sort_field_by_field_in_their_declared_order() -> None:
     assert sorted(shuffled)[:3] == [Condition("a", "reference", "math", "truncate", 1.0),
                                     Condition("a", "self", "gsm", "none", 0.0),
                                     Condition("a", "self", "gsm", "none", 1.0)]
+    # The arm is last, and defaults to the opened arm: a run of one arm keeps its order and keys.
+    assert Condition("a", "self", "gsm", "none", 0.0) == Condition("a", "self", "gsm", "none",
+                                                                   0.0, "opened")
+    assert sorted([Condition("a", "self", "gsm", "none", 1.0),
+                   Condition("a", "self", "gsm", "none", 0.0, "continuation")])[0].temperature == 0
     # A value: equal fields are the same key, and it cannot be changed under a dict.
     assert len({Condition("a", "self", "gsm", "none", 0.0), shuffled[-1]}) == 1
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -70,9 +75,10 @@ def test_grouping_by_condition_matches_the_tuple_grouping(tmp_path: Path) -> Non
         return out
 
     for effect in report.comparisons:
-        before = hits((effect.model, "self", effect.dataset, "none", effect.temperature))
+        before = hits((effect.model, "self", effect.dataset, "none", effect.temperature,
+                       "opened"))
         after = hits((effect.model, "self", effect.dataset, effect.perturbation,
-                      effect.temperature))
+                      effect.temperature, "opened"))
         shared = set(before) & set(after)
         assert effect.diff.items == len(shared)
         assert effect.diff.a.hits == sum(sum(before[i]) for i in shared)

@@ -32,6 +32,8 @@ EXAMPLES: dict[str, tuple[list[str], Any]] = {
     "top_p": (["--top-p", "0.9"], 0.9),
     "max_tokens": (["--max-tokens", "64"], 64),
     "user_max_tokens": (["--user-max-tokens", "32"], 32),
+    "arms": (["--arms", "opened,continuation"], ["opened", "continuation"]),
+    "continuation_max_tokens": (["--continuation-max-tokens", "48"], 48),
     "seed": (["--seed", "7"], 7),
     "batch_size": (["--batch-size", "2"], 2),
     "system_prompt": (["--system-prompt", "Be brief."], "Be brief."),

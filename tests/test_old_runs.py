@@ -48,3 +48,41 @@ def test_load_run_opens_an_old_run(old_run):
     assert run.meta.config["models"] == ["tiny"]
     assert run.meta.labeller == "cascade" and run.meta.finished_now
     assert len(run.answers()) == 3
+
+
+def test_an_old_run_resumes_with_no_model_call_and_the_same_tables(old_run, capsys,
+                                                                   monkeypatch):
+    """Re-running the experiment the old folder holds (the tiny model, native and one
+    user-turn variant, greedy and T=1) under this release's arms and typed keys finds every
+    generation stored: the weights never load, nothing is generated, and the tables are those
+    the folder printed before the re-run. (Labelled first with this release's labellers, as
+    the re-run labels it: the rules have learned since the folder was written.)"""
+    import transformers
+
+    from userturn.store.database import RunStore
+
+    def tables() -> str:
+        assert main(["report", str(old_run)]) == 0
+        return "".join(line for line in capsys.readouterr().out.splitlines(keepends=True)
+                       if not line.startswith("time by stage"))  # the re-run adds its times
+
+    assert main(["label", str(old_run)]) == 0
+    capsys.readouterr()
+    before = tables()
+    texts = {key: row.generation.text for key, row in RunStore.read(old_run).generations(
+        [row.key for row in RunStore.read(old_run).plan_rows("user")]).items()}
+
+    def refuse(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the weights were loaded for a run with nothing to generate")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+    assert main(["run", "--model", "tiny", "--limit", "3", "--samples", "2",
+                 "--perturbation", "truncate:0.5", "--user-turn-variant", "prefill:So",
+                 "--output", str(old_run)]) == 0
+    capsys.readouterr()
+    store = RunStore.read(old_run)
+    plan = store.plan_rows("user")
+    assert len(plan) == 36 and {row.arm for row in plan} == {"opened"}
+    stored = store.generations([row.key for row in plan])
+    assert {key: row.generation.text for key, row in stored.items()} == texts
+    assert tables() == before

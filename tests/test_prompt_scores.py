@@ -61,7 +61,10 @@ def test_next_role_scores_equal_a_plain_forward_pass(tiny_backend) -> None:
 def test_which_backends_can_score_a_prompt(tiny_backend, openai_scores) -> None:
     backend, _ = openai_scores
     assert can_score_prompts(tiny_backend) and can_score_prompts(backend)
-    assert not can_score_prompts(ScriptedBackend(probe_script))  # writes text, reads nothing
+    # The scripted fake scores from its script (the continuation arm's tests run on it); an
+    # engine with no scoring seam cannot.
+    assert can_score_prompts(ScriptedBackend(probe_script))
+    assert not can_score_prompts(object())
 
 
 # --- an OpenAI-compatible server that echoes prompt log-probabilities ---------------------------

@@ -150,7 +150,8 @@ def test_tables_are_exported_with_the_summary_numbers(report_html, run_folder):
     assert len(read_csv(tables / "user_turns.csv")) == len(turns)
     stored = store.db.execute("SELECT COUNT(*) FROM labels").fetchone()[0]
     assert len(read_csv(tables / "turn_labels.csv")) == stored
-    assert len(read_csv(tables / "labels.csv")) == len(rows) * (len(LABELS) + len(STATUSES))
+    # Every label and status per row; `no user turn` only in runs with the continuation arm.
+    assert len(read_csv(tables / "labels.csv")) == len(rows) * (len(LABELS) + len(STATUSES) - 1)
     assert len(read_csv(tables / "right_vs_wrong.csv")) == len(MODELS) * len(REPORT_TEMPERATURES)
     assert len(read_csv(tables / "accuracy_vs_follow_up.csv")) == len(MODELS) * len(REPORT_TEMPERATURES)
     assert len(read_csv(tables / "rank_correlation.csv")) == len(REPORT_TEMPERATURES)

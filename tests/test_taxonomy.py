@@ -64,7 +64,8 @@ def test_follow_up_is_the_taxonomys_column():
 @pytest.mark.parametrize(("change", "problem"), [
     (lambda kinds: (*kinds, kinds[1]), "name 'generic' is given to more than one label"),
     (lambda kinds: (replace(kinds[0], name="undecided"), *kinds[1:]),
-     "label name 'undecided': a snake_case word other than undecided, failed, error"),
+     "label name 'undecided': a snake_case word other than undecided, failed, no user turn, "
+     "error"),
     (lambda kinds: (replace(kinds[0], name="Follow up"), *kinds[1:]), "label name 'Follow up'"),
     (lambda kinds: (*kinds[:2], replace(kinds[2], header="generic"), *kinds[3:]),
      "header 'generic' is given to more than one label"),

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 from userturn.errors import ConfigError, UserturnError
 from userturn.records import COLUMNS, Answer, Case, Label, Message, Turn
+from userturn.stats.arms import ArmRow, arm_rows
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
 from userturn.store.turns import flat_records, label_sources, read_answers, read_turns
@@ -67,6 +68,13 @@ class Run:
         """The rows of ``userturn report``'s table: the follow-up rate with its interval, label
         counts, undecided / invalid / failed turns and task accuracy per condition."""
         return self.view(labels).summary()
+
+    def arms(self, labels: Labels = None) -> list[ArmRow]:
+        """The continuation arm beside the opened one, per condition: the share of
+        continuations that open a user turn, the unforced follow-up rate and the rate over the
+        user turns written, the opened arm's rate and the paired difference, the mean
+        next-role probabilities (empty for a run of the opened arm alone)."""
+        return arm_rows(self.turns(labels))
 
     def summary_frame(self, labels: Labels = None) -> Any:
         """The summary as a pandas DataFrame: the columns and numbers of the report's

@@ -23,6 +23,16 @@ LabelName = str
 LABELS: tuple[str, ...] = TAXONOMY.names
 FOLLOW_UP_LABELS: frozenset[str] = TAXONOMY.follow_up_labels  # counted in every follow-up rate
 FinishReason = Literal["stop", "length", "error"]
+# How the probe asks for a user turn (probe.arms): ``opened`` opens the USER header itself and
+# has the model fill it; ``continuation`` ends the assistant's turn as the template ends a past
+# turn and lets the model go on: who it has speak next is part of the measurement.
+Arm = Literal["opened", "continuation"]
+ARMS: tuple[Arm, ...] = get_args(Arm)
+DEFAULT_ARM: Arm = "opened"
+# What a continuation opened first (chat.continuation parses it): a user turn, an assistant
+# turn, a system turn, text outside any turn, or nothing before it ended.
+NextRole = Literal["user", "assistant", "system", "text", "none"]
+NEXT_ROLES: tuple[NextRole, ...] = get_args(NextRole)
 # The offline labellers a run can name; labels.sources.source_order says where each decides.
 Labeller = Literal["cascade", "classifier", "rules"]
 CLASSIFIER_SOURCE = "classifier"  # the shipped learned classifier's label source
@@ -163,10 +173,10 @@ class Score:
 # STATUSES (what a turn without a label is instead) and VERDICT_ERROR (what one source said of a
 # turn where its verdict failed) are defined beside the taxonomy, whose names may not take them.
 # The one column list of a user turn: the export, the report's user_turns table, the browser.
-COLUMNS = ("model", "answerer", "dataset", "perturbation", "temperature", "sample_index",
+COLUMNS = ("model", "arm", "answerer", "dataset", "perturbation", "temperature", "sample_index",
            "item_id", "context", "query", "answer", "answer_correct", "user_turn",
            "raw_user_turn", "thinking", "finish_reason", "error", "label", "label_source",
-           "rationale", "label_error", "status", "prompt", "key")
+           "rationale", "label_error", "status", "next_role", "prompt", "key")
 
 
 @dataclass(frozen=True)
@@ -239,13 +249,39 @@ class Turn:
     """The data's real next user turn, where the dataset has one."""
     labels: tuple[StoredLabel, ...] = field(default=())
     """Every stored label of the turn, from every source, by source name."""
+    arm: str = DEFAULT_ARM
+    """How the turn was asked for (:data:`ARMS`): the opened USER header, or a continuation."""
+    next_role: str | None = None
+    """A continuation's first role (:data:`NEXT_ROLES`); None for the opened arm (and for a
+    continuation whose generation failed)."""
+    boundary: int | None = None
+    """Where, in :attr:`raw_user_turn`, the words of the turn a continuation opened start (after
+    its header; for ``text`` and ``none``, the first thing it wrote); None for the opened arm."""
+    role_probabilities: Mapping[str, float] | None = None
+    """A continuation's next-role probabilities at its prompt's end (``user``, ``assistant``,
+    ``end``, ``other``); None for the opened arm or where the backend could not score them."""
+
+    @property
+    def is_user_turn(self) -> bool:
+        """Whether there is a user turn to label: every turn of the opened arm, and a
+        continuation that opened a user turn."""
+        return self.arm == DEFAULT_ARM or self.next_role == "user"
+
+    @property
+    def labellable(self) -> bool:
+        """Whether labellers read the turn: a generated user turn (not a failed generation, not
+        a continuation that opened another role's turn)."""
+        return self.error is None and self.is_user_turn
 
     @property
     def status(self) -> str:
         """The label, or why there is none: ``undecided`` (no source decided: a source whose
-        verdict failed decided nothing) or ``failed`` (the generation failed)."""
+        verdict failed decided nothing), ``failed`` (the generation failed) or ``no user turn``
+        (a continuation that had another role speak, or nobody)."""
         if self.error is not None:
             return "failed"
+        if not self.is_user_turn:
+            return "no user turn"
         return self.label or "undecided"
 
     @property
@@ -253,7 +289,9 @@ class Turn:
         """Whether the turn is in the denominator of a follow-up rate: every generated turn a
         labeller could look at. An undecided turn has not been judged a follow-up (a rate is a
         lower bound until a judge labels it); failed generations are out. A failed verdict
-        changes nothing here: the turn counts with the label the next source gave."""
+        changes nothing here: the turn counts with the label the next source gave. A
+        continuation that opened no user turn counts, as no follow-up: the continuation arm's
+        rate is over every continuation (the unforced follow-up rate)."""
         return self.status != "failed"
 
     @property
@@ -268,8 +306,11 @@ class Turn:
 
     def case(self, assistant_header: str = "") -> Case:
         """What a classifier sees. Where thinking was split off, the raw text (which still holds
-        it) is replaced by the visible text: classifiers label the visible turn only."""
+        it) is replaced by the visible text: classifiers label the visible turn only. A
+        continuation's raw text is read from where the user turn it opened starts."""
         raw = self.raw_user_turn if self.thinking is None else self.user_turn
+        if self.arm != DEFAULT_ARM:  # a continuation's own user turn, not the header before it
+            raw = raw[self.boundary or 0:]
         return Case(self.query, self.answer, self.user_turn, raw, assistant_header,
                     self.thinking or "")
 
@@ -315,7 +356,7 @@ def human_label(turn: Turn) -> tuple[bool | None, str | None]:
 @dataclass(frozen=True, order=True)
 class Condition:
     """One cell of a run's design: the turns generated under the same model, answerer, dataset,
-    perturbation and temperature. The one key every statistic groups turns by (summary rows,
+    perturbation, temperature and probe arm. The one key every statistic groups turns by (summary rows,
     perturbation effects, variant and run comparisons), in one order: conditions sort field by
     field as declared here."""
 
@@ -324,10 +365,14 @@ class Condition:
     dataset: str
     perturbation: str
     temperature: float
+    # Last, with the opened arm as its default: a run of one arm keeps the order and the keys of
+    # runs before the arms.
+    arm: str = DEFAULT_ARM
 
     @classmethod
     def of(cls, turn: Turn) -> Condition:
-        return cls(turn.model, turn.answerer, turn.dataset, turn.perturbation, turn.temperature)
+        return cls(turn.model, turn.answerer, turn.dataset, turn.perturbation, turn.temperature,
+                   turn.arm)
 
 
 @dataclass(frozen=True)

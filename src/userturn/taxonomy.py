@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 # What a turn's label column shows where no label decided; no label may take these names.
-STATUSES = ("undecided", "failed")  # no source decided; the generation failed
+# No source decided; the generation failed; a continuation opened no user turn (another role
+# spoke, or nobody: nothing to label, and no follow-up).
+STATUSES = ("undecided", "failed", "no user turn")
 VERDICT_ERROR = "error"  # what one source said of a turn where its verdict failed
 # The penalties of ``userturn train rl`` (--restatement-penalty, --drift-penalty) a label can pay.
 Penalty = Literal["restatement", "drift"]

@@ -5,6 +5,7 @@ follow-up), so the command line can be tested without torch or a model."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Callable, Sequence
 
@@ -55,7 +56,22 @@ class ScriptedBackend:
         self.template = template or fake_template(spec)
         self.script, self.fail = script, fail
         self.calls = 0
+        self.scored = 0
         self.requests: list[Request] = []
+
+    # What the scripted model gives each next-role option at a closed conversation's end: an
+    # option naming the user (its header) 0.6, the assistant 0.3, anything else (the end) 0.05.
+    OPTION_PROBABILITIES = (("user", 0.6), ("assistant", 0.3))
+
+    def score_options(self, prompt: str, options: Sequence[str], *,
+                      whole: bool = False) -> list[float]:
+        """Scripted log-probabilities of continuations of ``prompt`` (the scoring seam of the
+        real engines), counted in ``scored``."""
+        if not options:
+            raise ValueError("score_options needs a prompt and at least one option")
+        self.scored += 1
+        return [math.log(next((p for role, p in self.OPTION_PROBABILITIES if role in option),
+                              0.05)) for option in options]
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         self.calls += len(requests)

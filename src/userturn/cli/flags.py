@@ -91,6 +91,8 @@ def _by_type(model: type[BaseModel], name: str, annotation: Any) -> dict[str, An
         return {"type": {float: number, Path: str}.get(kinds[0], kinds[0])}
     if len(kinds) == 1 and typing.get_origin(kinds[0]) is list:
         item = typing.get_args(kinds[0])[0]
+        if typing.get_origin(item) is Literal:  # names, checked against the choices by the spec
+            return {"type": names, "nargs": "+", "metavar": name.rstrip("s").upper()}
         if item in (float, bool, str):
             # A list is given comma-separated (0,1) or space-separated (0 1), as most CLIs
             # take it; flag_values joins the pieces.

@@ -58,6 +58,8 @@ SOURCE_LABEL = {"source": STRING, "version": STRING, "label": STRING, "probabili
 RUN_COLUMNS: dict[str, tuple[Any, str]] = {
     "model": (STRING, "the probed model that wrote the user turn (`human`: the data's real "
               "next user turn)"),
+    "arm": (STRING, "how the user turn was asked for: `opened` (the USER header opened) or "
+            "`continuation` (the assistant's turn closed, the model went on)"),
     "answerer": (STRING, "who wrote the assistant answer: `self`, `reference`, `data` or a "
                  "model"),
     "dataset": (STRING, "the dataset of the item"),
@@ -84,7 +86,10 @@ RUN_COLUMNS: dict[str, tuple[Any, str]] = {
     "rationale": (STRING, "that source's reason for `label`"),
     "label_error": (STRING, "the first failed verdict of a source ranked above the one that "
                     "decided (a failed verdict never stands in for a label)"),
-    "status": (STRING, "the label, or why there is none: `undecided` or `failed`"),
+    "status": (STRING, "the label, or why there is none: `undecided`, `failed` or `no user "
+               "turn` (a continuation that had another role speak)"),
+    "next_role": (STRING, "what a continuation opened first: `user`, `assistant`, `system`, "
+                  "`text` or `none` (empty: the opened arm)"),
     "prompt": (STRING, "the exact prompt the model continued (its chat template, the user "
                "turn opened)"),
     "key": (STRING, "the generation's key in the run store"),
@@ -376,7 +381,7 @@ def _short(name: str) -> str:
 
 def _rate(row: SummaryRow) -> dict[str, Any]:
     rate = row.follow_up
-    return {"model": row.model, "dataset": row.dataset, "answerer": row.answerer,
+    return {"model": row.model, "arm": row.arm, "dataset": row.dataset, "answerer": row.answerer,
             "perturbation": row.perturbation, "temperature": row.temperature,
             "follow_up_rate": _number(rate.value), "ci_low": _number(rate.low),
             "ci_high": _number(rate.high), "follow_ups": rate.hits, "turns": rate.n,

@@ -144,8 +144,9 @@ def _sample(turn: Turn, system: str | None, tokens: tuple[int, int] | None) -> A
         id=turn.key, epoch=1, input=conversation, target="",
         messages=[*conversation, generated], output=output, scores={SCORER: _score(turn)},
         metadata={"condition": condition_id(turn.model, turn.dataset, turn.temperature,
-                                            turn.perturbation, turn.answerer),
-                  "model": turn.model, "dataset": turn.dataset, "item_id": turn.item_id,
+                                            turn.perturbation, turn.answerer, turn.arm),
+                  "model": turn.model, "arm": turn.arm, "next_role": turn.next_role,
+                  "dataset": turn.dataset, "item_id": turn.item_id,
                   "temperature": turn.temperature, "sample_index": turn.sample_index,
                   "perturbation": turn.perturbation, "answerer": turn.answerer,
                   "context": turn.context, "answer_correct": turn.answer_correct,
@@ -173,12 +174,13 @@ def _score(turn: Turn) -> Any:
 
 
 def condition_id(model: str, dataset: str, temperature: float, perturbation: str,
-                 answerer: str) -> str:
+                 answerer: str, arm: str = "opened") -> str:
     """A condition in one word, as Inspect's tables name a metric's column:
-    ``smollm2_gsm_symbolic_t0_7`` (then the perturbation and answerer where set)."""
+    ``smollm2_gsm_symbolic_t0_7`` (then the perturbation, answerer and arm where set)."""
     parts = [model, dataset, f"t{temperature:g}",
              *([perturbation] if perturbation != "none" else []),
-             *([f"answerer {answerer}"] if answerer != "self" else [])]
+             *([f"answerer {answerer}"] if answerer != "self" else []),
+             *([arm] if arm != "opened" else [])]
     return "_".join(re.sub(r"[^A-Za-z0-9]+", "_", part).strip("_") for part in parts)
 
 
@@ -194,12 +196,12 @@ def _results(turns: Sequence[Turn], rows: Sequence[SummaryRow]) -> Any:
     metrics = {key: EvalMetric(name=key, value=_finite(value)) for key, value in pooled.items()}
     for row in rows:
         key = condition_id(row.model, row.dataset, row.temperature, row.perturbation,
-                           row.answerer)
+                           row.answerer, row.arm)
         metrics[key] = EvalMetric(
             name=key, group="follow_up_rate", value=_finite(row.follow_up.value),
-            metadata={"model": row.model, "dataset": row.dataset, "answerer": row.answerer,
-                      "perturbation": row.perturbation, "temperature": row.temperature,
-                      "ci_low": _finite(row.follow_up.low),
+            metadata={"model": row.model, "arm": row.arm, "dataset": row.dataset,
+                      "answerer": row.answerer, "perturbation": row.perturbation,
+                      "temperature": row.temperature, "ci_low": _finite(row.follow_up.low),
                       "ci_high": _finite(row.follow_up.high),
                       "follow_ups": row.follow_up.hits, "turns": row.follow_up.n,
                       "undecided": row.undecided, "label_errors": row.label_errors,

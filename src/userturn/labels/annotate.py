@@ -86,7 +86,7 @@ def build_sample(turns: Sequence[Turn], *, size: int = DEFAULT_SIZE, seed: int =
         raise ValueError(f"sample size must be at least 1, got {size}")
     strata: dict[str, list[str]] = {}
     for turn in turns:
-        if turn.error is None:
+        if turn.labellable:
             strata.setdefault(turn.label or UNDECIDED, []).append(turn.key)
     rng = random.Random(seed)
     chosen: list[str] = []

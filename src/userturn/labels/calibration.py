@@ -293,7 +293,7 @@ def _stratified_inclusion(store: RunStore, sample: AnnotationSample,
                           keys: set[str]) -> dict[str, float]:
     """An annotation sample stratified by a source's seven labels: slots over stratum size."""
     stratum_of = {t.key: t.label or "undecided"
-                  for t in read_turns(store, sample.strata_source) if t.error is None}
+                  for t in read_turns(store, sample.strata_source) if t.labellable}
     sizes: dict[str, int] = {}
     for stratum in stratum_of.values():
         sizes[stratum] = sizes.get(stratum, 0) + 1

@@ -78,7 +78,7 @@ def label_offline(store: RunStore, offline: OfflineLabeller,
     headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
     # The classifier's parameters are loaded first: a bad file is one error before any labelling.
     learned = offline.learned_classifier(classifier_path)
-    turns = [t for t in read_turns(store, RULES) if t.error is None]
+    turns = [t for t in read_turns(store, RULES) if t.labellable]
     rules = RulesClassifier()
     rules_labels = _stored_labels(turns, rules)
     added = label_with(store, [rules], headers, progress, turns=turns, stored=rules_labels)
@@ -128,7 +128,7 @@ def label_with(store: RunStore, labellers: Sequence[Classifier],
     -> header). ``stored``: key -> label, filled with each new label (the next stage reads it instead of
     the store). Returns the labels added."""
     if turns is None:
-        turns = [t for t in read_turns(store, RULES) if t.error is None]
+        turns = [t for t in read_turns(store, RULES) if t.labellable]
     count = 0
     for source in labellers:
         done = store.labelled_keys(source.name, source.version)
@@ -204,7 +204,7 @@ def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
     """
     done = store.labelled_keys(judge.name, judge.version)
     candidates = [t for t in (read_turns(store) if turns is None else turns)
-                  if t.error is None and t.key not in done]
+                  if t.labellable and t.key not in done]
     classifier = classifier or classifier_of(store.label_sources())
     wanted = [t for t in candidates if _judge_wanted(t, scope, threshold, classifier)]
     undecided = [t for t in candidates if _rules_undecided(t)]

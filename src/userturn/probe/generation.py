@@ -40,6 +40,7 @@ class Job:
     assistant_key: str | None = None
     answerer: str = "self"
     perturbation: str = "none"
+    arm: str = "opened"
 
 
 def generate_jobs(store: RunStore, backend: Backend, role: str, jobs: Sequence[Job],

@@ -32,10 +32,10 @@ from userturn.labels.stages import judge_with_all, label_offline, record_sources
 from userturn.probe.engine import EngineSpec
 from userturn.probe.executor import Executor, LocalExecutor
 from userturn.probe.generation import Job, generate_jobs
-from userturn.probe.perturb import Perturbation
 from userturn.probe.plan import ProbePlan
 from userturn.probe.thinking_variants import thinking_variants
 from userturn.probe.timing import StageClock
+from userturn.probe.user_stage import ARM_TABLE, conversation, replan, user_stage
 from userturn.probe.user_variants import (
     answers_as,
     expand_user_variants,
@@ -55,7 +55,7 @@ from userturn.records import (
 from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.meta import StageTime
-from userturn.store.rows import ContextRow, GenerationRow, PlanRow, ScoreRow
+from userturn.store.rows import ContextRow, GenerationRow, ScoreRow
 from userturn.store.sqlite import DB_NAME, generation_key
 from userturn.version import __version__
 
@@ -129,11 +129,15 @@ def _run(exp: RunSpec, backends: Mapping[str, Backend], executor: Executor,
     engines = list(backends.values())  # the loaded engines (the variants below wrap them)
     for backend in backends.values():  # misuse fails here, before the store is written
         _check_renders(backend, datasets[0].items[0], plan)
-    first = _conversation(datasets[0].items[0], plan)
+    first = conversation(datasets[0].items[0], plan)
     backends, probers = thinking_variants(backends, first, plan)
     backends, probers = expand_user_variants(
         backends, probers, plan.user_turn_variants, with_placeholder_answer(first))
     answer_models = _answer_models(plan, [answers_as(backends[spec]) for spec in probers])
+    for spec in probers:  # an engine an arm cannot use is refused before anything is written
+        for arm in plan.arms:
+            if ARM_TABLE[arm].runs_on(backends[spec]):
+                ARM_TABLE[arm].check(backends[spec])
     judges = labelling.build_judges(judge_sleep)
     # A classifier this machine cannot run fails before generating.
     labelling.offline.learned_classifier(labelling.classifier)
@@ -214,7 +218,7 @@ def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
                     _data_answers(dataset) if answerer == "data" else answers[answerer]
                     for answerer in plan.answerers}
             with clock.generating("user turns"):
-                _user_stage(store, backends[spec], dataset, sets, plan, executor, progress)
+                user_stage(store, backends[spec], dataset, sets, plan, executor, progress)
         _human_stage(store, dataset, answers.get(answers_as(backends[probers[0]]), {}))
     clock.timed("labelling", "labels", lambda: label_offline(
         store, labelling.offline, backends, classifier_path=labelling.classifier,
@@ -255,7 +259,7 @@ def _human_stage(store: RunStore, dataset: Dataset,
                                   Generation(real, real, "stop", 0, 0)))
     store.put_contexts(contexts)
     store.put_generations(rows)
-    _replan(store, "user", HUMAN, dataset.name, jobs)
+    replan(store, "user", HUMAN, dataset.name, jobs)
 
 
 def _answer_models(plan: ProbePlan, probers: Sequence[str]) -> list[str]:
@@ -277,13 +281,8 @@ def _reference_answers(dataset: Dataset) -> dict[str, tuple[str | None, str]]:
             for item in dataset.items}
 
 
-def _conversation(item: Item, plan: ProbePlan) -> list[Message]:
-    system = [{"role": "system", "content": plan.system_prompt}] if plan.system_prompt else []
-    return [*system, *item.messages]
-
-
 def _check_renders(backend: Backend, item: Item, plan: ProbePlan) -> None:
-    messages = _conversation(item, plan)
+    messages = conversation(item, plan)
     render_assistant_turn(backend.template, messages)
     render_user_turn(backend.template, with_placeholder_answer(messages))
 
@@ -294,11 +293,11 @@ def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, plan: 
     params = GenerationParams(temperature=0.0, max_tokens=plan.max_tokens)
     jobs = []
     for item in dataset.items:
-        prompt = render_assistant_turn(backend.template, _conversation(item, plan))
+        prompt = render_assistant_turn(backend.template, conversation(item, plan))
         request = Request(prompt.text, params, prompt.stop, seed=0)
         key = _key("assistant", backend, prompt, request, 0)
         jobs.append(Job(key, request, 0, dataset.name, item.id, context=""))
-    _replan(store, "assistant", backend.spec, dataset.name, jobs)
+    replan(store, "assistant", backend.spec, dataset.name, jobs)
     rows = generate_jobs(store, backend, "assistant", jobs, executor, progress,
                      f"{backend.spec} · {dataset.name} · assistant turns")
     _score(store, dataset, jobs, rows)
@@ -319,93 +318,10 @@ def _score(store: RunStore, dataset: Dataset, jobs: Sequence[Job],
     store.put_scores(scores)
 
 
-def _user_stage(store: RunStore, backend: Backend, dataset: Dataset,
-                answer_sets: Mapping[str, Mapping[str, tuple[str | None, str]]],
-                plan: ProbePlan, executor: Executor, progress: Progress) -> None:
-    """Plan and generate the user turns of one prober on one dataset: for every answerer, the
-    original context and each perturbed one, at every temperature and sample."""
-    jobs: list[Job] = []
-    contexts: list[ContextRow] = []
-    thoughts = _answer_thinking(store, answer_sets) if plan.thinking == "keep" else {}
-    for answerer, answers in answer_sets.items():
-        texts = {item_id: text for item_id, (_, text) in answers.items()}
-        for item in dataset.items:
-            if item.id not in answers:
-                continue  # the assistant turn failed: counted as an error, retried on re-run
-            assistant_key, answer = answers[item.id]
-            # keep: the original answer's thinking stays in every context of that answer, so a
-            # perturbation changes the visible answer only.
-            thought = thoughts.get(assistant_key) if assistant_key else None
-            for spec, shown in _variants(answer, item.id, texts, plan.perturbations):
-                policy = "|keep" if thought else ""
-                context = hashlib.sha256(
-                    f"{assistant_key}|{answerer}|{spec}|{shown}{policy}".encode()).hexdigest()[:16]
-                contexts.append(ContextRow(context, spec, shown))
-                messages = [*_conversation(item, plan), {"role": "assistant", "content": shown}]
-                prompt = user_prompt_of(backend, messages, thought)
-                jobs.extend(_user_jobs(backend, dataset, item, prompt, context, assistant_key,
-                                       answerer, spec, plan))
-    store.put_contexts(contexts)
-    _replan(store, "user", backend.spec, dataset.name, jobs)
-    generate_jobs(store, backend, "user", jobs, executor, progress,
-              f"{backend.spec} · {dataset.name} · user turns")
-
-
-def _answer_thinking(store: RunStore, answer_sets: Mapping[str, Mapping[str, tuple[str | None, str]]]
-                     ) -> dict[str, str]:
-    """assistant generation key -> its thinking, for the answers that have one."""
-    keys = sorted({key for answers in answer_sets.values() for key, _ in answers.values() if key})
-    rows = store.generations(keys)
-    return {key: row.generation.thinking for key, row in rows.items()
-            if row.generation.thinking}
-
-
-def _variants(answer: str, item_id: str, texts: Mapping[str, str],
-              perturbations: Sequence[Perturbation]) -> list[tuple[str, str]]:
-    """The original answer and every perturbation that applies to it, as (spec, answer)."""
-    variants = [("none", answer)]
-    for perturbation in perturbations:
-        changed = perturbation.apply(answer, item_id, texts)
-        if changed is not None:
-            variants.append((perturbation.spec, changed))
-    return variants
-
-
-def _user_jobs(backend: Backend, dataset: Dataset, item: Item, prompt: Prompt, context: str,
-               assistant_key: str | None, answerer: str, perturbation: str,
-               plan: ProbePlan) -> list[Job]:
-    jobs = []
-    for temperature in plan.temperatures:
-        params = GenerationParams(temperature, plan.top_p, plan.user_max_tokens)
-        for sample in range(plan.samples_at(temperature)):
-            seed = _sample_seed(plan.seed, backend.spec, dataset.name, item.id, context,
-                                temperature, sample) if temperature > 0 else 0
-            request = Request(prompt.text, params, prompt.stop, seed)
-            key = _key("user", backend, prompt, request, sample, plan.thinking)
-            jobs.append(Job(key, request, sample, dataset.name, item.id, context, temperature,
-                            assistant_key, answerer, perturbation))
-    return jobs
-
-
-def _sample_seed(run_seed: int, *parts: Any) -> int:
-    """Every sampled generation gets its own seed, derived from its key: reusing one seed across
-    items draws each item's first token from the same point of its distribution."""
-    text = json.dumps([run_seed, *parts])
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
-
-
 def _key(role: str, backend: Backend, prompt: Prompt, request: Request, sample: int,
          thinking: str = "drop") -> str:
     return generation_key(role, backend.spec, backend.revision, prompt.template_hash, request,
                           sample, thinking)
-
-
-def _replan(store: RunStore, role: str, model: str, dataset: str, jobs: Sequence[Job]) -> None:
-    rows = [PlanRow(job.key, role, model, job.dataset, job.item_id, job.context,
-                    job.temperature, job.sample_index, job.assistant_key, job.answerer,
-                    job.perturbation)
-            for job in jobs]
-    store.replace_plan(rows, role=role, model=model, dataset=dataset)
 
 
 def _model_meta(backends: Mapping[str, Backend], conversation: Sequence[Message]

@@ -18,6 +18,7 @@ from pydantic import BeforeValidator, Field, PlainSerializer, ValidationInfo, fi
 
 from userturn.probe.perturb import Perturbation, parse_perturbations
 from userturn.probe.user_variants import UserVariant, parse_user_variants
+from userturn.records import DEFAULT_ARM, Arm
 from userturn.settings import Spec, check_folder_name, reading_stored
 
 MAX_TEMPERATURE = 10.0  # beyond this sampling is uniform noise; inf/nan break every backend
@@ -71,6 +72,14 @@ class ProbePlan(Spec):
     max_tokens: int = Field(default=256, ge=1, le=MAX_TOKENS, description="assistant turn budget")
     user_max_tokens: int = Field(default=96, ge=1, le=MAX_TOKENS,
                                  description="generated user turn budget")
+    arms: list[Arm] = Field(
+        default_factory=lambda: [DEFAULT_ARM], min_length=1,
+        description="how the user turn is asked for: opened (the probe opens the USER header) "
+        "and/or continuation (the assistant's turn is closed and the model goes on: who speaks "
+        "next is measured too)")
+    continuation_max_tokens: int = Field(
+        default=128, ge=1, le=MAX_TOKENS, description="the continuation arm's budget: the role "
+        "header the model writes, a short user turn and its end-of-turn marker")
     seed: int = Field(default=0, ge=0, description="run seed; every sample's seed derives from it")
     system_prompt: str | None = Field(default=None, description="a system message put before "
                                       "every item's conversation")
@@ -107,6 +116,13 @@ class ProbePlan(Spec):
             raise ValueError(f"temperatures must be numbers from 0 (greedy) to "
                              f"{MAX_TEMPERATURE:g}, got {bad}")
         return sorted(set(values))
+
+    @field_validator("arms")
+    @classmethod
+    def _arms(cls, values: list[str]) -> list[str]:
+        if len(set(values)) != len(values):
+            raise ValueError("arms names each arm once: opened, continuation")
+        return values
 
     @field_validator("output", mode="before")
     @classmethod

@@ -78,10 +78,11 @@ def panel_scale(report: Report) -> tuple[float, float]:
 # -- plot 3: label distribution -------------------------------------------------------------------
 def label_bars(report: Report) -> list[plots.Bar]:
     rows = sorted(report.rows, key=lambda r: (model_index(report, r.model), r.answerer,
-                                              r.dataset, r.temperature, r.perturbation != "none",
-                                              r.perturbation))
+                                              r.dataset, r.temperature, r.arm != "opened",
+                                              r.perturbation != "none", r.perturbation))
+    arms = any(r.arm != "opened" for r in report.rows)
     return [plots.Bar(report.condition(r.model, r.answerer, r.dataset),
-                      temperature_label(r.temperature) + (
+                      temperature_label(r.temperature) + (f" · {r.arm}" if arms else "") + (
                           f" · {r.perturbation}" if report.varies("perturbation") else ""),
                       r.status_counts()) for r in rows]
 

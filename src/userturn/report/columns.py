@@ -229,6 +229,8 @@ def _corrected(row: SummaryRow) -> Corrected | str:
 # the list.
 COLUMNS: list[Column] = [
     Column("model", "model", lambda r: r.model, NAME, condition=True),
+    # How the user turn was asked for (records.ARMS): shown once a row is not the opened arm.
+    Column("arm", "arm", lambda r: r.arm, NAME, shown=departs("opened"), condition=True),
     Column("answerer", "answerer", lambda r: r.answerer, NAME, shown=varies,
            terminal=departs("self"), condition=True),
     # The terminal lists the perturbation before the dataset, the page and CSV after it.
@@ -256,6 +258,8 @@ COLUMNS: list[Column] = [
            shown=never),
     Column("correction_note", "correction", lambda r: r.correction_note, WORDS, shown=never),
     Column("undecided", "undecided", lambda r: r.undecided, COUNT),
+    # Continuations that had another role speak: in the rate as no follow-up, with no label.
+    Column("no_user_turn", "no user turn", lambda r: r.no_user_turn, COUNT, shown=departs(0)),
     Column("label_errors", "label errors", lambda r: r.label_errors, WARNING_COUNT),
     Column("errors", "errors", lambda r: r.errors, WARNING_COUNT),
     Column("accuracy", "accuracy", lambda r: r.accuracy, RATE),

@@ -36,6 +36,14 @@ from userturn.store.runstate import RunState
 # The stacked categories of the label plot and the browser's filter: labels, then statuses.
 CATEGORIES = [(label, label.replace("_", " ")) for label in LABELS] + [
     (s, "generation failed" if s == "failed" else s) for s in STATUSES]
+ONLY_WITH_CONTINUATIONS = "no user turn"  # a status only the continuation arm's turns have
+
+
+def categories(rows: Sequence[SummaryRow]) -> list[tuple[str, str]]:
+    """The categories of ``rows``' label tables, plot and browser: every label and status,
+    ``no user turn`` only where a row has the continuation arm."""
+    arms = any(row.arm != "opened" for row in rows)
+    return [(key, name) for key, name in CATEGORIES if arms or key != ONLY_WITH_CONTINUATIONS]
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from userturn.errors import UserturnError
 from userturn.report import charts, plots
-from userturn.report.compute import CATEGORIES, Report
+from userturn.report.compute import Report, categories
 from userturn.report.numbers import temperature_axis
 
 if TYPE_CHECKING:
@@ -140,7 +140,7 @@ def _labels(report: Report, plt: Any) -> Figure | None:
     figure, ax = plt.subplots(figsize=(PAGE, 0.6 + 0.22 * len(bars)))
     names = [f"{b.group} · {b.name}" for b in bars]
     left = [0.0] * len(bars)
-    for key, name in CATEGORIES:
+    for key, name in categories(report.rows):
         shares = [b.counts.get(key, 0) / (sum(b.counts.values()) or 1) for b in bars]
         if not any(shares):
             continue

@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 from userturn.errors import ConfigError
 from userturn.probe.plan import ProbePlan
 from userturn.report import plots, sections
-from userturn.report.compute import CATEGORIES, Report
+from userturn.report.compute import Report, categories
 from userturn.report.markup import esc, fill, json_for_script, now
 from userturn.report.tables import export_tables
 from userturn.store.atomic import make_folder, refuse_to_replace, write_text
@@ -190,4 +190,4 @@ def browser_data(report: Report) -> dict[str, Any]:
                             for lab in turn.labels]
         turns.append(record)
     return {"texts": list(texts), "turns": turns, "colours": plots.LABEL_COLOURS,
-            "categories": [key for key, _ in CATEGORIES]}
+            "categories": [key for key, _ in categories(report.rows)]}

@@ -21,7 +21,7 @@ MODEL_COLOURS = ("#3b6ea8", "#d4803a", "#4c956c", "#b5464b", "#7a68a6", "#8c6d53
 # The labels' colours from the taxonomy (Okabe-Ito hues, colour-blind safe), then greys for
 # turns without a label.
 LABEL_COLOURS = {**TAXONOMY.colours, "undecided": "#d9d9d9", "error": "#9a9a9a",
-                 "failed": "#4d4d4d"}
+                 "failed": "#4d4d4d", "no user turn": "#f2f2f2"}
 INK, MUTED, GRID = "#222", "#666", "#e6e6e6"
 UP, DOWN, FLAT = "#1b7f6b", "#c0504d", "#888"
 CHAR = 7.0  # average glyph width at 12.5px, for laying out text without measuring it

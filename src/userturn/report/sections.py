@@ -8,7 +8,7 @@ from typing import Sequence
 
 from userturn.records import LABELS, VERDICT_ERROR
 from userturn.report import charts, columns, plots
-from userturn.report.compute import CATEGORIES, Report
+from userturn.report.compute import CATEGORIES, Report, categories
 from userturn.report.markup import count, esc, group_starts, rate_html, section, table
 from userturn.report.numbers import (
     decimal,
@@ -37,12 +37,15 @@ def summary(report: Report) -> str:
     groups = group_starts([r.model for r in report.rows])
     main = _columns_table(columns.page_columns(report.rows), report.rows, groups=groups)
     keys = columns.page_columns(report.rows, conditions=True)
+    shown = categories(report.rows)
     label_rows = [[cell for c in keys for cell in c.html(r)]
                   + [str(r.labels.get(key, 0)) for key in LABELS]
-                  + [count(r.undecided), count(r.errors)] for r in report.rows]
+                  + [count(r.undecided), count(r.errors)]
+                  + ([count(r.no_user_turn)] if len(shown) == len(CATEGORIES) else [])
+                  for r in report.rows]
     counts = table([esc(header) for c in keys for header in c.page_headers()]
-                   + [esc(name) for _, name in CATEGORIES], label_rows,
-                   numeric=[c.format.numeric for c in keys] + [True] * len(CATEGORIES),
+                   + [esc(name) for _, name in shown], label_rows,
+                   numeric=[c.format.numeric for c in keys] + [True] * len(shown),
                    groups=groups)
     humans = any(r.human_labels for r in report.rows)
     notes = [f"n: turns the rate is over; {NOTE_UNDECIDED}",
@@ -146,7 +149,7 @@ def labels_plot(report: Report) -> str:
     if not bars:
         return section("labels", "Label distribution", intro,
                         '<p class="empty">No user turns in this run.</p>')
-    svg = plots.stacked_bars(bars, CATEGORIES)
+    svg = plots.stacked_bars(bars, categories(report.rows))
     return section("labels", "Label distribution", intro, f"<figure>{svg}</figure>")
 
 

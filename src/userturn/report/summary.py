@@ -58,15 +58,23 @@ def print_summary(rows: list[SummaryRow], console: Console, *, sources: Sequence
     labels = Table(title="Labels of the generated user turns (counts)")
     for column in keys:
         labels.add_column(column.header, justify="right" if column.format.numeric else "left")
-    for name in (*LABEL_HEADERS.values(), "undecided"):
+    # A continuation that had another role speak has no label: counted beside the labels.
+    other_role = ["no user turn"] if any(row.no_user_turn for row in rows) else []
+    for name in (*LABEL_HEADERS.values(), "undecided", *other_role):
         labels.add_column(name, justify="right")
     for row in rows:
         labels.add_row(*(column.text(row) for column in keys),
-                       *(str(row.labels.get(label, 0)) for label in LABELS), str(row.undecided))
+                       *(str(row.labels.get(label, 0)) for label in LABELS), str(row.undecided),
+                       *([str(row.no_user_turn)] if other_role else []))
     console.print(labels)
     humans = any(row.human_labels for row in rows)
     notes = ["follow-up: share of user turns labelled follow_up; accuracy: task score of the "
              "greedy assistant answer"]
+    if other_role or any(row.arm != "opened" for row in rows):
+        notes.append("arm continuation: the model went on after the assistant's closed turn "
+                     "(no USER header opened); its follow-up rate is over every continuation, "
+                     "a continuation that had another role speak (no user turn) counting as no "
+                     "follow-up: the unforced rate")
     if any(row.undecided for row in rows):
         notes.append("undecided: turns the rules leave to an LLM judge; they count as not "
                      "follow-up, so the rate is a lower bound until judged (userturn judge RUN "

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from userturn.report.columns import csv_number, csv_record, rate_fields
-from userturn.report.compute import CATEGORIES, Report
+from userturn.report.compute import Report, categories
 from userturn.stats.effects import Joint, PerturbationEffect
 from userturn.store.atomic import write_folder
 
@@ -20,7 +20,7 @@ def tables(report: Report) -> dict[str, list[dict[str, Any]]]:
     return {"summary": [csv_record(r) for r in report.rows],
             "labels": [{**csv_record(r, conditions=True), "label": key,
                         "count": r.status_counts().get(key, 0)}
-                       for r in report.rows for key, _ in CATEGORIES],
+                       for r in report.rows for key, _ in categories(report.rows)],
             "accuracy_vs_follow_up": [
                 {"dataset": p.dataset, "temperature": p.temperature, "model": point.model,
                  **rate_fields("accuracy", point.accuracy),

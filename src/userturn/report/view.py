@@ -52,7 +52,7 @@ class RunView:
         """How many generated user turns each source decided (``nobody (undecided)``: none)."""
         counts: dict[str, int] = {}
         for turn in self.turns:
-            if turn.error is None:
+            if turn.labellable:
                 source = turn.label_source or "nobody (undecided)"
                 counts[source] = counts.get(source, 0) + 1
         return counts

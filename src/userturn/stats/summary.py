@@ -9,7 +9,15 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping, Sequence
 
-from userturn.records import HUMAN, Answer, Condition, Turn, human_label, is_human
+from userturn.records import (
+    DEFAULT_ARM,
+    HUMAN,
+    Answer,
+    Condition,
+    Turn,
+    human_label,
+    is_human,
+)
 from userturn.stats.correction import MIN_HUMAN_LABELS, Corrected, Observation, corrected_rate
 from userturn.stats.planning import condition_order
 from userturn.stats.rates import Rate, clustered_rate
@@ -52,6 +60,10 @@ class SummaryRow:
     deciding: dict[str, int] = field(default_factory=dict)
     # The rate is read with human labels (--labels human:NAME): there is nothing to correct.
     read_by_people: bool = False
+    arm: str = DEFAULT_ARM
+    # Continuations that opened no user turn (another role spoke, or nobody): in the rate's
+    # denominator as no follow-up (the unforced rate), with no label.
+    no_user_turn: int = 0
 
     @property
     def labels_to_correct(self) -> int | None:
@@ -67,7 +79,8 @@ class SummaryRow:
     def status_counts(self) -> dict[str, int]:
         """Turns per label and per status of the turns without one (undecided, failed): every
         turn of the row is counted once."""
-        return {**self.labels, "undecided": self.undecided, "failed": self.errors}
+        return {**self.labels, "undecided": self.undecided, "failed": self.errors,
+                **({"no user turn": self.no_user_turn} if self.arm != DEFAULT_ARM else {})}
 
 
 def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
@@ -103,6 +116,7 @@ def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
             offline_only=_offline_only(group, offline),
             deciding=dict(Counter(t.label_source for t in group
                                   if t.counts_toward_rate and t.label_source)),
+            arm=c.arm, no_user_turn=status["no user turn"],
             **_correction(group, probability),
         ))
     return rows

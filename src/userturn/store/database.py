@@ -25,6 +25,7 @@ from userturn.records import Answer, FinishReason, Generation, GenerationParams,
 from userturn.store.meta import AnnotationSample, MetaChanges, RunMeta, damaged_meta
 from userturn.store.rows import (
     ContextRow,
+    ContinuationRow,
     GenerationRow,
     LabelRow,
     PlanRow,
@@ -229,7 +230,7 @@ class RunStore:
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan VALUES (:key, :role, :model, :dataset, :item_id, "
                 ":context, :temperature, :sample_index, :assistant_key, :answerer, "
-                ":perturbation)", [asdict(row) for row in rows])
+                ":perturbation, :arm)", [asdict(row) for row in rows])
 
     def keep_plan(self, models: Sequence[str], datasets: Sequence[str]) -> None:
         """Drop planned rows of models or datasets the current experiment no longer has."""
@@ -333,18 +334,40 @@ class RunStore:
         SELECT p.model, p.dataset, p.item_id, p.context, p.temperature, p.sample_index,
                p.answerer, p.perturbation, p.key, g.text, g.raw_text, g.thinking,
                g.finish_reason, g.error, g.prompt, COALESCE(c.answer, a.text) AS answer,
-               s.correct
+               s.correct, p.arm, n.next_role, n.user_turn, n.boundary, n.p_user,
+               n.p_assistant, n.p_end
         FROM plan p
         JOIN generations g ON g.key = p.key
         LEFT JOIN generations a ON a.key = p.assistant_key
         LEFT JOIN scores s ON s.key = p.assistant_key
         LEFT JOIN contexts c ON c.context = p.context
+        LEFT JOIN continuations n ON n.key = p.key
         WHERE p.role = 'user'
-        ORDER BY p.model, p.answerer, p.dataset, p.perturbation, p.temperature, p.item_id,
-                 p.sample_index
+        ORDER BY p.model, p.arm != 'opened', p.arm, p.answerer, p.dataset, p.perturbation,
+                 p.temperature, p.item_id, p.sample_index
         """
         return [UserTurnRow(**{**dict(r), "correct": _correct(r["correct"])})
                 for r in self.db.execute(query)]
+
+    def put_continuations(self, rows: Sequence[ContinuationRow]) -> None:
+        """How continuation-arm generations read (their parsed role and user turn) and their
+        next-role probabilities, replacing what the keys had."""
+        with self.db:
+            self.db.executemany(
+                "INSERT OR REPLACE INTO continuations VALUES (:key, :next_role, :user_turn, "
+                ":boundary, :p_user, :p_assistant, :p_end)",
+                [{**asdict(row), "user_turn": scrubbed(row.user_turn)} for row in rows])
+
+    def continuations(self, keys: Sequence[str]) -> dict[str, ContinuationRow]:
+        """The stored readings of these continuation keys (keys not read yet are missing)."""
+        found: dict[str, ContinuationRow] = {}
+        for start in range(0, len(keys), 500):
+            chunk = list(keys[start:start + 500])
+            marks = ",".join("?" * len(chunk))
+            for r in self.db.execute(f"SELECT * FROM continuations WHERE key IN ({marks})",
+                                     chunk):
+                found[r["key"]] = ContinuationRow(**dict(r))
+        return found
 
     def plan_rows(self, role: str) -> list[PlanRow]:
         """The planned generations of one role, for exports that rebuild a run elsewhere."""

@@ -28,7 +28,8 @@ from userturn.store.rows import GenerationRow
 
 DB_NAME = "userturn.db"
 SCHEMA_VERSION = 1  # stored in meta; a store of a newer schema is refused, not misread
-TABLES = {"meta", "items", "generations", "plan", "contexts", "scores", "labels"}
+TABLES = {"meta", "items", "generations", "plan", "contexts", "scores", "labels",
+          "continuations"}
 SQLITE_HEADER = b"SQLite format 3\x00"
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -47,12 +48,16 @@ CREATE TABLE IF NOT EXISTS plan (
   key TEXT PRIMARY KEY, role TEXT NOT NULL, model TEXT NOT NULL, dataset TEXT NOT NULL,
   item_id TEXT NOT NULL, context TEXT NOT NULL, temperature REAL NOT NULL,
   sample_index INTEGER NOT NULL, assistant_key TEXT,
-  answerer TEXT NOT NULL DEFAULT 'self', perturbation TEXT NOT NULL DEFAULT 'none');
+  answerer TEXT NOT NULL DEFAULT 'self', perturbation TEXT NOT NULL DEFAULT 'none',
+  arm TEXT NOT NULL DEFAULT 'opened');
 CREATE TABLE IF NOT EXISTS contexts (
   context TEXT PRIMARY KEY, perturbation TEXT NOT NULL, answer TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS scores (
   key TEXT NOT NULL, scorer TEXT NOT NULL, correct INTEGER NOT NULL, extracted TEXT,
   reference TEXT, details TEXT NOT NULL DEFAULT '{}', PRIMARY KEY (key, scorer));
+CREATE TABLE IF NOT EXISTS continuations (
+  key TEXT PRIMARY KEY, next_role TEXT NOT NULL, user_turn TEXT, boundary INTEGER,
+  p_user REAL, p_assistant REAL, p_end REAL);
 CREATE TABLE IF NOT EXISTS labels (
   key TEXT NOT NULL, source TEXT NOT NULL, version TEXT NOT NULL, label TEXT, rationale TEXT,
   error TEXT, created REAL NOT NULL, probability REAL, PRIMARY KEY (key, source));
@@ -60,7 +65,7 @@ CREATE TABLE IF NOT EXISTS labels (
 
 
 def generation_key(role: str, model: str, revision: str, template_hash: str, request: Request,
-                   sample_index: int, thinking: str = "drop") -> str:
+                   sample_index: int, thinking: str = "drop", arm: str = "opened") -> str:
     payload = {
         "role": role, "model": model, "revision": revision, "template": template_hash,
         "prompt": request.prompt, "params": asdict(request.params), "stop": list(request.stop),
@@ -68,6 +73,8 @@ def generation_key(role: str, model: str, revision: str, template_hash: str, req
     }
     if thinking != "drop":  # the default is left out: keys of runs before the policy stay valid
         payload["thinking"] = thinking
+    if arm != "opened":  # the same: the opened arm's keys are those of runs before the arms
+        payload["arm"] = arm
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -303,6 +310,7 @@ def generation_values(row: GenerationRow, created: float) -> tuple[Any, ...]:
 
 ADDED_COLUMNS = (("plan", "answerer", "TEXT NOT NULL DEFAULT 'self'"),
                   ("plan", "perturbation", "TEXT NOT NULL DEFAULT 'none'"),
+                  ("plan", "arm", "TEXT NOT NULL DEFAULT 'opened'"),  # before the arms: opened
                   ("scores", "details", "TEXT NOT NULL DEFAULT '{}'"),
                   ("generations", "thinking", "TEXT"),  # NULL: generated before the split
                   ("labels", "probability", "REAL"))  # NULL: the source gives none

@@ -14,8 +14,9 @@ import re
 from typing import Any, Sequence
 
 from userturn.errors import ConfigError
-from userturn.records import COLUMNS, Answer, Item, Message, StoredLabel, Turn
+from userturn.records import COLUMNS, DEFAULT_ARM, Answer, Item, Message, StoredLabel, Turn
 from userturn.store.database import RunStore
+from userturn.store.rows import UserTurnRow
 
 
 def source_column(source: str) -> str:
@@ -92,17 +93,35 @@ def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> li
         item = items[row.dataset].get(row.item_id)
         messages = item.messages if item is not None else ()
         own = tuple(stored.get(row.key, ()))
+        continuation = row.arm != DEFAULT_ARM
         turns.append(Turn(
             model=row.model, answerer=row.answerer, dataset=row.dataset,
             perturbation=row.perturbation, temperature=row.temperature,
             sample_index=row.sample_index, item_id=row.item_id, context=row.context,
             key=row.key, query=_query(messages), answer=row.answer or "",
-            answer_correct=row.correct, user_turn=row.text, raw_user_turn=row.raw_text,
+            answer_correct=row.correct,
+            # A continuation's user turn is the part it wrote as the user (chat.continuation);
+            # its whole text, whoever it had speak, is the raw text.
+            user_turn=(row.user_turn or "") if continuation else row.text,
+            raw_user_turn=row.raw_text,
             thinking=row.thinking, finish_reason=row.finish_reason, error=row.error,
             prompt=row.prompt, messages=messages,
             next_user_turn=item.next_user_turn if item is not None else None,
-            labels=own, **_resolve(own, sources)))
+            labels=own, **_resolve(own, sources), arm=row.arm,
+            next_role=row.next_role if continuation else None,
+            boundary=row.boundary if continuation else None,
+            role_probabilities=_role_probabilities(row) if continuation else None))
     return turns
+
+
+def _role_probabilities(row: UserTurnRow) -> dict[str, float] | None:
+    """The continuation's next-role probabilities, ``other`` the rest of the mass (None: the
+    backend scored none)."""
+    values = {"user": row.p_user, "assistant": row.p_assistant, "end": row.p_end}
+    if any(v is None for v in values.values()):
+        return None
+    known = {role: float(v) for role, v in values.items() if v is not None}
+    return {**known, "other": max(0.0, 1.0 - sum(known.values()))}
 
 
 def _query(messages: Sequence[Message]) -> str:
