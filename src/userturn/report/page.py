@@ -37,11 +37,12 @@ def render_page(report: Report, template: str, data: dict[str, Any], links: Sequ
     parts = [sections.summary(report), sections.temperature_plot(report),
              sections.accuracy_plot(report), sections.labels_plot(report),
              sections.perturbations(report), sections.user_variants(report),
-             sections.right_wrong(report), agreement,
+             sections.arms(report), sections.right_wrong(report), agreement,
              sections.samples(), sections.export(links)]
     shown = {"perturbations": bool(report.comparisons or report.unapplied),
              "agreement": bool(agreement),
-             "user-variants": bool(report.variants)}
+             "user-variants": bool(report.variants),
+             "arms": any(turn.arm != "opened" for turn in report.turns)}
     nav = "".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title in _NAV
                   if shown.get(sid, True))
     return fill(template, {"TITLE": esc(f"userturn report: {report.folder.name}"),
@@ -68,7 +69,8 @@ def _caveats(body: str) -> str:
 
 _NAV = [("summary", "Summary"), ("temperature", "Temperature"), ("accuracy", "Accuracy"),
         ("labels", "Labels"), ("perturbations", "Perturbations"),
-        ("user-variants", "User-turn openings"), ("right-wrong", "Right vs wrong"),
+        ("user-variants", "User-turn openings"), ("arms", "Who speaks next"),
+        ("right-wrong", "Right vs wrong"),
         ("agreement", "Agreement"), ("samples", "Samples"), ("export", "Export")]
 
 
@@ -188,6 +190,7 @@ def browser_data(report: Report) -> dict[str, Any]:
         record.update({name: ref(record[name]) for name in SHARED_TEXTS})
         record["labels"] = [[lab.source, lab.label, lab.rationale, lab.error]
                             for lab in turn.labels]
+        record["boundary"] = turn.boundary  # a continuation's: where the turn it opened starts
         turns.append(record)
     return {"texts": list(texts), "turns": turns, "colours": plots.LABEL_COLOURS,
             "categories": [key for key, _ in categories(report.rows)]}
