@@ -192,3 +192,23 @@ def test_the_page_sets_the_arms_side_by_side_and_marks_the_role_boundary(gsm_fil
     expect(card.locator("mark.boundary")).to_have_text("▏user: ")
     expect(card.locator("pre.raw .before-turn")).to_have_text("<|im_start|>user\n")
     assert not errors, errors
+
+
+def test_compare_pairs_each_arm_with_the_same_arm(gsm_file, tmp_path, capsys):
+    from userturn.report.view import read_run
+    from userturn.stats.comparison import compare_turns
+
+    a, _ = both_arms(gsm_file, tmp_path / "a", temperatures=[0.0])
+    b = run_experiment(experiment(gsm_file, tmp_path / "b", arms=["opened", "continuation"],
+                                  temperatures=[0.0]),
+                       backends={"fake/scripted": ScoringScript(grounded_script)})
+    runs = [read_run(store) for store in (a, b)]
+    comparisons, _ = compare_turns(runs[0].turns, runs[0].answers, runs[1].turns,
+                                   runs[1].answers)
+    assert sorted(c.arm for c in comparisons) == ["continuation", "opened"]
+    by_arm = {c.arm: c for c in comparisons}
+    # The opened arm's turns are the same script on both sides; the continuations are not.
+    assert by_arm["opened"].follow_up.delta == 0
+    assert by_arm["continuation"].follow_up.items == GSM_ITEMS
+    code, out, _ = run_cli(capsys, "compare", str(a.folder), str(b.folder))
+    assert code == 0 and "arm" in out and "continuation" in out

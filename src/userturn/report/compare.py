@@ -72,13 +72,17 @@ def print_comparison(comparisons: Sequence[Comparison],
         console.print(fixed)
     table = Table(title=f"Follow-up rate{', raw' if corrected else ''}, B minus A on shared "
                         f"items (A = {names[0]}, B = {names[1]}; paired 95% CI)")
-    for column in ("A", "B", "dataset", "answerer", "perturbation", "T", "items", "A rate",
-                   "B rate", "difference [95% CI]", "McNemar p", "dropped A/B"):
-        table.add_column(column, justify="left" if column in ("A", "B", "dataset", "answerer",
-                                                              "perturbation") else "right")
+    arms = _arms(comparisons)
+    for column in ("A", "B", *(["arm"] if arms else []), "dataset", "answerer", "perturbation",
+                   "T", "items", "A rate", "B rate", "difference [95% CI]", "McNemar p",
+                   "dropped A/B"):
+        table.add_column(column, justify="left" if column in ("A", "B", "arm", "dataset",
+                                                              "answerer", "perturbation")
+                         else "right")
     for c in comparisons:
         d = c.follow_up
-        table.add_row(c.model_a, c.model_b, c.dataset, c.answerer, c.perturbation,
+        table.add_row(c.model_a, c.model_b, *([c.arm] if arms else []), c.dataset, c.answerer,
+                      c.perturbation,
                       temperature(c.temperature), str(d.items),
                       _pct(d.a.value), _pct(d.b.value), difference(d),
                       "-" if c.mcnemar is None else f"{c.mcnemar.p_value:.3g}",
@@ -172,14 +176,17 @@ def comparison_html(comparisons: Sequence[Comparison], accuracy: Sequence[Accura
     rows = [plots.ForestRow(
         group=f"{c.model_a} → {c.model_b} · {c.dataset}" + (
             f" · answerer {c.answerer}" if c.answerer != "self" else ""),
-        name=f"{c.perturbation} · {temperature_label(c.temperature)}",
+        name=f"{c.perturbation} · {temperature_label(c.temperature)}"
+             + (f" · {c.arm}" if c.arm != "opened" else ""),
         delta=c.follow_up.delta, low=c.follow_up.low, high=c.follow_up.high,
         verdict=direction(c.follow_up), note=difference(c.follow_up)) for c in comparisons]
     forest = plots.forest(rows, x_label="B minus A, follow-up rate (percentage points)",
                           legend=COMPARE_LEGEND) if rows else ""
-    header = ("A", "B", "dataset", "answerer", "perturbation", "T", "items", "A rate", "B rate",
-              "difference [95% CI]", "McNemar p", "dropped A/B")
-    body = [(c.model_a, c.model_b, c.dataset, c.answerer, c.perturbation,
+    arms = _arms(comparisons)
+    header = ("A", "B", *(["arm"] if arms else []), "dataset", "answerer", "perturbation", "T",
+              "items", "A rate", "B rate", "difference [95% CI]", "McNemar p", "dropped A/B")
+    body = [(c.model_a, c.model_b, *([c.arm] if arms else []), c.dataset, c.answerer,
+             c.perturbation,
              temperature(c.temperature), c.follow_up.items,
              _pct(c.follow_up.a.value), _pct(c.follow_up.b.value), difference(c.follow_up),
              "-" if c.mcnemar is None else f"{c.mcnemar.p_value:.3g}",
@@ -209,3 +216,8 @@ def _escaped_table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric
     """The report's table of plain values: every cell is run metadata or a number, escaped."""
     return markup.table([markup.esc(h) for h in header],
                         [[markup.esc(v) for v in row] for row in rows], numeric_from=numeric_from)
+
+
+def _arms(comparisons: Sequence[Comparison]) -> bool:
+    """Whether the comparisons name a probe arm other than the opened one (then an arm column)."""
+    return any(c.arm != "opened" for c in comparisons)
