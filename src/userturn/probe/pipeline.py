@@ -57,6 +57,7 @@ from userturn.store.lock import RunLock
 from userturn.store.meta import RunMeta, StageTime
 from userturn.store.rows import ContextRow, GenerationRow, ScoreRow
 from userturn.store.sqlite import DB_NAME, generation_key
+from userturn.store.turns import read_labels, read_turns, with_labels
 from userturn.version import __version__
 
 
@@ -220,15 +221,20 @@ def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
             with clock.generating("user turns"):
                 user_stage(store, backends[spec], dataset, sets, plan, executor, progress)
         _human_stage(store, dataset, answers.get(answers_as(backends[probers[0]]), {}))
+    # The turns are read once for the labelling stages; the judges see the offline labels by
+    # reading the labels alone again.
+    turns = read_turns(store)
     clock.timed("labelling", "labels", lambda: label_offline(
         store, labelling.offline, backends, classifier_path=labelling.classifier,
-        progress=progress))
+        progress=progress, turns=turns))
     classifier = labelling.offline.classifier_source(labelling.classifier)
     try:
         if judges:
+            labelled = with_labels(turns, read_labels(store), store.label_sources())
             clock.timed("judge", "requests", lambda: judge_with_all(
                 store, judges, labelling.judge_scope, progress,
-                threshold=labelling.judge_threshold, record=False, classifier=classifier))
+                threshold=labelling.judge_threshold, record=False, classifier=classifier,
+                turns=labelled))
     finally:
         # The run's label sources, worked out once from its plan and the judges' names; also
         # when judging stops early (Ctrl-C), so the labels it has decide where they exist.
