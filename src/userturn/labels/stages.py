@@ -35,6 +35,7 @@ from userturn.records import Case, Label, Labeller, Progress, StoredLabel, Turn,
 from userturn.store.database import RunStore
 from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
+from userturn.store.view import StoredRun, read_stored_run
 
 if TYPE_CHECKING:
     from userturn.backends import Backend
@@ -54,13 +55,15 @@ class Classifier(Protocol):
 
 def label_turns(store: RunStore, labeller: Labeller | str = "cascade",
                 backends: Mapping[str, Backend] | None = None, *,
-                classifier_path: Path | None = None, progress: Progress | None = None) -> int:
+                classifier_path: Path | None = None, progress: Progress | None = None,
+                turns: Sequence[Turn] | None = None) -> int:
     """Label a run offline and record its label sources (`userturn label`, an lm-eval import):
     :func:`label_offline`, then the run's sources with the judges that already decide it kept.
-    Returns the labels added."""
+    ``turns``: the run's turns as the caller read them (default: read here). Returns the labels
+    added."""
     offline = labeller_named(labeller)
     count = label_offline(store, offline, backends, classifier_path=classifier_path,
-                          progress=progress)
+                          progress=progress, turns=turns)
     # A judged run keeps the judge (or the judges' majority) that decides it.
     judges = judge_sources(store.label_sources())
     record_sources(store, offline, judges[:1], "undecided",
@@ -70,15 +73,18 @@ def label_turns(store: RunStore, labeller: Labeller | str = "cascade",
 
 def label_offline(store: RunStore, offline: OfflineLabeller,
                   backends: Mapping[str, Backend] | None = None, *,
-                  classifier_path: Path | None = None, progress: Progress | None = None) -> int:
+                  classifier_path: Path | None = None, progress: Progress | None = None,
+                  turns: Sequence[Turn] | None = None) -> int:
     """The offline labels: the rules on every user turn, and the learned classifier on the turns
     the rules abstain on (cascade) or on every turn (classifier), each for the turns it has not
-    labelled at its version. The run's turns are read once and passed from stage to stage.
-    Never generates: re-labelling an old run changes its labels only. Returns the labels added."""
+    labelled at its version. The run's turns (``turns``, as the caller read them, or read here)
+    are passed from stage to stage, with what each stored. Never generates: re-labelling an old
+    run changes its labels only. Returns the labels added."""
     headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
     # The classifier's parameters are loaded first: a bad file is one error before any labelling.
     learned = offline.learned_classifier(classifier_path)
-    turns = [t for t in read_turns(store, RULES) if t.labellable]
+    # Only each turn's stored labels are read below, never its resolved label: any sources do.
+    turns = [t for t in (read_turns(store, RULES) if turns is None else turns) if t.labellable]
     rules = RulesClassifier()
     rules_labels = _stored_labels(turns, rules)
     added = label_with(store, [rules], headers, progress, turns=turns, stored=rules_labels)
@@ -164,21 +170,23 @@ def label_cases(labeller: Labeller | str, cases: Sequence[Case], classifier: Pat
 
 def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: JudgeScope,
                    progress: Progress | None = None, threshold: float = 0.7, *,
-                   record: bool = True, classifier: str | None = None) -> int:
+                   record: bool = True, classifier: str | None = None,
+                   turns: Sequence[Turn] | None = None) -> int:
     """Label with each judge (each under its own source); with two or more, their majority
     becomes a source of its own that decides in the judges' place (:mod:`.majority`). The run's
-    turns are read once for all judges; the run's sources are recorded once, after them (unless
-    ``record`` is False: the caller records them). ``classifier``: the run's learned
-    classifier's source (default: the one its recorded sources name). Returns the turns sent,
-    over all judges."""
-    turns = read_turns(store)
+    turns (``turns``, as the caller read them with the labels stored so far, or read here) are
+    shared by all judges, and the majority re-reads only the labels; the run's sources are
+    recorded once, after them (unless ``record`` is False: the caller records them).
+    ``classifier``: the run's learned classifier's source (default: the one its recorded sources
+    name). Returns the turns sent, over all judges."""
+    turns = read_turns(store) if turns is None else turns
     classifier = classifier or classifier_of(store.label_sources())
     sent = sum(judge_turns(store, judge, scope, progress, threshold=threshold, turns=turns,
                            classifier=classifier)
                for judge in judges)
     names = [judge.name for judge in judges]
     if len(judges) > 1:
-        store_majority(store, names)
+        store_majority(store, names, turns)
     # A judge none of whose verdicts ever succeeded decides nothing: the run's sources (and its
     # rates) stay as they were, and nothing says they changed.
     if record and any(store.labelled_keys(judge.name, judge.version) for judge in judges):
@@ -264,11 +272,13 @@ def _assistant_header(backend: Backend) -> str:
 
 @dataclass(frozen=True)
 class Judged:
-    """What ``userturn judge`` did to a run: the turns sent to its judges (over all of them)
-    and the tally of their requests (failed verdicts among them)."""
+    """What ``userturn judge`` did to a run: the turns sent to its judges (over all of them),
+    the tally of their requests (failed verdicts among them) and the run as it stands after them
+    (read once, its labels and metadata read again after the judges: what the report shows)."""
 
     sent: int
     tally: Tally
+    run: StoredRun
 
     @property
     def failed(self) -> int:
@@ -281,9 +291,10 @@ def judge_folder(folder: Path, judges: Sequence[Judge], spec: JudgeSpec,
     scope and threshold), under the folder's lock: the store is checked before the lock is
     taken, so a refusal writes nothing. Generates nothing."""
     with RunStore.writing(folder, "judge") as store:
+        run = read_stored_run(store)
         sent = judge_with_all(store, judges, spec.judge_scope, progress,
-                              threshold=spec.judge_threshold)
-        return Judged(sent, store.tally)
+                              threshold=spec.judge_threshold, turns=run.turns)
+        return Judged(sent, store.tally, run.relabelled(store))
 
 
 def import_human_labels(folder: Path, file: Path, annotator: str) -> int:

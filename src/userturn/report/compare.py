@@ -14,13 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 from userturn.errors import ConfigError
-from userturn.labels.calibration import inclusion_probabilities
 from userturn.report import markup
 from userturn.report.numbers import difference, percent, temperature, temperature_label
+from userturn.report.view import RunView, read_run
 from userturn.stats.comparison import AccuracyComparison, Comparison, compare_turns
 from userturn.stats.rates import direction
 from userturn.store.database import RunStore
-from userturn.store.turns import check_label_sources, read_answers, read_turns
+from userturn.store.turns import check_label_sources
 
 
 def compare_runs(a: RunStore, b: RunStore, *,
@@ -28,10 +28,13 @@ def compare_runs(a: RunStore, b: RunStore, *,
                                                                list[AccuracyComparison]]:
     """B minus A on shared items, each run read once. ``labels``: the label sources, in priority
     order, that both runs are read with (default: each run's own)."""
-    turns_a, turns_b = read_turns(a, labels), read_turns(b, labels)
-    # Per run: the same generation (same key) can be in both runs, labelled by different samples.
-    inclusion = (inclusion_probabilities(a, turns_a), inclusion_probabilities(b, turns_b))
-    return compare_turns(turns_a, read_answers(a), turns_b, read_answers(b), inclusion)
+    return compare_views(read_run(a, labels), read_run(b, labels))
+
+
+def compare_views(a: RunView, b: RunView) -> tuple[list[Comparison], list[AccuracyComparison]]:
+    """B minus A on shared items, of two runs already read. Each run's human labels stand for
+    their own run: the same generation (same key) can be in both, labelled by different samples."""
+    return compare_turns(a.turns, a.answers, b.turns, b.answers, (a.inclusion, b.inclusion))
 
 
 def compare_folders(a: Path, b: Path, *, labels: Sequence[str] | None = None
