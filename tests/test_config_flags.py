@@ -107,18 +107,27 @@ def run_flags(*argv: str, config: Path | None = None) -> Experiment:
     return arguments.experiment_from(args)
 
 
+def setting(exp: Experiment, name: str) -> Any:
+    """A setting read from the spec that owns it."""
+    (value,) = [getattr(part, name) for part in (exp.plan, exp.engine, exp.labelling)
+                if name in type(part).model_fields]
+    return value
+
+
 def test_every_experiment_field_is_a_run_flag():
     dests = {action.dest for action in _subparser("run")._actions}
-    assert set(Experiment.model_fields) <= dests, set(Experiment.model_fields) - dests
+    settings = set(Experiment.setting_fields())
+    assert settings <= dests, settings - dests
     # A field added without an example here fails too, so the check below covers it.
-    assert set(EXAMPLES) == set(Experiment.model_fields)
+    assert set(EXAMPLES) == settings
 
 
 @pytest.mark.parametrize("field", sorted(EXAMPLES))
 def test_each_flag_sets_its_field(field):
     argv, expected = EXAMPLES[field]
-    assert expected != Experiment.model_fields[field].get_default(call_default_factory=True)
-    value = getattr(run_flags(*argv), field)
+    assert expected != Experiment.setting_fields()[field].get_default(
+        call_default_factory=True)
+    value = setting(run_flags(*argv), field)
     if field in ("perturbations", "user_turn_variants"):  # parsed once: compared by their specs
         value = [parsed.spec for parsed in value]
     assert value == expected
@@ -138,15 +147,17 @@ def test_flags_override_the_flat_keys_of_a_file(tmp_path):
                       "judge: openai/a\njudge_scope: uncertain\njudge_threshold: 0.6\n"
                       "backend_args: {n_ctx: 2048, n_threads: 2}\n")
     kept = run_flags(config=config)
-    assert (kept.models, kept.limit, kept.skip_invalid) == (["tiny"], 5, True)
-    assert (kept.judges, kept.judge_scope, kept.judge_threshold) == (["openai/a"], "uncertain",
-                                                                     0.6)
+    plan, labelling = kept.plan, kept.labelling
+    assert (plan.models, plan.limit, plan.skip_invalid) == (["tiny"], 5, True)
+    assert (labelling.judges, labelling.judge_scope, labelling.judge_threshold) == (
+        ["openai/a"], "uncertain", 0.6)
     over = run_flags("--model", "fake/probe", "--limit", "all", "--no-skip-invalid",
                      "--judge-threshold", "0.3", "--backend-arg", "n_ctx=4096", config=config)
-    assert (over.models, over.limit, over.skip_invalid) == (["fake/probe"], None, False)
-    assert (over.judge_scope, over.judge_threshold) == ("uncertain", 0.3)
-    assert over.backend_args == {"n_ctx": 4096}  # a flag replaces the setting, as for lists
-    assert over.datasets == ["gsm_symbolic"]
+    assert (over.plan.models, over.plan.limit, over.plan.skip_invalid) == (
+        ["fake/probe"], None, False)
+    assert (over.labelling.judge_scope, over.labelling.judge_threshold) == ("uncertain", 0.3)
+    assert over.engine.backend_args == {"n_ctx": 4096}  # a flag replaces it, as for lists
+    assert over.plan.datasets == ["gsm_symbolic"]
 
 
 def test_the_help_is_the_field_descriptions_with_defaults():
@@ -204,11 +215,11 @@ def test_bad_flag_values_are_one_line(capsys, tmp_path):
 
 
 def test_the_batch_size_is_auto_unless_given(tmp_path):
-    assert run_flags().batch_size == "auto"
-    assert run_flags("--batch-size", "AUTO").batch_size == "auto"
+    assert run_flags().engine.batch_size == "auto"
+    assert run_flags("--batch-size", "AUTO").engine.batch_size == "auto"
     config = tmp_path / "exp.yaml"
     config.write_text("batch_size: 32\n")
-    assert run_flags(config=config).batch_size == 32
+    assert run_flags(config=config).engine.batch_size == 32
     config.write_text("batch_size: 0\n")
     with pytest.raises(ConfigError, match="batch_size"):
         run_flags(config=config)
@@ -235,7 +246,7 @@ def test_train_settings_load_like_an_experiment(tmp_path):
 def test_a_judge_spec_is_what_an_experiment_holds():
     exp = Experiment(judge="openai/a", judge_scope="all", judge_concurrency=4)
     assert exp.judge_spec == JudgeSpec(judge="openai/a", judge_scope="all", judge_concurrency=4)
-    assert JudgeSpec().model_dump() == {name: getattr(Experiment(), name)
+    assert JudgeSpec().model_dump() == {name: setting(Experiment(), name)
                                         for name in JudgeSpec.model_fields}
 
 

@@ -134,7 +134,7 @@ def test_gsm_symbolic_limit_is_clamped_with_a_warning(monkeypatch):
 
 def test_an_interrupted_run_is_shown_incomplete_in_every_reader(gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
     calls = []
 
     def killed(request):  # the second run (more samples) dies after a few user turns

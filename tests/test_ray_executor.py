@@ -86,7 +86,7 @@ def fault_run(tmp_path, gsm_file, factory, **settings):
     counts = ray_run(exp, [spec], replicas=1, unit_size=4, **settings)
     clean = experiment(tmp_path, gsm_file, f"clean-{factory}", model="fake/probe")
     run_experiment(clean).close()
-    return stored(exp.output), stored(clean.output), counts, marker
+    return stored(exp.plan.output), stored(clean.plan.output), counts, marker
 
 
 def test_an_actor_killed_mid_unit_is_restarted_and_its_unit_retried(tmp_path, gsm_file):
