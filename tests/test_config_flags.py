@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 from pydantic import BaseModel
 
@@ -19,6 +20,8 @@ from userturn.config import Experiment
 from userturn.errors import ConfigError
 from userturn.labels.classifier import MODEL_FILE
 from userturn.labels.plan import JudgeSpec
+from userturn.probe.plan import ProbePlan
+from userturn.train.settings import Evaluation, RLSettings, SFTMethod, SFTSettings, Training
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -235,12 +238,50 @@ def test_train_settings_load_like_an_experiment(tmp_path):
     args = _parser().parse_args(["train", "sft", str(config), "--samples", "3",
                                  "--temperatures", "0,0.5"])
     settings = settings_from(args)
-    assert (settings.eval_items, settings.samples) == (5, 3)  # type: ignore[attr-defined]
-    assert settings.temperatures == [0.0, 0.5]  # type: ignore[attr-defined]
-    assert settings.dataset == f"gsm8k:{folder / 'data' / 'train.jsonl'}"  # type: ignore[attr-defined]
+    assert isinstance(settings, SFTSettings)
+    assert (settings.training.eval_items, settings.probe.samples) == (5, 3)
+    assert settings.probe.temperatures == [0.0, 0.5]
+    assert settings.training.dataset == f"gsm8k:{folder / 'data' / 'train.jsonl'}"
     bad = _parser().parse_args(["train", "sft", "--eval-items", "0"])
     with pytest.raises(ConfigError, match=r"invalid config \(eval_items\)"):
         settings_from(bad)
+
+
+def test_training_is_made_of_the_probe_and_judge_specs_and_of_its_own():
+    assert {name: field.annotation for name, field in SFTSettings.model_fields.items()} == {
+        "training": Training, "probe": ProbePlan, "evaluation": Evaluation,
+        "judging": JudgeSpec, "method": SFTMethod}
+    settings = RLSettings(temperatures=[1, 0], judge="openai/j", algorithm="rloo")
+    assert type(settings.probe) is ProbePlan and settings.probe.temperatures == [0.0, 1.0]
+    assert type(settings.judging) is JudgeSpec and settings.judging.judges == ["openai/j"]
+    assert settings.method.algorithm == "rloo"
+    # Only the settings it takes: a run's arms or judge scope are not training's.
+    for other in ({"arms": ["continuation"]}, {"judge_scope": "all"}):
+        with pytest.raises(pydantic.ValidationError, match="Extra inputs are not permitted"):
+            RLSettings(**other)
+    # The manifest is flat, as it always was.
+    assert list(SFTSettings().model_dump())[:3] == ["model", "dataset", "eval_items"]
+    assert "temperatures" in SFTSettings().model_dump() and "arms" not in SFTSettings().model_dump()
+    # Its probe runs are experiments of those specs.
+    exp = settings.experiment("tiny", "gsm_symbolic", Path("runs/t/eval-base"), limit=5,
+                              judge=True)
+    assert (exp.plan.models, exp.plan.limit, exp.plan.temperatures) == (["tiny"], 5, [0.0, 1.0])
+    assert (exp.labelling.judges, exp.labelling.judge_scope) == (["openai/j"], "all")
+    assert exp.engine.batch_size == settings.evaluation.generation_batch_size
+
+
+@pytest.mark.parametrize("flags", [
+    ["--temperatures", "11"], ["--temperatures", "nan"], ["--samples", "0"],
+    ["--samples", "20000"], ["--max-tokens", "0"], ["--user-max-tokens", "2000000"],
+    ["--judge-base-url", "ftp://x"], ["--judge-base-url", "http://u:p@127.0.0.1:9/v1"],
+])
+@pytest.mark.parametrize("kind", ["sft", "rl"])
+def test_train_refuses_what_run_refuses_in_the_same_line(flags, kind, tmp_path, capsys):
+    assert main(["run", *flags, "-o", str(tmp_path / "run")]) == 2
+    refused = capsys.readouterr().err
+    assert main(["train", kind, *flags, "--output", str(tmp_path / "train")]) == 2
+    assert capsys.readouterr().err == refused and refused.count("\n") == 1
+    assert not (tmp_path / "run").exists() and not (tmp_path / "train").exists()
 
 
 def test_a_judge_spec_is_what_an_experiment_holds():

@@ -58,17 +58,19 @@ def settings_from(args: argparse.Namespace) -> BaseModel:
 
 
 def train_command(args: argparse.Namespace, console: Console) -> int:
+    # Read before training's libraries load and the progress bars open: a bad setting is one
+    # line at once, as in `userturn run`.
+    settings = None if args.train_command == "eval" else settings_from(args)
     from userturn.cli.console import progress_bars
     from userturn.report.compare import print_comparison
     from userturn.train.trainers import evaluate_checkpoint, run_rl, run_sft
 
     log = lambda text: console.print(text)  # noqa: E731
     with progress_bars() as progress:
-        if args.train_command == "eval":
+        if settings is None:
             result = evaluate_checkpoint(args.folder, progress=progress)
             folder = args.folder
         else:
-            settings = settings_from(args)
             runner = run_sft if args.train_command == "sft" else run_rl
             outcome = runner(settings, progress=progress, log=log)  # type: ignore[arg-type]
             result, folder = outcome.before_after, outcome.output
