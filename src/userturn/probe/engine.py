@@ -11,7 +11,6 @@ from pydantic import Field, field_validator
 from userturn.backends import BackendSpec
 from userturn.settings import Spec, url_setting
 
-
 MAX_BATCH = 4096  # prompts in one backend batch at most
 
 
