@@ -108,11 +108,11 @@ def run_sft(settings: SFTSettings, progress: Progress | None = None,
                          peft_config=_lora(training))
     started = time.time()
     trainer.train()
-    training = _training_record(trainer, time.time() - started)
+    record = _training_record(trainer, time.time() - started)
     checkpoint = _save(trainer, tokenizer, out, training)
     del trainer, model
     _free_memory()
-    manifest = _manifest(settings, "sft", ref, split, data, training)
+    manifest = _manifest(settings, "sft", ref, split, data, record)
     if method.data != "self":  # the split's training items were not used: the file was
         manifest["items"]["train"] = []
     return _finish(settings, out, manifest, split, checkpoint, progress, log,
@@ -181,13 +181,13 @@ def run_rl(settings: RLSettings, progress: Progress | None = None,
                       peft_config=_lora(training))
     started = time.time()
     trainer.train()
-    training = _training_record(trainer, time.time() - started)
+    record = _training_record(trainer, time.time() - started)
     restore_stop(trainer.model, original_eos)
     checkpoint = _save(trainer, tokenizer, out, training)
     del trainer, model, reward
     _free_memory()
     data = {"prompts": len(prompts), "reward": method.reward, "completion_tokens": completion}
-    manifest = _manifest(settings, "rl", ref, split, data, training)
+    manifest = _manifest(settings, "rl", ref, split, data, record)
     return _finish(settings, out, manifest, split, checkpoint, progress, log,
                    how=f"the {method.reward} reward")
 
