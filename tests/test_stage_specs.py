@@ -52,6 +52,23 @@ def test_an_experiment_of_specs_is_the_experiment_of_their_settings():
         **LabellingPlan().model_dump(mode="json")}
 
 
+def test_a_composed_experiment_is_refused_under_each_settings_own_name():
+    for given, where in (({"judge_threshold": 9, "limit": 0}, "limit"),
+                         ({"judge_threshold": 9}, "judge_threshold"),
+                         ({"temperatures": [1, "x"]}, "temperatures.1"),
+                         ({"plan": {"limit": 3}}, "plan"),  # not a key of the file
+                         ({"limit": 3, "zz": 1}, "zz"),
+                         ({"limit": True}, "config")):
+        with pytest.raises(ConfigError, match=rf"^invalid config \({where}\): "):
+            load_experiment(None, given)
+    with pytest.raises(ValueError, match="limit is a setting of the plan given whole"):
+        Experiment(plan=ProbePlan(), limit=3)
+    # A stored experiment reads back the same, whatever part of it the run stored.
+    stored = Experiment(limit=3, batch_size=2, judge="openai/a").model_dump(mode="json")
+    assert Experiment.stored(stored).model_dump(mode="json") == stored
+    assert Experiment.stored({"limit": 3}).lost_settings() == ["models", "datasets"]
+
+
 def test_perturbations_and_variants_are_parsed_once_and_stored_as_their_specs():
     exp = load_experiment(None, {"perturbations": ["truncate:0.5", "empty"],
                                  "user_turn_variants": ["prefill:So"]})
