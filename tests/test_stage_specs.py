@@ -5,6 +5,7 @@ types; one labeller table says what each labeller brings."""
 from __future__ import annotations
 
 import typing
+from typing import Annotated
 
 import pytest
 
@@ -19,7 +20,9 @@ from userturn.probe.perturb import Perturbation
 from userturn.probe.plan import ProbePlan
 from userturn.probe.user_variants import UserVariant
 from userturn.records import Labeller
+from userturn.settings import Composed, Part
 from userturn.store.meta import RunMeta
+from userturn.train.settings import Training
 
 
 def test_the_experiment_is_its_three_specs_and_nothing_else():
@@ -141,3 +144,19 @@ def test_judges_are_built_in_one_place_with_their_concurrency():
     assert {judge.concurrency for judge in judges} == {3}
     with pytest.raises(ConfigError, match="unknown judge 'openai/'"):
         JudgeSpec(judge="openai/").build_judges()
+
+
+def test_a_composed_model_gives_each_setting_one_owner():
+    class Twice(Composed):
+        training: Training
+        probe: Annotated[ProbePlan, Part(only=("seed", "limit"))]
+
+    with pytest.raises(TypeError, match="Twice: seed in more than one part"):
+        Twice()
+
+    class NotASpec(Composed):
+        plan: ProbePlan
+        note: str = ""
+
+    with pytest.raises(TypeError, match="NotASpec.note is not a spec"):
+        NotASpec()

@@ -334,6 +334,10 @@ class Composed(BaseModel):
                                 "specs only")
             only = next((m.only for m in field.metadata if isinstance(m, Part)), None)
             found[name] = (spec, tuple(only) if only is not None else tuple(spec.model_fields))
+        names = [setting for _, settings in found.values() for setting in settings]
+        twice = sorted({setting for setting in names if names.count(setting) > 1})
+        if twice:  # read flat, a setting must have one owner
+            raise TypeError(f"{cls.__name__}: {', '.join(twice)} in more than one part")
         return found
 
     @classmethod
