@@ -62,8 +62,9 @@ def test_base_url_flags_and_settings(tmp_path):
     exp = load_experiment(None, {"base_url": ["http://a/v1", "http://b/v1"],
                                  "endpoint_concurrency": 3, "executor": "ray", "replicas": 2,
                                  "gpus_per_replica": 4})
-    assert exp.engine.base_url == ["http://a/v1", "http://b/v1"] and exp.engine.endpoint_concurrency == 3
-    assert load_experiment(None, {"base_url": ["http://a/v1"]}).base_url == "http://a/v1"
+    assert exp.engine.base_url == ["http://a/v1", "http://b/v1"]
+    assert exp.engine.endpoint_concurrency == 3
+    assert load_experiment(None, {"base_url": ["http://a/v1"]}).engine.base_url == "http://a/v1"
     config = tmp_path / "bad.yaml"
     config.write_text("executor: slurm\n")
     try:

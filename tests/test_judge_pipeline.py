@@ -167,7 +167,7 @@ def test_two_judges_each_stored_their_agreement_printed_and_their_majority_decid
 def test_config_takes_one_judge_or_a_list():
     from userturn.config import Experiment
 
-    assert Experiment(models=["fake/x"], judge="openai/a").judges == ["openai/a"]
-    assert Experiment(models=["fake/x"], judge=["openai/a", "openai/b", "openai/a"]).judges == [
-        "openai/a", "openai/b"]
-    assert Experiment(models=["fake/x"]).judges == []
+    assert Experiment(models=["fake/x"], judge="openai/a").labelling.judges == ["openai/a"]
+    assert Experiment(models=["fake/x"], judge=["openai/a", "openai/b", "openai/a"]
+                      ).labelling.judges == ["openai/a", "openai/b"]
+    assert Experiment(models=["fake/x"]).labelling.judges == []

@@ -72,7 +72,7 @@ def test_local_and_ray_runs_store_the_same_generations(tmp_path, gsm_file):
     run_experiment(local).close()
     remote = experiment(tmp_path, gsm_file, "ray")
     ray_run(remote, [BackendSpec("tiny", batch_size=2)], replicas=2, unit_size=5)
-    a, b = stored(local.output), stored(remote.output)
+    a, b = stored(local.plan.output), stored(remote.plan.output)
     assert len(a["generations"]) == 6 * (1 + 1 + 3)
     assert any(row[7] == 1.0 for row in a["generations"])  # sampled turns are compared too
     assert a == b

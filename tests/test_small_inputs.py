@@ -51,7 +51,7 @@ def test_relative_dataset_paths_are_the_experiment_files(tmp_path, monkeypatch):
                             f"openai/gsm8k:{folder / 'g.json'}", f"mtbench:{folder / 'm.jsonl'}",
                             "ifbench"]
     flags = load_experiment(None, {"datasets": ["data/q.jsonl"]})
-    assert flags.datasets == ["data/q.jsonl"]  # a flag is the shell's: relative to where it runs
+    assert flags.plan.datasets == ["data/q.jsonl"]  # a flag is the shell's: relative to where it runs
 
 
 def test_report_labels_with_a_typo_is_one_line(gsm_file, tmp_path, capsys):
