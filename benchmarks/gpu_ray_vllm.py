@@ -78,7 +78,7 @@ def main() -> int:
                 ready = time.perf_counter()
                 run_experiment(exp, backends=executor.backends, executor=executor).close()
                 seconds = time.perf_counter() - ready
-            with sqlite3.connect(exp.output / "userturn.db") as db:
+            with sqlite3.connect(exp.plan.output / "userturn.db") as db:
                 made = db.execute("SELECT COUNT(*), SUM(completion_tokens) FROM generations "
                                   "WHERE error IS NULL AND role != 'human'").fetchone()
                 errors += db.execute("SELECT COUNT(*) FROM generations WHERE error IS NOT "

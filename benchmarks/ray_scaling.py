@@ -46,7 +46,7 @@ def main() -> None:
                 start = time.perf_counter()
                 run_experiment(exp, backends=executor.backends, executor=executor).close()
                 seconds = time.perf_counter() - start
-            with sqlite3.connect(exp.output / "userturn.db") as db:
+            with sqlite3.connect(exp.plan.output / "userturn.db") as db:
                 made = db.execute("SELECT COUNT(*) FROM generations WHERE error IS NULL "
                                   "AND model = 'tiny'").fetchone()[0]
             rates[replicas] = made / seconds

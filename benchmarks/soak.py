@@ -123,16 +123,16 @@ def child(args: argparse.Namespace) -> int:
     client = OpenAIChatClient("soak-judge", base_url=args.judge_url, api_key="sk-soak-unused",
                               timeout=args.judge_timeout, max_attempts=3, backoff=0.01,
                               max_backoff=0.05)
-    store = RunStore.open(exp.output)
+    store = RunStore.open(exp.plan.output)
     try:
-        with RunLock(exp.output, "judge"):
+        with RunLock(exp.plan.output, "judge"):
             judge_turns(store, Judge(client, concurrency=4), "all")
     except Terminated:
         note(f"judge_received {store.tally.sent.get('judge', 0)}")
         return 143
     finally:
         store.close()
-    return main(["doctor", str(exp.output)])
+    return main(["doctor", str(exp.plan.output)])
 
 
 def dataset_file(folder: Path, items: int) -> Path:

@@ -70,7 +70,7 @@ def experiment(gsm_file: Path, tmp_path: Path, **changes: Any) -> Experiment:
 
 
 def run_scripted(exp: Experiment, backend: ScriptedBackend) -> RunStore:
-    return run_experiment(exp, backends={exp.models[0]: backend})
+    return run_experiment(exp, backends={exp.plan.models[0]: backend})
 
 
 THINKING_ITEMS = 3  # the first three questions of gsm_file
@@ -207,7 +207,7 @@ def annotation_run(gsm_file: Path, tmp_path: Path, **backend: Any) -> Path:
                      temperatures=[0.0, 1.0], samples=ANNOTATION_SAMPLES, output=tmp_path / "run")
     run_experiment(exp, backends={"fake/scripted": ScriptedBackend(annotation_script, **backend)}
                    ).close()
-    return exp.output
+    return exp.plan.output
 
 
 def call_api(server: AnnotationServer, path: str, body: Any = None,
@@ -313,8 +313,8 @@ with RunLock(sys.argv[1], "run"):
 
 def finished_run(gsm_file: Path, tmp_path: Path) -> Path:
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
-    return exp.output
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
+    return exp.plan.output
 
 
 def hold_lock(folder: Path) -> subprocess.Popen:

@@ -153,7 +153,7 @@ def store(gsm_file, tmp_path):
     exp = Experiment(models=["fake/scripted"], datasets=[str(gsm_file)], limit=6,
                      temperatures=[0.0, 1.0], samples=3, output=tmp_path / "run",
                      labeller="rules")  # the pairs below are of the rules, alice and a judge
-    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+    store = run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(script)})
     turns = read_turns(store)
     assert len(turns) == 24
     truth = [G if t.temperature == 0 else F for t in turns]

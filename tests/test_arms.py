@@ -63,7 +63,7 @@ class NoPromptScores:
 def both_arms(gsm_file: Path, tmp_path: Path, **changes) -> tuple[RunStore, ScoringScript]:
     backend = ScoringScript(continuing_script)
     exp = experiment(gsm_file, tmp_path, arms=["opened", "continuation"], **changes)
-    return run_experiment(exp, backends={exp.models[0]: backend}), backend
+    return run_experiment(exp, backends={exp.plan.models[0]: backend}), backend
 
 
 def test_continuations_are_stored_raw_and_read_with_the_templates_markers(gsm_file, tmp_path):
@@ -136,7 +136,7 @@ def test_an_engine_that_cannot_continue_is_refused_before_anything_is_written(gs
     backend = NoPromptScores(continuing_script)
     with pytest.raises(ConfigError, match=r"fake/scripted: the continuation arm needs a "
                        r"completions engine .* --arms opened$"):
-        run_experiment(exp, backends={exp.models[0]: backend})
+        run_experiment(exp, backends={exp.plan.models[0]: backend})
     assert backend.inner.calls == 0 and not (tmp_path / "run" / "userturn.db").exists()
 
 

@@ -104,7 +104,7 @@ def generations(folder: Path) -> int:
 
 def test_the_cascade_labels_every_turn_and_says_by_whom(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
-    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+    store = run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
     turns = read_turns(store)
     assert all(t.label is not None for t in turns)
     by = {t.temperature: t.label_source for t in turns}
@@ -114,22 +114,22 @@ def test_the_cascade_labels_every_turn_and_says_by_whom(gsm_file, tmp_path):
 
 def test_rules_alone_stay_selectable_and_relabelling_generates_nothing(gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path, labeller="rules")
-    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+    store = run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
     assert store.label_sources() == ["rules"]
     assert sum(t.label is None for t in read_turns(store)) == GSM_ITEMS * GSM_SAMPLES
-    before = generations(exp.output)
+    before = generations(exp.plan.output)
     store.close()
-    assert main(["label", str(exp.output)]) == 0
-    assert generations(exp.output) == before
-    store = RunStore.open(exp.output)
+    assert main(["label", str(exp.plan.output)]) == 0
+    assert generations(exp.plan.output) == before
+    store = RunStore.open(exp.plan.output)
     assert store.label_sources() == ["rules", "classifier"]
     assert all(t.label is not None for t in read_turns(store))
 
 
 def test_judge_scope_uncertain_asks_only_below_the_threshold(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
-    store = RunStore.open(exp.output)
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
+    store = RunStore.open(exp.plan.output)
     turns = read_turns(store)
     labels = {(t.key, lab.source): lab for t in turns for lab in t.labels}
     undecided = sorted(labels[t.key, "classifier"].probability for t in turns
@@ -139,10 +139,10 @@ def test_judge_scope_uncertain_asks_only_below_the_threshold(gsm_file, tmp_path)
     assert 0 < expected <= GSM_ITEMS * GSM_SAMPLES
     with FakeOpenAI() as fake:
         fake.verdict = lambda messages: {"label": "meta", "rationale": "Narrates."}
-        assert main(["judge", str(exp.output), "--judge", "openai/j", "--base-url", fake.url,
+        assert main(["judge", str(exp.plan.output), "--judge", "openai/j", "--base-url", fake.url,
                      "--scope", "uncertain", "--threshold", str(threshold)]) == 0
         assert len(fake.requests) == expected
-    store = RunStore.open(exp.output)
+    store = RunStore.open(exp.plan.output)
     assert store.label_sources() == ["rules", "judge:openai/j@rubric1", "classifier"]
     judged = [t for t in read_turns(store) if t.label_source == "judge:openai/j@rubric1"]
     assert len(judged) == expected and {t.label for t in judged} == {"meta"}
@@ -226,9 +226,9 @@ def test_train_classifier_names_a_bad_label(tmp_path, capsys):
 def test_relabelling_with_retrained_parameters_labels_under_their_own_source(
         gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
-    before = generations(exp.output)
-    assert main(["label", str(exp.output)]) == 0
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
+    before = generations(exp.plan.output)
+    assert main(["label", str(exp.plan.output)]) == 0
     printed = capsys.readouterr().out
     assert "0 label(s) added" in printed  # the same parameters: nothing to redo
     assert "in progress" not in printed  # the command does not report its own lock
@@ -236,8 +236,8 @@ def test_relabelling_with_retrained_parameters_labels_under_their_own_source(
     assert main(["train-classifier", str(small_labelled_file(tmp_path / "mine.jsonl")),
                  "-o", str(mine)]) == 0
     capsys.readouterr()
-    assert main(["label", str(exp.output), "--classifier", str(mine)]) == 0
-    store = RunStore.open(exp.output)
+    assert main(["label", str(exp.plan.output), "--classifier", str(mine)]) == 0
+    store = RunStore.open(exp.plan.output)
     turns = read_turns(store)
     # The cascade's classifier labels the turns the rules leave: here every sampled turn.
     undecided = [t for t in turns if t.temperature > 0]
@@ -253,4 +253,4 @@ def test_relabelling_with_retrained_parameters_labels_under_their_own_source(
     assert len([lab for t in turns for lab in t.labels if lab.source == "classifier"]) == len(
         undecided)
     assert {lab.label for lab in learned} <= {"follow_up", "generic", "restatement"}
-    assert generations(exp.output) == before  # only labels changed
+    assert generations(exp.plan.output) == before  # only labels changed

@@ -74,10 +74,10 @@ def test_config_file_with_flags_on_top(tmp_path):
     path = tmp_path / "exp.yaml"
     path.write_text("model: tiny\ndataset: gsm_symbolic\nlimit: 5\ntemperatures: [1.0, 0, 0.7]\n")
     exp = load_experiment(path, {"limit": 3, "samples": None, "models": ["smollm2"]})
-    assert exp.models == ["smollm2"] and exp.datasets == ["gsm_symbolic"]
-    assert exp.limit == 3 and exp.samples == Experiment().samples
-    assert exp.temperatures == [0.0, 0.7, 1.0]
-    assert exp.samples_at(0.0) == 1 and exp.samples_at(0.7) == exp.samples
+    assert exp.plan.models == ["smollm2"] and exp.plan.datasets == ["gsm_symbolic"]
+    assert exp.plan.limit == 3 and exp.plan.samples == Experiment().plan.samples
+    assert exp.plan.temperatures == [0.0, 0.7, 1.0]
+    assert exp.plan.samples_at(0.0) == 1 and exp.plan.samples_at(0.7) == exp.plan.samples
     with pytest.raises(ConfigError, match="temperatures"):
         load_experiment(None, {"temperatures": [-1.0]})
     with pytest.raises(ConfigError, match="either model or models"):
@@ -144,16 +144,16 @@ def test_unreachable_hub_model_is_one_line_and_writes_nothing(capsys, tmp_path):
 
 def test_the_example_experiment_file_is_valid():
     exp = load_experiment(Path(__file__).parent.parent / "examples" / "experiment.yaml", {})
-    assert exp.models == ["smollm2", "tiny"] and exp.temperatures == [0.0, 0.7, 1.0]
-    assert [p.spec for p in exp.perturbations] == ["truncate:0.5", "append_question:specific",
+    assert exp.plan.models == ["smollm2", "tiny"] and exp.plan.temperatures == [0.0, 0.7, 1.0]
+    assert [p.spec for p in exp.plan.perturbations] == ["truncate:0.5", "append_question:specific",
                                                    "wrong_answer"]
 
 
 def test_perturbation_and_answerer_flags(tmp_path):
     exp = load_experiment(None, {"perturbations": ["empty", "truncate:0.3"],
                                  "answerers": ["self", "reference"]})
-    assert [p.spec for p in exp.perturbations] == ["empty", "truncate:0.3"]
-    assert exp.answerers == ["self", "reference"]
+    assert [p.spec for p in exp.plan.perturbations] == ["empty", "truncate:0.3"]
+    assert exp.plan.answerers == ["self", "reference"]
     with pytest.raises(ConfigError, match="unknown perturbation"):
         load_experiment(None, {"perturbations": ["shuffle"]})
 

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import pydantic
 import pytest
 from pydantic import BaseModel
 
@@ -19,6 +20,8 @@ from userturn.config import Experiment
 from userturn.errors import ConfigError
 from userturn.labels.classifier import MODEL_FILE
 from userturn.labels.plan import JudgeSpec
+from userturn.probe.plan import ProbePlan
+from userturn.train.settings import Evaluation, RLSettings, SFTMethod, SFTSettings, Training
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -107,18 +110,27 @@ def run_flags(*argv: str, config: Path | None = None) -> Experiment:
     return arguments.experiment_from(args)
 
 
+def setting(exp: Experiment, name: str) -> Any:
+    """A setting read from the spec that owns it."""
+    (value,) = [getattr(part, name) for part in (exp.plan, exp.engine, exp.labelling)
+                if name in type(part).model_fields]
+    return value
+
+
 def test_every_experiment_field_is_a_run_flag():
     dests = {action.dest for action in _subparser("run")._actions}
-    assert set(Experiment.model_fields) <= dests, set(Experiment.model_fields) - dests
+    settings = set(Experiment.setting_fields())
+    assert settings <= dests, settings - dests
     # A field added without an example here fails too, so the check below covers it.
-    assert set(EXAMPLES) == set(Experiment.model_fields)
+    assert set(EXAMPLES) == settings
 
 
 @pytest.mark.parametrize("field", sorted(EXAMPLES))
 def test_each_flag_sets_its_field(field):
     argv, expected = EXAMPLES[field]
-    assert expected != Experiment.model_fields[field].get_default(call_default_factory=True)
-    value = getattr(run_flags(*argv), field)
+    assert expected != Experiment.setting_fields()[field].get_default(
+        call_default_factory=True)
+    value = setting(run_flags(*argv), field)
     if field in ("perturbations", "user_turn_variants"):  # parsed once: compared by their specs
         value = [parsed.spec for parsed in value]
     assert value == expected
@@ -138,15 +150,17 @@ def test_flags_override_the_flat_keys_of_a_file(tmp_path):
                       "judge: openai/a\njudge_scope: uncertain\njudge_threshold: 0.6\n"
                       "backend_args: {n_ctx: 2048, n_threads: 2}\n")
     kept = run_flags(config=config)
-    assert (kept.models, kept.limit, kept.skip_invalid) == (["tiny"], 5, True)
-    assert (kept.judges, kept.judge_scope, kept.judge_threshold) == (["openai/a"], "uncertain",
-                                                                     0.6)
+    plan, labelling = kept.plan, kept.labelling
+    assert (plan.models, plan.limit, plan.skip_invalid) == (["tiny"], 5, True)
+    assert (labelling.judges, labelling.judge_scope, labelling.judge_threshold) == (
+        ["openai/a"], "uncertain", 0.6)
     over = run_flags("--model", "fake/probe", "--limit", "all", "--no-skip-invalid",
                      "--judge-threshold", "0.3", "--backend-arg", "n_ctx=4096", config=config)
-    assert (over.models, over.limit, over.skip_invalid) == (["fake/probe"], None, False)
-    assert (over.judge_scope, over.judge_threshold) == ("uncertain", 0.3)
-    assert over.backend_args == {"n_ctx": 4096}  # a flag replaces the setting, as for lists
-    assert over.datasets == ["gsm_symbolic"]
+    assert (over.plan.models, over.plan.limit, over.plan.skip_invalid) == (
+        ["fake/probe"], None, False)
+    assert (over.labelling.judge_scope, over.labelling.judge_threshold) == ("uncertain", 0.3)
+    assert over.engine.backend_args == {"n_ctx": 4096}  # a flag replaces it, as for lists
+    assert over.plan.datasets == ["gsm_symbolic"]
 
 
 def test_the_help_is_the_field_descriptions_with_defaults():
@@ -204,11 +218,11 @@ def test_bad_flag_values_are_one_line(capsys, tmp_path):
 
 
 def test_the_batch_size_is_auto_unless_given(tmp_path):
-    assert run_flags().batch_size == "auto"
-    assert run_flags("--batch-size", "AUTO").batch_size == "auto"
+    assert run_flags().engine.batch_size == "auto"
+    assert run_flags("--batch-size", "AUTO").engine.batch_size == "auto"
     config = tmp_path / "exp.yaml"
     config.write_text("batch_size: 32\n")
-    assert run_flags(config=config).batch_size == 32
+    assert run_flags(config=config).engine.batch_size == 32
     config.write_text("batch_size: 0\n")
     with pytest.raises(ConfigError, match="batch_size"):
         run_flags(config=config)
@@ -224,18 +238,56 @@ def test_train_settings_load_like_an_experiment(tmp_path):
     args = _parser().parse_args(["train", "sft", str(config), "--samples", "3",
                                  "--temperatures", "0,0.5"])
     settings = settings_from(args)
-    assert (settings.eval_items, settings.samples) == (5, 3)  # type: ignore[attr-defined]
-    assert settings.temperatures == [0.0, 0.5]  # type: ignore[attr-defined]
-    assert settings.dataset == f"gsm8k:{folder / 'data' / 'train.jsonl'}"  # type: ignore[attr-defined]
+    assert isinstance(settings, SFTSettings)
+    assert (settings.training.eval_items, settings.probe.samples) == (5, 3)
+    assert settings.probe.temperatures == [0.0, 0.5]
+    assert settings.training.dataset == f"gsm8k:{folder / 'data' / 'train.jsonl'}"
     bad = _parser().parse_args(["train", "sft", "--eval-items", "0"])
     with pytest.raises(ConfigError, match=r"invalid config \(eval_items\)"):
         settings_from(bad)
 
 
+def test_training_is_made_of_the_probe_and_judge_specs_and_of_its_own():
+    assert {name: field.annotation for name, field in SFTSettings.model_fields.items()} == {
+        "training": Training, "probe": ProbePlan, "evaluation": Evaluation,
+        "judging": JudgeSpec, "method": SFTMethod}
+    settings = RLSettings(temperatures=[1, 0], judge="openai/j", algorithm="rloo")
+    assert type(settings.probe) is ProbePlan and settings.probe.temperatures == [0.0, 1.0]
+    assert type(settings.judging) is JudgeSpec and settings.judging.judges == ["openai/j"]
+    assert settings.method.algorithm == "rloo"
+    # Only the settings it takes: a run's arms or judge scope are not training's.
+    for other in ({"arms": ["continuation"]}, {"judge_scope": "all"}):
+        with pytest.raises(pydantic.ValidationError, match="Extra inputs are not permitted"):
+            RLSettings(**other)
+    # The manifest is flat, as it always was.
+    assert list(SFTSettings().model_dump())[:3] == ["model", "dataset", "eval_items"]
+    assert "temperatures" in SFTSettings().model_dump() and "arms" not in SFTSettings().model_dump()
+    # Its probe runs are experiments of those specs.
+    exp = settings.experiment("tiny", "gsm_symbolic", Path("runs/t/eval-base"), limit=5,
+                              judge=True)
+    assert (exp.plan.models, exp.plan.limit, exp.plan.temperatures) == (["tiny"], 5, [0.0, 1.0])
+    assert (exp.labelling.judges, exp.labelling.judge_scope) == (["openai/j"], "all")
+    assert exp.engine.batch_size == settings.evaluation.generation_batch_size
+
+
+@pytest.mark.parametrize("flags", [
+    ["--temperatures", "11"], ["--temperatures", "nan"], ["--samples", "0"],
+    ["--samples", "20000"], ["--max-tokens", "0"], ["--user-max-tokens", "2000000"],
+    ["--judge-base-url", "ftp://x"], ["--judge-base-url", "http://u:p@127.0.0.1:9/v1"],
+])
+@pytest.mark.parametrize("kind", ["sft", "rl"])
+def test_train_refuses_what_run_refuses_in_the_same_line(flags, kind, tmp_path, capsys):
+    assert main(["run", *flags, "-o", str(tmp_path / "run")]) == 2
+    refused = capsys.readouterr().err
+    assert main(["train", kind, *flags, "--output", str(tmp_path / "train")]) == 2
+    assert capsys.readouterr().err == refused and refused.count("\n") == 1
+    assert not (tmp_path / "run").exists() and not (tmp_path / "train").exists()
+
+
 def test_a_judge_spec_is_what_an_experiment_holds():
     exp = Experiment(judge="openai/a", judge_scope="all", judge_concurrency=4)
     assert exp.judge_spec == JudgeSpec(judge="openai/a", judge_scope="all", judge_concurrency=4)
-    assert JudgeSpec().model_dump() == {name: getattr(Experiment(), name)
+    assert JudgeSpec().model_dump() == {name: setting(Experiment(), name)
                                         for name in JudgeSpec.model_fields}
 
 

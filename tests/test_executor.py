@@ -62,8 +62,9 @@ def test_base_url_flags_and_settings(tmp_path):
     exp = load_experiment(None, {"base_url": ["http://a/v1", "http://b/v1"],
                                  "endpoint_concurrency": 3, "executor": "ray", "replicas": 2,
                                  "gpus_per_replica": 4})
-    assert exp.base_url == ["http://a/v1", "http://b/v1"] and exp.endpoint_concurrency == 3
-    assert load_experiment(None, {"base_url": ["http://a/v1"]}).base_url == "http://a/v1"
+    assert exp.engine.base_url == ["http://a/v1", "http://b/v1"]
+    assert exp.engine.endpoint_concurrency == 3
+    assert load_experiment(None, {"base_url": ["http://a/v1"]}).engine.base_url == "http://a/v1"
     config = tmp_path / "bad.yaml"
     config.write_text("executor: slurm\n")
     try:
@@ -97,5 +98,5 @@ def test_several_servers_share_the_requests_within_their_bound():
 
 def test_the_documented_70b_experiment_file_is_valid():
     exp = load_experiment(Path(__file__).parent.parent / "examples" / "ray_70b_tp4.yaml", {})
-    assert (exp.executor, exp.replicas, exp.gpus_per_replica) == ("ray", 2, 4)
-    assert exp.backend_args["tensor_parallel_size"] == 4
+    assert (exp.engine.executor, exp.engine.replicas, exp.engine.gpus_per_replica) == ("ray", 2, 4)
+    assert exp.engine.backend_args["tensor_parallel_size"] == 4

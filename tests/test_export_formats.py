@@ -27,7 +27,7 @@ def cascade_run(tmp_path_factory):
     # the tests' default classifier is the form-only one (conftest): it labels as "classifier"
     exp = experiment(data, folder, limit=3)
     run_scripted(exp, ScriptedBackend(undecided_script)).close()
-    run = userturn.load_run(exp.output)
+    run = userturn.load_run(exp.plan.output)
     sources = {lab.source for turn in run.turns() for lab in turn.labels}
     assert sources == {"rules", "classifier"}
     return run

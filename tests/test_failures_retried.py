@@ -19,8 +19,8 @@ JUDGED = GSM_ITEMS * (1 + GSM_SAMPLES)
 def test_failed_verdicts_are_retried_and_an_all_failed_judge_exits_1(gsm_file, tmp_path,
                                                                       capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
-    judge = ["judge", str(exp.output), "--judge", "openai/j", "--scope", "all"]
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
+    judge = ["judge", str(exp.plan.output), "--judge", "openai/j", "--scope", "all"]
     with FakeOpenAI() as down:
         down.always(Fail(401, body='{"error": {"message": "invalid key"}}'))
         code = main([*judge, "--base-url", down.url])
@@ -36,7 +36,7 @@ def test_failed_verdicts_are_retried_and_an_all_failed_judge_exits_1(gsm_file, t
         assert len(up.requests) == JUDGED  # and the successes are cached
     out = capsys.readouterr().out
     assert f"{JUDGED} user turn(s) judged, 0 failed" in out
-    store = RunStore.open(exp.output)
+    store = RunStore.open(exp.plan.output)
     labels = [t.label for t in read_turns(store, ["judge:openai/j@rubric1"])]
     assert labels == ["generic"] * JUDGED
 
@@ -44,9 +44,9 @@ def test_failed_verdicts_are_retried_and_an_all_failed_judge_exits_1(gsm_file, t
 def test_failed_generations_are_retried_and_an_all_failed_run_exits_1(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
     broken = ScriptedBackend(undecided_script, fail=lambda request: True)
-    run_experiment(exp, backends={exp.models[0]: broken}).close()
+    run_experiment(exp, backends={exp.plan.models[0]: broken}).close()
     working = ScriptedBackend(undecided_script)
-    store = run_experiment(exp, backends={exp.models[0]: working})
+    store = run_experiment(exp, backends={exp.plan.models[0]: working})
     assert working.calls == GSM_ITEMS * (2 + GSM_SAMPLES)  # nothing failed was kept as done
     assert all(t.error is None for t in read_turns(store))
     assert not store.tally.all_failed("generation")

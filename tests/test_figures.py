@@ -64,7 +64,7 @@ def _two_models_one_never_right(tmp_path):
     exp = experiment(data, tmp_path, models=models)
     backends = {m: ScriptedBackend(script(0 if m == "fake/zero" else 3), spec=m) for m in models}
     run_experiment(exp, backends=backends).close()
-    return exp.output
+    return exp.plan.output
 
 
 def test_an_interval_at_zero_accuracy_is_drawn_beside_the_axis_not_under_it(tmp_path):

@@ -71,10 +71,10 @@ def test_a_dead_base_url_is_one_line_within_seconds(dead_url: str, tmp_path, cap
 def test_a_judge_on_a_dead_base_url_fails_within_seconds(dead_url: str, gsm_file, tmp_path,
                                                          capsys) -> None:
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
     capsys.readouterr()
     started = time.monotonic()
-    code = main(["judge", str(exp.output), "--judge", "openai/j", "--base-url", dead_url,
+    code = main(["judge", str(exp.plan.output), "--judge", "openai/j", "--base-url", dead_url,
                  "--scope", "all"])
     assert time.monotonic() - started < 5.0  # it was 37 s: five tries per turn
     judged = GSM_ITEMS * (1 + GSM_SAMPLES)

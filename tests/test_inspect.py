@@ -101,7 +101,7 @@ def test_a_source_that_abstained_is_undecided_not_invalid(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path, labeller="rules")
     run_scripted(exp, ScriptedBackend(undecided_script)).close()
     out = tmp_path / "run.eval"
-    assert main(["export", str(exp.output), "--format", "inspect", "-o", str(out)]) == 0
+    assert main(["export", str(exp.plan.output), "--format", "inspect", "-o", str(out)]) == 0
     scores = [s.scores["user_turn_label"] for s in log_module.read_eval_log(str(out)).samples]
     abstained = [s for s in scores if s.value == "undecided"]
     assert abstained and len(abstained) < len(scores)  # the sampled turns: rules undecided

@@ -37,7 +37,7 @@ def cascade_run(tmp_path_factory):
                             for n in range(2)), encoding="utf-8")
     exp = experiment(data, folder, limit=2, classifier=FORM_MODEL_FILE, system_prompt="Be kind.")
     run_scripted(exp, ScriptedBackend(undecided_script)).close()
-    return userturn.load_run(exp.output)
+    return userturn.load_run(exp.plan.output)
 
 
 def export_hf(run, out):

@@ -23,7 +23,7 @@ def test_run_with_judge_sends_only_undecided_turns(gsm_file, tmp_path):
     with FakeOpenAI() as fake:
         fake.verdict = lambda messages: {"label": "new_query", "rationale": "Ignores the answer."}
         exp = experiment(gsm_file, tmp_path, judge="openai/judge-a", judge_base_url=fake.url)
-        store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+        store = run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
         assert len(fake.requests) == GSM_ITEMS * GSM_SAMPLES  # the greedy "Thanks!" turns are rules' own
     greedy, sampled = load_run(store).summary()
     assert greedy.labels == {"generic": GSM_ITEMS}
@@ -45,21 +45,21 @@ def test_run_with_judge_sends_only_undecided_turns(gsm_file, tmp_path):
 
 def test_rejudging_a_finished_run_generates_nothing_and_is_cached(gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
-    before = generations(exp.output)
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
+    before = generations(exp.plan.output)
     with FakeOpenAI() as fake:
         fake.verdict = lambda messages: {"label": "follow_up", "rationale": "Reacts to it."}
-        code = main(["judge", str(exp.output), "--judge", "openai/judge-b", "--base-url", fake.url,
+        code = main(["judge", str(exp.plan.output), "--judge", "openai/judge-b", "--base-url", fake.url,
                      "--scope", "all"])
         assert code == 0 and len(fake.requests) == GSM_ITEMS * (1 + GSM_SAMPLES)
-        again = main(["judge", str(exp.output), "--judge", "openai/judge-b", "--base-url",
+        again = main(["judge", str(exp.plan.output), "--judge", "openai/judge-b", "--base-url",
                       fake.url, "--scope", "all"])
         assert again == 0 and len(fake.requests) == GSM_ITEMS * (1 + GSM_SAMPLES)  # cached: no new call
     out = capsys.readouterr().out
     assert "0 user turn(s) judged" in out and "100%" in out
-    assert generations(exp.output) == before
+    assert generations(exp.plan.output) == before
     # Reports choose which labeller counts.
-    assert main(["report", str(exp.output), "--labels", "rules"]) == 0
+    assert main(["report", str(exp.plan.output), "--labels", "rules"]) == 0
     rules_view = capsys.readouterr().out
     assert "labels from: rules" in rules_view
 
@@ -69,7 +69,7 @@ def test_unreachable_judge_is_counted_as_label_errors_and_the_run_goes_on(gsm_fi
     with FakeOpenAI() as fake:
         fake.always(Drop())
         exp = experiment(gsm_file, tmp_path, judge="openai/down", judge_base_url=fake.url)
-        store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)},
+        store = run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)},
                                judge_sleep=waits.append)
         # Every undecided turn was tried five times, with a growing wait between the tries.
         assert len(fake.requests) == GSM_ITEMS * GSM_SAMPLES * 5
@@ -90,15 +90,15 @@ def test_agreement_command_compares_rules_and_a_judge(gsm_file, tmp_path, capsys
         fake.verdict = lambda messages: {"label": "generic", "rationale": "Only thanks."}
         exp = experiment(gsm_file, tmp_path, judge="openai/judge-c", judge_base_url=fake.url,
                          judge_scope="all")
-        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
+        run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
     capsys.readouterr()
-    assert main(["agreement", str(exp.output)]) == 0
+    assert main(["agreement", str(exp.plan.output)]) == 0
     out = capsys.readouterr().out
     assert "judge:openai/judge-c@rubric1" in out and "rules" in out
     from userturn.stats.agreement import pairwise_agreement
     from userturn.store.database import RunStore
 
-    (pair,) = pairwise_agreement(read_turns(RunStore.open(exp.output)),
+    (pair,) = pairwise_agreement(read_turns(RunStore.open(exp.plan.output)),
                                  sources=["rules", "judge:openai/judge-c@rubric1"])
     # The rules labelled the greedy "Thanks!" turns generic, as did the judge; the sampled turns
     # the rules left undecided are excluded.
@@ -136,7 +136,7 @@ def test_two_judges_each_stored_their_agreement_printed_and_their_majority_decid
     from openai_fake import Answer
 
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
 
     def by_judge(request):
         greedy = "I am not sure" not in json.dumps(request.body.get("messages", ""))
@@ -144,13 +144,13 @@ def test_two_judges_each_stored_their_agreement_printed_and_their_majority_decid
         return Answer(json.dumps({"label": label, "rationale": "scripted"}))
 
     with FakeOpenAI(responder=by_judge) as fake:
-        code = main(["judge", str(exp.output), "--judge", "openai/judge-a", "--judge",
+        code = main(["judge", str(exp.plan.output), "--judge", "openai/judge-a", "--judge",
                      "openai/judge-b", "--base-url", fake.url, "--scope", "all"])
     assert code == 0
     assert {r.body["model"] for r in fake.requests} == {"judge-a", "judge-b"}
     out = capsys.readouterr().out
     assert "judge:openai/judge-a@rubric1" in out and "judge:openai/judge-b@rubric1" in out
-    run = load_run(exp.output)
+    run = load_run(exp.plan.output)
     turns = run.turns()
     sources = {label.source for t in turns for label in t.labels}
     assert {"judge:openai/judge-a@rubric1", "judge:openai/judge-b@rubric1",
@@ -167,7 +167,7 @@ def test_two_judges_each_stored_their_agreement_printed_and_their_majority_decid
 def test_config_takes_one_judge_or_a_list():
     from userturn.config import Experiment
 
-    assert Experiment(models=["fake/x"], judge="openai/a").judges == ["openai/a"]
-    assert Experiment(models=["fake/x"], judge=["openai/a", "openai/b", "openai/a"]).judges == [
-        "openai/a", "openai/b"]
-    assert Experiment(models=["fake/x"]).judges == []
+    assert Experiment(models=["fake/x"], judge="openai/a").labelling.judges == ["openai/a"]
+    assert Experiment(models=["fake/x"], judge=["openai/a", "openai/b", "openai/a"]
+                      ).labelling.judges == ["openai/a", "openai/b"]
+    assert Experiment(models=["fake/x"]).labelling.judges == []

@@ -44,7 +44,7 @@ def judged_run(gsm_file, tmp_path, judges: list[str], labeller: str) -> RunStore
         fake.verdict = lambda messages: {"label": "meta", "rationale": "Narrates."}
         exp = experiment(gsm_file, tmp_path, labeller=labeller, judge=judges,
                          judge_base_url=fake.url)
-        return run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+        return run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
 
 
 def test_a_classifier_run_with_one_judge_never_lets_the_rules_decide(gsm_file, tmp_path):

@@ -134,7 +134,7 @@ def test_gsm_symbolic_limit_is_clamped_with_a_warning(monkeypatch):
 
 def test_an_interrupted_run_is_shown_incomplete_in_every_reader(gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
     calls = []
 
     def killed(request):  # the second run (more samples) dies after a few user turns
@@ -146,19 +146,19 @@ def test_an_interrupted_run_is_shown_incomplete_in_every_reader(gsm_file, tmp_pa
 
     more = experiment(gsm_file, tmp_path, samples=GSM_SAMPLES + 2)
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(more, backends={more.models[0]: ScriptedBackend(killed, chunk_size=1)})
+        run_experiment(more, backends={more.plan.models[0]: ScriptedBackend(killed, chunk_size=1)})
     planned = GSM_ITEMS * (1 + GSM_SAMPLES + 2)
-    assert main(["report", str(more.output)]) == 0
+    assert main(["report", str(more.plan.output)]) == 0
     out = capsys.readouterr().out
     assert "incomplete run: assistant turns 6 of 6 stored, user turns" in out
     assert f"of {planned} stored" in out and "run the same command again to resume" in out
-    assert main(["report", str(more.output), "--html"]) == 0
+    assert main(["report", str(more.plan.output), "--html"]) == 0
     capsys.readouterr()
-    html = (more.output / "report.html").read_text()
+    html = (more.plan.output / "report.html").read_text()
     assert "incomplete run" in html and "Run finished" not in html
-    assert main(["doctor", str(more.output)]) == 0
+    assert main(["doctor", str(more.plan.output)]) == 0
     assert "incomplete run" in capsys.readouterr().out
-    with sqlite3.connect(more.output / "userturn.db") as db:
+    with sqlite3.connect(more.plan.output / "userturn.db") as db:
         stored = db.execute("SELECT COUNT(*) FROM plan p JOIN generations g ON g.key = p.key "
                             "WHERE p.role = 'user'").fetchone()[0]
     assert f"user turns {stored} of {planned} stored" in out

@@ -161,7 +161,7 @@ def test_a_local_model_spec_is_a_label_probability_judge_and_too_long_is_an_erro
 def test_a_run_judged_by_label_probabilities_stores_them_where_the_rules_abstain(
         gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path, labeller="rules")
-    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+    store = run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
     scores = ScriptedScores(lambda p: logprobs(new_query=0.7, meta=0.1))
     sent = judge_with_all(store, [LabelProbabilityJudge(scores)], "undecided")
     assert sent == GSM_ITEMS * GSM_SAMPLES == len(scores.prompts)
@@ -252,8 +252,8 @@ def test_a_run_stopped_while_judging_keeps_its_sources_and_every_verdict(
     monkeypatch.setattr("userturn.labels.judges.judge_from_spec", lambda spec, **_: judge)
     exp = experiment(gsm_file, tmp_path, judge="scripted")
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
-    store = RunStore.open(exp.output)
+        run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
+    store = RunStore.open(exp.plan.output)
     assert store.meta().label_sources == ["rules", judge.name, "classifier"]
     turns = read_turns(store)
     assert sum(t.label_source == judge.name for t in turns) == 2  # received before the stop

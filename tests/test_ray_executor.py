@@ -72,7 +72,7 @@ def test_local_and_ray_runs_store_the_same_generations(tmp_path, gsm_file):
     run_experiment(local).close()
     remote = experiment(tmp_path, gsm_file, "ray")
     ray_run(remote, [BackendSpec("tiny", batch_size=2)], replicas=2, unit_size=5)
-    a, b = stored(local.output), stored(remote.output)
+    a, b = stored(local.plan.output), stored(remote.plan.output)
     assert len(a["generations"]) == 6 * (1 + 1 + 3)
     assert any(row[7] == 1.0 for row in a["generations"])  # sampled turns are compared too
     assert a == b
@@ -86,7 +86,7 @@ def fault_run(tmp_path, gsm_file, factory, **settings):
     counts = ray_run(exp, [spec], replicas=1, unit_size=4, **settings)
     clean = experiment(tmp_path, gsm_file, f"clean-{factory}", model="fake/probe")
     run_experiment(clean).close()
-    return stored(exp.output), stored(clean.output), counts, marker
+    return stored(exp.plan.output), stored(clean.plan.output), counts, marker
 
 
 def test_an_actor_killed_mid_unit_is_restarted_and_its_unit_retried(tmp_path, gsm_file):

@@ -378,15 +378,15 @@ def test_a_perturbation_that_cannot_apply_says_how_many_items_it_left_out_and_wh
             else "I am not sure how to solve this."
 
     exp = experiment(gsm_file, tmp_path, perturbations=["wrong_answer", "truncate"])
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)}).close()
-    wrong = {t.item_id for t in load_run(exp.output).turns() if t.perturbation == "wrong_answer"}
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(script)}).close()
+    wrong = {t.item_id for t in load_run(exp.plan.output).turns() if t.perturbation == "wrong_answer"}
     assert len(wrong) == 2  # what the run made: the perturbation left four items out
     line = ("wrong_answer could not change 4 of 6 answers of fake/scripted · mini_gsm (the answer "
             "has no number to change): those items have no wrong_answer turns and are left out of "
             "its comparison")
-    assert main(["report", str(exp.output), "--html"]) == 0
+    assert main(["report", str(exp.plan.output), "--html"]) == 0
     assert line in " ".join(capsys.readouterr().out.split())
-    page = (exp.output / "report.html").read_text(encoding="utf-8")
+    page = (exp.plan.output / "report.html").read_text(encoding="utf-8")
     assert "wrong_answer could not change 4 of 6 answers of fake/scripted" in page
     assert "truncate could not" not in page  # every answer could be cut
 

@@ -37,7 +37,7 @@ def test_a_second_writer_fails_naming_the_first_and_readers_see_it_in_progress(
         exp = experiment(gsm_file, tmp_path, temperatures=[0.0])  # another config, same folder
         with pytest.raises(StoreError, match=f"in use by another writer: pid {holder.pid}, "
                                              "userturn run"):
-            run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+            run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
         assert main(["judge", str(folder), "--judge", "openai/j", "--base-url",
                      "http://127.0.0.1:9/v1"]) == 2
         assert f"pid {holder.pid}" in one_line(capsys.readouterr().err)
@@ -49,7 +49,7 @@ def test_a_second_writer_fails_naming_the_first_and_readers_see_it_in_progress(
         holder.send_signal(signal.SIGKILL)  # the OS releases the lock of a killed process
         holder.wait()
     exp = experiment(gsm_file, tmp_path, temperatures=[0.0])
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
     assert main(["report", str(folder)]) == 0
     assert "in progress" not in capsys.readouterr().out
 
@@ -76,7 +76,7 @@ def test_a_store_that_is_not_a_whole_userturn_store_is_one_line(damage, words, g
         assert "Traceback" not in err
     exp = experiment(gsm_file, tmp_path)  # nor is it taken for a new run
     with pytest.raises(StoreError, match=words.split("(")[0].split(",")[0]):
-        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+        run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
 
 
 @pytest.mark.parametrize("seed", range(6))  # each seed scribbles other bytes: other damage
@@ -105,13 +105,13 @@ def test_a_run_whose_database_is_deleted_fails_loudly(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
 
     def deleting(request):
-        database = exp.output / "userturn.db"
+        database = exp.plan.output / "userturn.db"
         if database.exists() and request.prompt.endswith("user\n"):
             database.unlink()
         return undecided_script(request)
 
     with pytest.raises(StoreError, match="was deleted or replaced while this command ran"):
-        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(deleting)})
+        run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(deleting)})
 
 
 def test_export_never_writes_over_the_database_nor_an_existing_file(gsm_file, tmp_path, capsys):
@@ -177,9 +177,9 @@ def test_a_full_disk_during_a_run_is_one_line_and_the_run_resumes(gsm_file, tmp_
     monkeypatch.setattr(store_module, "connect", small_disk)
     exp = experiment(gsm_file, tmp_path, samples=40)
     with pytest.raises(StoreError, match="the disk is full; free some space"):
-        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+        run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
     monkeypatch.setattr(store_module, "connect", connect)
-    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+    store = run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
     assert all(t.error is None for t in read_turns(store))
 
 
@@ -202,5 +202,5 @@ def test_output_that_is_a_file_is_one_line(gsm_file, tmp_path):
     target.write_text("x")
     exp = experiment(gsm_file, tmp_path, output=target)
     with pytest.raises(StoreError, match="is a file, not a folder"):
-        run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+        run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
     assert target.read_text() == "x"

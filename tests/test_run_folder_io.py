@@ -72,7 +72,7 @@ from helpers import experiment
 from userturn.backends.fake import ScriptedBackend
 from userturn.probe.pipeline import run_experiment
 exp = experiment(Path(sys.argv[2]), Path(sys.argv[3]))
-store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(script)})
+store = run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(script)})
 os.kill(os.getpid(), signal.SIGKILL)
 """
 USER_TURNS = 6 * (1 + 3)  # test_pipeline's six items: one greedy and three sampled turns each

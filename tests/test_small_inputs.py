@@ -46,20 +46,20 @@ def test_relative_dataset_paths_are_the_experiment_files(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # elsewhere than the file
     exp = load_experiment(tmp_path / "exp" / "run.yaml", {})
     folder = (tmp_path / "exp" / "data").resolve()
-    assert exp.datasets == [str(folder / "q.jsonl"), f"conversations:{folder / 'c.jsonl'}",
+    assert exp.plan.datasets == [str(folder / "q.jsonl"), f"conversations:{folder / 'c.jsonl'}",
                             "gsm_symbolic", str(folder / "n.ndjson"),
                             f"openai/gsm8k:{folder / 'g.json'}", f"mtbench:{folder / 'm.jsonl'}",
                             "ifbench"]
     flags = load_experiment(None, {"datasets": ["data/q.jsonl"]})
-    assert flags.datasets == ["data/q.jsonl"]  # a flag is the shell's: relative to where it runs
+    assert flags.plan.datasets == ["data/q.jsonl"]  # a flag is the shell's: relative to where it runs
 
 
 def test_report_labels_with_a_typo_is_one_line(gsm_file, tmp_path, capsys):
     exp = experiment(gsm_file, tmp_path)
-    run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)}).close()
-    one_line_error(capsys, main(["report", str(exp.output), "--labels", "judge:typo"]),
+    run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)}).close()
+    one_line_error(capsys, main(["report", str(exp.plan.output), "--labels", "judge:typo"]),
                    "--labels: no labels from judge:typo")
-    assert main(["report", str(exp.output), "--labels", "rules"]) == 0
+    assert main(["report", str(exp.plan.output), "--labels", "rules"]) == 0
 
 
 class Interrupting:
@@ -78,12 +78,12 @@ class Interrupting:
 
 def test_ctrl_c_during_judging_keeps_every_verdict_received(gsm_file, tmp_path):
     exp = experiment(gsm_file, tmp_path)
-    store = run_experiment(exp, backends={exp.models[0]: ScriptedBackend(undecided_script)})
+    store = run_experiment(exp, backends={exp.plan.models[0]: ScriptedBackend(undecided_script)})
     with FakeOpenAI() as fake:
         fake.always(Answer())
         judge = Judge(Interrupting(fake), concurrency=1)
         with pytest.raises(KeyboardInterrupt):
             judge_turns(store, judge, "all", chunk=32)
-    kept = {row.key: row.label for row in RunStore.open(exp.output).label_rows()
+    kept = {row.key: row.label for row in RunStore.open(exp.plan.output).label_rows()
             if row.source == judge.name}
     assert len(kept) == 5 and set(kept.values()) == {"generic"}

@@ -5,6 +5,7 @@ types; one labeller table says what each labeller brings."""
 from __future__ import annotations
 
 import typing
+from typing import Annotated
 
 import pytest
 
@@ -19,26 +20,63 @@ from userturn.probe.perturb import Perturbation
 from userturn.probe.plan import ProbePlan
 from userturn.probe.user_variants import UserVariant
 from userturn.records import Labeller
+from userturn.settings import Composed, Part
 from userturn.store.meta import RunMeta
+from userturn.train.settings import Training
 
 
 def test_the_experiment_is_its_three_specs_and_nothing_else():
+    # Composition, visible in the type: three fields, each a stage's spec.
+    assert {name: field.annotation for name, field in Experiment.model_fields.items()} == \
+        {"plan": ProbePlan, "engine": EngineSpec, "labelling": LabellingPlan}
     parts = (ProbePlan, EngineSpec, LabellingPlan)
-    names = [set(part.model_fields) for part in parts]
-    assert set().union(*names) == set(Experiment.model_fields)
-    assert sum(map(len, names)) == len(Experiment.model_fields)  # each setting has one owner
+    names = [list(part.model_fields) for part in parts]
+    # The settings a user writes are the specs' own, in their order, each with one owner.
+    assert list(Experiment.setting_fields()) == [name for part in names for name in part]
+    assert len(set(Experiment.setting_fields())) == sum(map(len, names))
     exp = Experiment(models=["tiny"], executor="ray", labeller="rules", judge_threshold=0.4)
     assert type(exp.plan) is ProbePlan and exp.plan.models == ["tiny"]
     assert type(exp.engine) is EngineSpec and exp.engine.executor == "ray"
     assert type(exp.labelling) is LabellingPlan and exp.labelling.judge_threshold == 0.4
-    assert list(Experiment.model_fields)[:2] == ["models", "datasets"]  # --help: what first
+    assert exp.plan.model_fields_set == {"models"}  # what was given, per spec
+    assert exp.model_fields_set == {"plan", "engine", "labelling"}
+    assert Experiment(limit=3).model_fields_set == {"plan"}
+    assert list(Experiment.setting_fields())[:2] == ["models", "datasets"]  # --help: what first
+    assert not hasattr(exp, "models")  # read through its spec: exp.plan.models
+
+
+def test_an_experiment_of_specs_is_the_experiment_of_their_settings():
+    plan = ProbePlan(models=["tiny"], limit=3)
+    exp = Experiment(plan=plan, engine=EngineSpec(executor="ray"))
+    assert exp == Experiment(models=["tiny"], limit=3, executor="ray")
+    assert exp.plan is plan  # a spec is held, not copied or read again
+    assert exp.model_dump(mode="json") == {**ProbePlan(models=["tiny"], limit=3).model_dump(
+        mode="json"), **EngineSpec(executor="ray").model_dump(mode="json"),
+        **LabellingPlan().model_dump(mode="json")}
+
+
+def test_a_composed_experiment_is_refused_under_each_settings_own_name():
+    for given, where in (({"judge_threshold": 9, "limit": 0}, "limit"),
+                         ({"judge_threshold": 9}, "judge_threshold"),
+                         ({"temperatures": [1, "x"]}, "temperatures.1"),
+                         ({"plan": {"limit": 3}}, "plan"),  # not a key of the file
+                         ({"limit": 3, "zz": 1}, "zz"),
+                         ({"limit": True}, "config")):
+        with pytest.raises(ConfigError, match=rf"^invalid config \({where}\): "):
+            load_experiment(None, given)
+    with pytest.raises(ValueError, match="limit is a setting of the plan given whole"):
+        Experiment(plan=ProbePlan(), limit=3)
+    # A stored experiment reads back the same, whatever part of it the run stored.
+    stored = Experiment(limit=3, batch_size=2, judge="openai/a").model_dump(mode="json")
+    assert Experiment.stored(stored).model_dump(mode="json") == stored
+    assert Experiment.stored({"limit": 3}).lost_settings() == ["models", "datasets"]
 
 
 def test_perturbations_and_variants_are_parsed_once_and_stored_as_their_specs():
     exp = load_experiment(None, {"perturbations": ["truncate:0.5", "empty"],
                                  "user_turn_variants": ["prefill:So"]})
     assert exp.plan.perturbations == [Perturbation("truncate", "0.5"), Perturbation("empty")]
-    assert exp.plan.perturbations[0] is exp.perturbations[0]  # the plan does not parse again
+    assert exp.plan is exp.plan  # held once, not rebuilt (or parsed again) per read
     assert exp.plan.user_turn_variants == [UserVariant("prefill", "So")]
     stored = exp.model_dump(mode="json")
     assert stored["perturbations"] == ["truncate:0.5", "empty"]
@@ -106,3 +144,19 @@ def test_judges_are_built_in_one_place_with_their_concurrency():
     assert {judge.concurrency for judge in judges} == {3}
     with pytest.raises(ConfigError, match="unknown judge 'openai/'"):
         JudgeSpec(judge="openai/").build_judges()
+
+
+def test_a_composed_model_gives_each_setting_one_owner():
+    class Twice(Composed):
+        training: Training
+        probe: Annotated[ProbePlan, Part(only=("seed", "limit"))]
+
+    with pytest.raises(TypeError, match="Twice: seed in more than one part"):
+        Twice()
+
+    class NotASpec(Composed):
+        plan: ProbePlan
+        note: str = ""
+
+    with pytest.raises(TypeError, match="NotASpec.note is not a spec"):
+        NotASpec()

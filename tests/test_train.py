@@ -91,9 +91,12 @@ def test_self_generated_data_keeps_follow_ups_and_protects_accuracy(tmp_path: Pa
 
     dataset = Dataset("mini", items, GSM8KScorer(), "hand-made")
     backend = ScriptedBackend(_scripted_model)
-    conversations, stats = self_generated(
-        backend, dataset, output=tmp_path / "selfgen", samples=6, temperature=1.0,
-        max_tokens=64, user_max_tokens=32, seed=0, next_answer=True, mix_correct=True)
+    # The probe run training makes: the settings' budgets, the data's temperature and samples.
+    exp = SFTSettings(max_tokens=64, user_max_tokens=32).experiment(
+        backend.spec, dataset.name, tmp_path / "selfgen", limit=None, temperatures=[1.0],
+        samples=6)
+    conversations, stats = self_generated(backend, dataset, exp, next_answer=True,
+                                          mix_correct=True)
     assert stats.items == 2 and stats.answers_correct == 1 and stats.user_turns == 12
     follow_ups = [c for c in conversations if len(c) > 2]
     single = [c for c in conversations if len(c) == 2]
@@ -112,9 +115,7 @@ def test_self_generated_data_keeps_follow_ups_and_protects_accuracy(tmp_path: Pa
                        {"role": "assistant", "content": ANSWER}]]
     # The generation is a stored probe run: the same call again makes no model call.
     calls = backend.calls
-    self_generated(backend, dataset, output=tmp_path / "selfgen", samples=6, temperature=1.0,
-                   max_tokens=64, user_max_tokens=32, seed=0, next_answer=False,
-                   mix_correct=False)
+    self_generated(backend, dataset, exp, next_answer=False, mix_correct=False)
     assert backend.calls == calls
 
 

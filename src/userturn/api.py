@@ -193,7 +193,7 @@ def run(experiment: Experiment | Mapping[str, Any] | str | Path | None = None, *
         exp = load_experiment(Path(experiment) if experiment else None, overrides)
     with progress_bars() if progress else nullcontext(None) as bars:
         run_experiment(exp, progress=bars).close()
-    return Run(exp.output)
+    return Run(exp.plan.output)
 
 
 def render_user_turn(model: str, messages: Sequence[Message], *,

@@ -11,64 +11,51 @@ from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError
 
 from userturn.data import spec_file
 from userturn.errors import ConfigError
 from userturn.labels.plan import JudgeSpec, LabellingPlan
 from userturn.probe.engine import EngineSpec
 from userturn.probe.plan import ProbePlan
-from userturn.settings import DocumentError, DocumentLoader, parse_yaml
+from userturn.settings import Composed, DocumentError, DocumentLoader, parse_yaml
 
 
-# The bases in this order put the plan's fields first (pydantic collects them from the last base):
-# `userturn run --help` lists what to probe before how to run and label it.
-class Experiment(LabellingPlan, EngineSpec, ProbePlan):
+class Experiment(Composed):
     """Models x datasets x temperatures x samples, how they run and how their user turns are
-    labelled. Greedy (temperature 0) gets one sample."""
+    labelled. Greedy (temperature 0) gets one sample.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Made of the three stages' specs, read and written flat (``limit``, ``batch_size``,
+    ``judge``: each setting under its own name, in the YAML file, the flags and a stored run).
+    Their order is the order of the help: what to probe before how to run and label it."""
 
-    @model_validator(mode="before")
+    plan: ProbePlan = Field(default_factory=ProbePlan)
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    labelling: LabellingPlan = Field(default_factory=LabellingPlan)
+
     @classmethod
-    def _singular_names(cls, data: Any) -> Any:
+    def given(cls, data: dict[str, Any]) -> dict[str, Any]:
         """Accept ``model:`` and ``dataset:`` for a single one."""
-        if isinstance(data, dict):
-            data = dict(data)
-            for single, plural in (("model", "models"), ("dataset", "datasets")):
-                if single in data:
-                    if plural in data:
-                        raise ValueError(f"give either {single} or {plural}, not both")
-                    value = data.pop(single)
-                    data[plural] = value if isinstance(value, list) else [value]
+        data = dict(data)
+        for single, plural in (("model", "models"), ("dataset", "datasets")):
+            if single in data:
+                if plural in data:
+                    raise ValueError(f"give either {single} or {plural}, not both")
+                value = data.pop(single)
+                data[plural] = value if isinstance(value, list) else [value]
         return data
 
-    @property
-    def plan(self) -> ProbePlan:
-        """What the probe generates (its values already parsed: nothing is read twice)."""
-        return _part(self, ProbePlan)
-
-    @property
-    def engine(self) -> EngineSpec:
-        """How the models run."""
-        return _part(self, EngineSpec)
-
-    @property
-    def labelling(self) -> LabellingPlan:
-        """How the user turns are labelled."""
-        return _part(self, LabellingPlan)
+    def lost_settings(self) -> list[str]:
+        """Of an experiment read back from a run: what its plan no longer names
+        (``ProbePlan.lost_settings``)."""
+        return self.plan.lost_settings()
 
     @property
     def judge_spec(self) -> JudgeSpec:
-        return _part(self, JudgeSpec)
-
-
-Part = TypeVar("Part", bound=BaseModel)
-
-
-def _part(exp: Experiment, spec: type[Part]) -> Part:
-    """``spec`` made of the experiment's own (validated) values: built, not validated again."""
-    return spec.model_construct(**{name: getattr(exp, name) for name in spec.model_fields})
+        """The judges' settings alone: what `userturn judge` takes."""
+        return JudgeSpec.model_construct(
+            self.labelling.model_fields_set & set(JudgeSpec.model_fields),
+            **{name: getattr(self.labelling, name) for name in JudgeSpec.model_fields})
 
 
 Settings = TypeVar("Settings", bound=BaseModel)

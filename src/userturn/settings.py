@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    model_serializer,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from userturn.errors import ConfigError
 
@@ -171,12 +180,12 @@ def refuse_text_that_is_not_text(data: Any) -> Any:
     return data
 
 
-def refuse_booleans_as_numbers(model: type[BaseModel], data: Any) -> Any:
+def refuse_booleans_as_numbers(fields: Mapping[str, FieldInfo], data: Any) -> Any:
     """``limit: true`` is a mistake, not 1: pydantic reads a boolean as the number 0 or 1, so a
-    numeric setting given true or false is refused by name."""
+    numeric setting (one of ``fields``) given true or false is refused by name."""
     if isinstance(data, dict):
         for name, value in data.items():
-            field = model.model_fields.get(name)
+            field = fields.get(name)
             if isinstance(value, bool) and field is not None and \
                     _numeric(field.annotation):
                 raise ValueError(f"{name} takes a number, not {str(value).lower()}")
@@ -256,7 +265,7 @@ class Spec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _no_booleans_as_numbers(cls, data: Any) -> Any:
-        return refuse_booleans_as_numbers(cls, data)
+        return refuse_booleans_as_numbers(cls.model_fields, data)
 
     @model_validator(mode="before")
     @classmethod
@@ -269,17 +278,138 @@ class Spec(BaseModel):
         version's types; what other stages own is left out, and ``model_fields_set`` says which
         settings the run stored. A run so old or damaged that it no longer reads is one error,
         not a traceback in a report."""
-        try:
-            return cls.model_validate({name: value for name, value in config.items()
-                                       if name in cls.model_fields}, context=STORED)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "settings"
-            message = first["msg"].removeprefix("Value error, ")
-            raise ConfigError(f"the run's stored experiment does not read ({where}: {message})"
-                              ) from None
-        except ConfigError as exc:
-            raise ConfigError(f"the run's stored experiment does not read: {exc}") from None
+        return read_stored(cls, cls.model_fields, config)
 
 
 S = TypeVar("S", bound=Spec)
+
+
+Read = TypeVar("Read", bound=BaseModel)
+
+
+def read_stored(model: type[Read], fields: Mapping[str, FieldInfo],
+                config: Mapping[str, Any]) -> Read:
+    """``model`` read from a stored experiment, with only the settings of ``fields`` (what
+    other stages own is left out): the one reader behind every ``stored``."""
+    try:
+        return model.model_validate({name: value for name, value in config.items()
+                                     if name in fields}, context=STORED)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "settings"
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"the run's stored experiment does not read ({where}: {message})"
+                          ) from None
+    except ConfigError as exc:
+        raise ConfigError(f"the run's stored experiment does not read: {exc}") from None
+
+
+# -- settings made of specs -----------------------------------------------------------------------
+
+class Part:
+    """How a spec sits in a :class:`Composed` model (``Annotated[ProbePlan, Part(...)]``):
+    ``only`` names the settings of it that are read and written (the others keep the spec's
+    defaults), when a command takes some of a stage's settings, not all."""
+
+    def __init__(self, only: tuple[str, ...] | None = None) -> None:
+        self.only = only
+
+
+class Composed(BaseModel):
+    """Settings made of stages' specs, each spec a field, read and written flat: the YAML keys,
+    the flags and a stored experiment name each setting as its spec does (``limit``, not
+    ``plan.limit``), and a bad one is refused under its own name, as a flat model would refuse
+    it. Each spec runs its own checks; none is written twice."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def parts(cls) -> dict[str, tuple[type[Spec], tuple[str, ...]]]:
+        """Each part's field name, its spec and the settings it takes, in order."""
+        found = {}
+        for name, field in cls.model_fields.items():
+            spec = field.annotation
+            if not (isinstance(spec, type) and issubclass(spec, Spec)):
+                raise TypeError(f"{cls.__name__}.{name} is not a spec: a composed model holds "
+                                "specs only")
+            only = next((m.only for m in field.metadata if isinstance(m, Part)), None)
+            found[name] = (spec, tuple(only) if only is not None else tuple(spec.model_fields))
+        names = [setting for _, settings in found.values() for setting in settings]
+        twice = sorted({setting for setting in names if names.count(setting) > 1})
+        if twice:  # read flat, a setting must have one owner
+            raise TypeError(f"{cls.__name__}: {', '.join(twice)} in more than one part")
+        return found
+
+    @classmethod
+    def setting_fields(cls) -> dict[str, FieldInfo]:
+        """Every setting, flat, in the parts' order and each part's own: what the flags, the
+        help and the YAML file list."""
+        return {name: spec.model_fields[name]
+                for spec, names in cls.parts().values() for name in names}
+
+    @classmethod
+    def stored(cls: type[C], config: Mapping[str, Any]) -> C:
+        """These settings read back from a stored experiment (see :meth:`Spec.stored`)."""
+        return read_stored(cls, cls.setting_fields(), config)
+
+    @classmethod
+    def given(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """The settings as given, before they are shared out: where a composed model takes
+        another spelling of a setting (``model:`` for ``models:``)."""
+        return data
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _flat(cls, data: Any, handler: Any) -> Any:
+        """A flat mapping shared out to the parts; their errors named by the setting alone."""
+        if not isinstance(data, dict):
+            return handler(data)
+        data = cls.given(data)
+        fields = cls.setting_fields()
+        refuse_booleans_as_numbers(fields, data)
+        refuse_text_that_is_not_text(data)
+        parts = cls.parts()
+        owner = {name: part for part, (_, names) in parts.items() for name in names}
+        split: dict[str, dict[str, Any]] = {part: {} for part in parts}
+        # A spec given whole (in code: ``Experiment(plan=ProbePlan(...))``) is held as it is;
+        # no file or flag can give one, so a key ``plan:`` in a file stays an unknown setting.
+        whole = {key: value for key, value in data.items()
+                 if key in parts and isinstance(value, parts[key][0])}
+        unknown = []
+        for key, value in data.items():
+            if key in owner and owner[key] in whole:
+                raise ValueError(f"{key} is a setting of the {owner[key]} given whole: give "
+                                 f"the {owner[key]} or its settings, not both")
+            if key in owner:
+                split[owner[key]][key] = value
+            elif key not in whole:
+                unknown.append((key, value))
+        errors: list[InitErrorDetails] = []
+        try:
+            composed = handler({**{part: values for part, values in split.items() if values},
+                                **whole})
+        except ValidationError as exc:
+            errors = [InitErrorDetails(type=PydanticCustomError(e["type"], _literal(e["msg"])),
+                                       loc=tuple(e["loc"][1:]), input=e["input"])
+                      for e in exc.errors()]
+        # After the settings' own errors, as a flat model lists them.
+        errors += [InitErrorDetails(type="extra_forbidden", loc=(key,), input=value)
+                   for key, value in unknown]
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return composed
+
+    @model_serializer(mode="wrap")
+    def _flat_dump(self, handler: Any) -> dict[str, Any]:
+        """Written flat, each setting under its own name (a stored run's ``config``)."""
+        dumped = handler(self)
+        return {name: dumped[part][name]
+                for part, (_, names) in self.parts().items() for name in names}
+
+
+def _literal(message: str) -> str:
+    """A message kept as it was said: braces in it are not a template's."""
+    return message.replace("{", "{{").replace("}", "}}")
+
+
+C = TypeVar("C", bound=Composed)

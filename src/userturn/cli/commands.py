@@ -24,7 +24,8 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from userturn.store.lock import refuse_if_busy
 
     experiment = arguments.experiment_from(args)
-    refuse_if_busy(experiment.output)  # in well under a second: before the pipeline's imports
+    output = experiment.plan.output
+    refuse_if_busy(output)  # in well under a second: before the pipeline's imports
     from userturn.probe.pipeline import run_experiment
 
     with progress_bars() as progress:
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace, console: Console) -> int:
     from userturn.report.view import read_run
 
     print_run(read_run(store), console)
-    console.print(f"run stored in {experiment.output}/ (userturn report {experiment.output})")
+    console.print(f"run stored in {output}/ (userturn report {output})")
     store.close()
     store.tally.refuse_if_all_failed("generation")
     store.tally.refuse_if_all_failed("judge")

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from userturn.errors import ConfigError
-from userturn.settings import DocumentError, parse_yaml
+from userturn.settings import Composed, DocumentError, parse_yaml
 
 
 @dataclass(frozen=True)
@@ -35,15 +35,21 @@ class Flag:
     required: bool = False
 
 
+def settings_of(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """The settings a model takes, flat: a composed model's are its specs' (``Composed``)."""
+    return model.setting_fields() if issubclass(model, Composed) else dict(model.model_fields)
+
+
 def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel],
               table: Mapping[str, Flag] | None = None) -> None:
     """One flag per field of ``model``; each defaults to None (unset: the file's value, else
     the model's default), so flags override a config file only where given."""
     table = table or {}
-    unknown = set(table) - set(model.model_fields)
+    fields = settings_of(model)
+    unknown = set(table) - set(fields)
     if unknown:  # a renamed field left behind in the table
         raise TypeError(f"flag table names no field of {model.__name__}: {sorted(unknown)}")
-    for name, field in model.model_fields.items():
+    for name, field in fields.items():
         flag = table.get(name, Flag())
         names = flag.names or ("--" + name.replace("_", "-"),)
         kwargs: dict[str, Any] = {"dest": name, "default": None,
@@ -68,7 +74,7 @@ def flag_values(args: argparse.Namespace, model: type[BaseModel],
     """The fields the flags set (None: not given), collected into each field's shape."""
     table = table or {}
     values: dict[str, Any] = {}
-    for name in model.model_fields:
+    for name in settings_of(model):
         value = getattr(args, name)
         if isinstance(value, list) and value and all(isinstance(v, list) for v in value):
             value = [part for piece in value for part in piece]  # `0,1 2` -> [0, 1, 2]

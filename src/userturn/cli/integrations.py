@@ -106,10 +106,10 @@ def _export_task(args: argparse.Namespace, console: Console) -> int:
         from userturn.probe.pipeline import run_experiment
 
         experiment = load_experiment(args.source, {})
-        console.print(f"running {args.source} into {experiment.output}/ first",
+        console.print(f"running {args.source} into {experiment.plan.output}/ first",
                       markup=False, highlight=False)
         run_experiment(experiment).close()
-        folder = experiment.output
+        folder = experiment.plan.output
     elif not args.source.exists():
         raise ConfigError(f"{args.source}: no such run folder or experiment file")
     store = RunStore.read(folder)  # only reads, also when it then refuses

@@ -10,7 +10,7 @@ from typing import Any, Callable
 from pydantic import BaseModel
 from rich.console import Console
 
-from userturn.cli.flags import add_flags, flag_values
+from userturn.cli.flags import Flag, add_flags, flag_values
 from userturn.config import load_settings
 from userturn.train.settings import RLSettings, SFTSettings
 
@@ -27,6 +27,15 @@ RL_HELP = ("Reinforcement learning with TRL's GRPO (or RLOO) and a userturn rewa
            "paired before/after.")
 
 
+def one_or_many(values: list[str]) -> str | list[str]:
+    """One judge as its spec, several as a list: a manifest stores one as it always has."""
+    return values[0] if len(values) == 1 else values
+
+
+# The judge is the run's judge setting (`userturn run --judge`), repeated for several.
+TRAIN_FLAGS = {"judge": Flag(repeat=True, collect=one_or_many, metavar="JUDGE")}
+
+
 def add_train_parser(sub: Any, run_handler: Callable[..., int]) -> None:
     train = sub.add_parser("train", help="post-train toward collaboration, then probe base vs "
                            "checkpoint", description="Post-training, then the before/after.")
@@ -34,7 +43,7 @@ def add_train_parser(sub: Any, run_handler: Callable[..., int]) -> None:
     for name, model, text in (("sft", SFTSettings, SFT_HELP), ("rl", RLSettings, RL_HELP)):
         parser = kinds.add_parser(name, help=text.split(".")[0], description=text)
         parser.add_argument("config", nargs="?", type=Path, help="settings YAML file (flags win)")
-        add_flags(parser, model)
+        add_flags(parser, model, TRAIN_FLAGS)
         parser.set_defaults(handler=run_handler, settings_model=model)
     evaluate = kinds.add_parser("eval", help="repeat the before/after of a training folder",
                                 description="Probe base and checkpoint over the held-out items "
@@ -45,21 +54,23 @@ def add_train_parser(sub: Any, run_handler: Callable[..., int]) -> None:
 
 def settings_from(args: argparse.Namespace) -> BaseModel:
     model: type[BaseModel] = args.settings_model
-    return load_settings(model, args.config, flag_values(args, model))
+    return load_settings(model, args.config, flag_values(args, model, TRAIN_FLAGS))
 
 
 def train_command(args: argparse.Namespace, console: Console) -> int:
+    # Read before training's libraries load and the progress bars open: a bad setting is one
+    # line at once, as in `userturn run`.
+    settings = None if args.train_command == "eval" else settings_from(args)
     from userturn.cli.console import progress_bars
     from userturn.report.compare import print_comparison
     from userturn.train.trainers import evaluate_checkpoint, run_rl, run_sft
 
     log = lambda text: console.print(text)  # noqa: E731
     with progress_bars() as progress:
-        if args.train_command == "eval":
+        if settings is None:
             result = evaluate_checkpoint(args.folder, progress=progress)
             folder = args.folder
         else:
-            settings = settings_from(args)
             runner = run_sft if args.train_command == "sft" else run_rl
             outcome = runner(settings, progress=progress, log=log)  # type: ignore[arg-type]
             result, folder = outcome.before_after, outcome.output

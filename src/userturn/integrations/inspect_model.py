@@ -25,12 +25,12 @@ from inspect_ai.model import (
 )
 from inspect_ai.tool import ToolChoice, ToolInfo
 
-from userturn.config import Experiment
 from userturn.errors import UserturnError
+from userturn.probe.plan import ProbePlan
 from userturn.records import Generation, GenerationParams, Message, Request
 
 # The probe's own budget for a user turn when the eval sets none (max_tokens).
-USER_MAX_TOKENS = int(Experiment.model_fields["user_max_tokens"].default)
+USER_MAX_TOKENS = int(ProbePlan.model_fields["user_max_tokens"].default)
 
 
 @modelapi(name="userturn")

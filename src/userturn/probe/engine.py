@@ -11,11 +11,13 @@ from pydantic import Field, field_validator
 from userturn.backends import BackendSpec
 from userturn.settings import Spec, url_setting
 
+MAX_BATCH = 4096  # prompts in one backend batch at most
+
 
 class EngineSpec(Spec):
     """The engine and executor settings of a run (the YAML keys and flags of the same names)."""
 
-    batch_size: Annotated[int, Field(ge=1, le=4096)] | Literal["auto"] = Field(
+    batch_size: Annotated[int, Field(ge=1, le=MAX_BATCH)] | Literal["auto"] = Field(
         default="auto", description="prompts per backend batch; auto: on a GPU the largest "
         "batch that fits (halved on running out of memory, once per run), on the CPU 8")
     base_url: str | list[str] | None = Field(

@@ -29,6 +29,20 @@ DEFAULT_MODEL = "smollm2"
 DEFAULT_DATASET = "gsm_symbolic"
 
 
+def samplable(temperature: float) -> bool:
+    """A temperature every backend takes: finite, from 0 (greedy) to MAX_TEMPERATURE; the one
+    test of every setting that samples (the probe's temperatures, training's)."""
+    return math.isfinite(temperature) and 0 <= temperature <= MAX_TEMPERATURE
+
+
+def check_temperature(value: float, name: str) -> float:
+    """One sampling temperature, as a settings validator."""
+    if not samplable(value):
+        raise ValueError(f"{name} must be a number from 0 (greedy) to {MAX_TEMPERATURE:g}, "
+                         f"got {value}")
+    return value
+
+
 def _perturbations(values: Any) -> Any:
     if isinstance(values, (list, tuple)) and all(isinstance(v, str) for v in values):
         return parse_perturbations(values)
@@ -111,10 +125,10 @@ class ProbePlan(Spec):
     @field_validator("temperatures")
     @classmethod
     def _temperatures(cls, values: list[float]) -> list[float]:
-        if not all(math.isfinite(t) and 0 <= t <= MAX_TEMPERATURE for t in values):
-            bad = next(t for t in values if not (math.isfinite(t) and 0 <= t <= MAX_TEMPERATURE))
+        bad = [t for t in values if not samplable(t)]
+        if bad:
             raise ValueError(f"temperatures must be numbers from 0 (greedy) to "
-                             f"{MAX_TEMPERATURE:g}, got {bad}")
+                             f"{MAX_TEMPERATURE:g}, got {bad[0]}")
         return sorted(set(values))
 
     @field_validator("arms")

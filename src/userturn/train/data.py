@@ -90,15 +90,11 @@ class SelfGenStats:
         return dict(self.__dict__)
 
 
-def self_generated(backend: Backend, train: Dataset, *, output: Path, samples: int,
-                   temperature: float, max_tokens: int, user_max_tokens: int, seed: int,
-                   next_answer: bool, mix_correct: bool, batch_size: int = 8,
+def self_generated(backend: Backend, train: Dataset, exp: Experiment, *, next_answer: bool,
+                   mix_correct: bool,
                    progress: Progress | None = None) -> tuple[list[Conversation], SelfGenStats]:
-    """Collaboration conversations written by the model itself (see the module docstring)."""
-    exp = Experiment(models=[backend.spec], datasets=[train.name], limit=None,
-                     temperatures=[temperature], samples=samples, max_tokens=max_tokens,
-                     user_max_tokens=user_max_tokens, seed=seed, batch_size=batch_size,
-                     output=output)
+    """Collaboration conversations written by the model itself (see the module docstring):
+    ``exp`` probes ``backend`` on ``train`` (its temperatures, samples, budgets and folder)."""
     store = run_experiment(exp, backends={backend.spec: backend}, progress=progress,
                            datasets=[train])
     items = {item.id: item for item in train.items}
@@ -122,7 +118,7 @@ def self_generated(backend: Backend, train: Dataset, *, output: Path, samples: i
                               {"role": "user", "content": turn.user_turn}])
     stats.kept_follow_ups = len(conversations)
     if next_answer and conversations:
-        _add_next_answers(backend, conversations, max_tokens)
+        _add_next_answers(backend, conversations, exp.plan.max_tokens)
     if mix_correct:
         for a in answers:
             if a.correct:

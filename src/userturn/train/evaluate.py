@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from userturn.config import Experiment
 from userturn.data import Dataset
 from userturn.labels.sources import LABELLERS, judge_sources
 from userturn.labels.stages import label_with
@@ -43,19 +42,15 @@ class BeforeAfter:
 def before_after(settings: TrainSettings, held_out: Dataset, checkpoint: Path, *,
                  how: str | None,
                  progress: Progress | None = None) -> BeforeAfter:
-    out = settings.output
+    out = settings.training.output
     runs = {}
-    for name, model in (("eval-base", settings.model), ("eval-tuned", str(checkpoint))):
-        exp = Experiment(models=[model], datasets=[held_out.name], limit=settings.eval_items,
-                         temperatures=settings.temperatures, samples=settings.samples,
-                         max_tokens=settings.max_tokens, user_max_tokens=settings.user_max_tokens,
-                         seed=settings.seed, batch_size=settings.generation_batch_size,
-                         output=out / name, judge=settings.judge, judge_scope="all",
-                         judge_base_url=settings.judge_base_url)
+    for name, model in (("eval-base", settings.training.model), ("eval-tuned", str(checkpoint))):
+        exp = settings.experiment(model, held_out.name, out / name,
+                                  limit=settings.training.eval_items, judge=True)
         runs[name] = run_experiment(exp, progress=progress, datasets=[held_out])
     base, tuned = runs["eval-base"], runs["eval-tuned"]
     heldout = HeldOutRules()
-    for store, model in ((base, settings.model), (tuned, str(checkpoint))):
+    for store, model in ((base, settings.training.model), (tuned, str(checkpoint))):
         label_with(store, [heldout], {model: _assistant_header(model)})
     labellers: dict[str, list[str]] = {"cascade": LABELLERS["cascade"].sources(),
                                        f"{heldout.name} (played no part in training)":
@@ -70,7 +65,7 @@ def before_after(settings: TrainSettings, held_out: Dataset, checkpoint: Path, *
             "The offline cascade played no part in training (the data came from a file).")
     by_labeller = {name: compare_runs(base, tuned, labels=sources)
                    for name, sources in labellers.items()}
-    names = (f"{settings.model} (base)", f"{checkpoint} (trained)")
+    names = (f"{settings.training.model} (base)", f"{checkpoint} (trained)")
     for index, (name, (comparisons, accuracy)) in enumerate(by_labeller.items()):
         page = out / ("before_after.html" if index == 0 else f"before_after.{index}.html")
         page.write_text(comparison_html(comparisons, accuracy, names,

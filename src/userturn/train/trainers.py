@@ -27,7 +27,6 @@ from userturn.chat.render import (
     render_assistant_turn,
     render_user_turn,
 )
-from userturn.config import Experiment
 from userturn.errors import ModelError, UserturnError
 from userturn.probe.pipeline import Progress, run_experiment, versions
 from userturn.store.atomic import make_folder
@@ -41,7 +40,7 @@ from userturn.train.data import (
 )
 from userturn.train.evaluate import BeforeAfter, before_after, summary_rows
 from userturn.train.masks import build_example
-from userturn.train.settings import RLSettings, SFTSettings, TrainSettings
+from userturn.train.settings import RLSettings, SFTSettings, Training, TrainSettings
 
 MANIFEST = "manifest.json"
 
@@ -59,26 +58,27 @@ class TrainingError(UserturnError):
 
 def run_sft(settings: SFTSettings, progress: Progress | None = None,
             log: Callable[[str], None] = print) -> Outcome:
+    training, method = settings.training, settings.method
     out = _prepare(settings, "sft")
-    split = split_dataset(settings.dataset, eval_items=settings.eval_items,
-                          train_items=settings.train_items, seed=settings.seed)
-    data: dict[str, Any] = {"source": settings.data}
-    ref = resolve_model(settings.model)
-    if settings.data == "self":
-        backend = TransformersBackend(ref, batch_size=settings.generation_batch_size,
-                                      device=settings.device)
+    split = split_dataset(training.dataset, eval_items=training.eval_items,
+                          train_items=training.train_items, seed=training.seed)
+    data: dict[str, Any] = {"source": method.data}
+    ref = resolve_model(training.model)
+    if method.data == "self":
+        backend = TransformersBackend(ref, batch_size=settings.evaluation.generation_batch_size,
+                                      device=training.device)
         log(f"self-generated data: {len(split.train.items)} training items, "
-            f"{settings.data_samples} user turns each at T={settings.data_temperature:g}")
+            f"{method.data_samples} user turns each at T={method.data_temperature:g}")
+        selfgen = settings.experiment(backend.spec, split.train.name, out / "selfgen",
+                                      limit=None, temperatures=[method.data_temperature],
+                                      samples=method.data_samples)
         conversations, stats = self_generated(
-            backend, split.train, output=out / "selfgen", samples=settings.data_samples,
-            temperature=settings.data_temperature, max_tokens=settings.max_tokens,
-            user_max_tokens=settings.user_max_tokens, seed=settings.seed,
-            next_answer=settings.next_answer, mix_correct=settings.mix_correct,
-            batch_size=settings.generation_batch_size, progress=progress)
+            backend, split.train, selfgen, next_answer=method.next_answer,
+            mix_correct=method.mix_correct, progress=progress)
         data["self_generated"] = stats.as_dict()
         del backend
     else:
-        conversations = conversations_file(settings.data, limit=settings.train_items)
+        conversations = conversations_file(method.data, limit=training.train_items)
     if not conversations:
         raise TrainingError("no training conversation: the model wrote no user turn the rules "
                             "label follow_up and none of its answers was correct (try more "
@@ -86,57 +86,56 @@ def run_sft(settings: SFTSettings, progress: Progress | None = None,
     make_folder(out)
     data["sha256"] = write_conversations(out / "data.jsonl", conversations)
     data["conversations"] = len(conversations)
-    tokenizer, model = _load(ref.path, settings)
-    template = ChatTemplate.from_tokenizer(tokenizer, settings.model)
+    tokenizer, model = _load(ref.path, training)
+    template = ChatTemplate.from_tokenizer(tokenizer, training.model)
     examples = [_example(tokenizer, template, c, settings, number)
                 for number, c in enumerate(conversations, 1)]
     kept = [e for e in examples if e is not None]
     data.update(examples=len(kept), without_trained_tokens=len(examples) - len(kept),
-                trained_tokens=sum(e.trained_tokens for e in kept), loss_on=settings.loss_on)
+                trained_tokens=sum(e.trained_tokens for e in kept), loss_on=method.loss_on)
     if not kept:
         raise TrainingError(f"no conversation has a token to train under --loss-on "
-                            f"{settings.loss_on} within --max-length {settings.max_length}")
+                            f"{method.loss_on} within --max-length {training.max_length}")
     log(f"training on {len(kept)} conversations ({data['trained_tokens']} trained tokens, "
-        f"loss on {settings.loss_on} turns)")
+        f"loss on {method.loss_on} turns)")
     from datasets import Dataset as HFDataset
     from trl import SFTConfig, SFTTrainer
 
     rows = HFDataset.from_list([{"input_ids": e.input_ids, "labels": e.labels} for e in kept])
-    args = SFTConfig(**_common_args(settings, out, default_lr=1e-5 if settings.full else 2e-4),
+    args = SFTConfig(**_common_args(training, out, default_lr=1e-5 if training.full else 2e-4),
                      dataset_kwargs={"skip_prepare_dataset": True}, max_length=None)
     trainer = SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer,
-                         peft_config=_lora(settings))
+                         peft_config=_lora(training))
     started = time.time()
     trainer.train()
-    training = _training_record(trainer, time.time() - started)
-    checkpoint = _save(trainer, tokenizer, out, settings)
+    record = _training_record(trainer, time.time() - started)
+    checkpoint = _save(trainer, tokenizer, out, training)
     del trainer, model
     _free_memory()
-    manifest = _manifest(settings, "sft", ref, split, data, training)
-    if settings.data != "self":  # the split's training items were not used: the file was
+    manifest = _manifest(settings, "sft", ref, split, data, record)
+    if method.data != "self":  # the split's training items were not used: the file was
         manifest["items"]["train"] = []
     return _finish(settings, out, manifest, split, checkpoint, progress, log,
                    how="self-generated data kept by rejection sampling on its labels"
-                   if settings.data == "self" else None)
+                   if method.data == "self" else None)
 
 
 def run_rl(settings: RLSettings, progress: Progress | None = None,
            log: Callable[[str], None] = print) -> Outcome:
+    training, method = settings.training, settings.method
     out = _prepare(settings, "rl")
-    split = split_dataset(settings.dataset, eval_items=settings.eval_items,
-                          train_items=settings.train_items, seed=settings.seed)
-    ref = resolve_model(settings.model)
-    backend = TransformersBackend(ref, batch_size=settings.generation_batch_size,
-                                  device=settings.device)
+    split = split_dataset(training.dataset, eval_items=training.eval_items,
+                          train_items=training.train_items, seed=training.seed)
+    ref = resolve_model(training.model)
+    backend = TransformersBackend(ref, batch_size=settings.evaluation.generation_batch_size,
+                                  device=training.device)
     items = {item.id: item for item in split.train.items}
     make_folder(out)
-    if settings.reward == "probe":
+    if method.reward == "probe":
         # The user turn follows the model's own greedy answer: answer the training items first
         # (a probe run, resumable), then open the user turn after each answer.
-        exp = Experiment(models=[backend.spec], datasets=[split.train.name], limit=None,
-                         temperatures=[0.0], samples=1, max_tokens=settings.max_tokens,
-                         user_max_tokens=settings.user_max_tokens, seed=settings.seed,
-                         batch_size=settings.generation_batch_size, output=out / "answers")
+        exp = settings.experiment(backend.spec, split.train.name, out / "answers", limit=None,
+                                  temperatures=[0.0], samples=1)
         store = run_experiment(exp, backends={backend.spec: backend}, progress=progress,
                                datasets=[split.train])
         answers = {a.item_id: a.text for a in read_answers(store) if a.error is None}
@@ -151,27 +150,27 @@ def run_rl(settings: RLSettings, progress: Progress | None = None,
                     "query": item.query, "answer": "", "item_id": item.id}
                    for item in split.train.items]
         stops = derive_markers(backend.template).assistant_stop
-    tokenizer, model = _load(ref.path, settings)
+    tokenizer, model = _load(ref.path, training)
     reward = _reward(settings, tokenizer, backend, items, split, stops)
-    if settings.reward == "probe":
+    if method.reward == "probe":
         del backend  # the collab reward keeps the frozen base model to simulate the user
     for row in prompts:
         row["prompt"] = _trl_prompt(tokenizer, row["prompt"])
     original_eos = stop_on_turn_end(model, tokenizer, stops, log)
-    completion = settings.max_completion_length or (
-        settings.user_max_tokens if settings.reward == "probe" else settings.max_tokens)
-    log(f"{settings.algorithm.upper()} with the {settings.reward} reward on {len(prompts)} "
-        f"prompts, {settings.num_generations} completions each (a device batch is one prompt's "
+    completion = method.max_completion_length or (
+        settings.probe.user_max_tokens if method.reward == "probe" else settings.probe.max_tokens)
+    log(f"{method.algorithm.upper()} with the {method.reward} reward on {len(prompts)} "
+        f"prompts, {method.num_generations} completions each (a device batch is one prompt's "
         f"group: --batch-size is not used; --gradient-accumulation groups prompts), "
-        f"KL beta {settings.beta:g}")
+        f"KL beta {method.beta:g}")
     from datasets import Dataset as HFDataset
 
     rows = HFDataset.from_list(prompts)
-    common = _common_args(settings, out, default_lr=1e-5)
-    common["per_device_train_batch_size"] = settings.num_generations
-    rl_args = dict(num_generations=settings.num_generations, max_completion_length=completion,
-                   beta=settings.beta, temperature=settings.rl_temperature)
-    if settings.algorithm == "grpo":
+    common = _common_args(training, out, default_lr=1e-5)
+    common["per_device_train_batch_size"] = method.num_generations
+    rl_args = dict(num_generations=method.num_generations, max_completion_length=completion,
+                   beta=method.beta, temperature=method.rl_temperature)
+    if method.algorithm == "grpo":
         from trl import GRPOConfig as Config
         from trl import GRPOTrainer as Trainer
     else:
@@ -179,25 +178,25 @@ def run_rl(settings: RLSettings, progress: Progress | None = None,
         from trl import RLOOTrainer as Trainer
     trainer = Trainer(model=model, reward_funcs=[reward], args=Config(**common, **rl_args),
                       train_dataset=rows, processing_class=tokenizer,
-                      peft_config=_lora(settings))
+                      peft_config=_lora(training))
     started = time.time()
     trainer.train()
-    training = _training_record(trainer, time.time() - started)
+    record = _training_record(trainer, time.time() - started)
     restore_stop(trainer.model, original_eos)
-    checkpoint = _save(trainer, tokenizer, out, settings)
+    checkpoint = _save(trainer, tokenizer, out, training)
     del trainer, model, reward
     _free_memory()
-    data = {"prompts": len(prompts), "reward": settings.reward, "completion_tokens": completion}
-    manifest = _manifest(settings, "rl", ref, split, data, training)
+    data = {"prompts": len(prompts), "reward": method.reward, "completion_tokens": completion}
+    manifest = _manifest(settings, "rl", ref, split, data, record)
     return _finish(settings, out, manifest, split, checkpoint, progress, log,
-                   how=f"the {settings.reward} reward")
+                   how=f"the {method.reward} reward")
 
 
 def _example(tokenizer: Any, template: ChatTemplate, conversation: Any, settings: SFTSettings,
              number: int) -> Any:
     try:
-        return build_example(tokenizer, template, conversation, settings.loss_on,
-                             settings.max_length)
+        return build_example(tokenizer, template, conversation, settings.method.loss_on,
+                             settings.training.max_length)
     except ValueError as exc:
         raise TrainingError(f"training conversation {number} (data.jsonl line {number}): "
                             f"{exc}") from None
@@ -208,7 +207,7 @@ def _example(tokenizer: Any, template: ChatTemplate, conversation: Any, settings
 def _prepare(settings: TrainSettings, kind: str) -> Path:
     """The output folder, checked and not yet made (the first write makes it, so a refusal of
     the data leaves no empty folder). A finished run there is never overwritten."""
-    out = settings.output
+    out = settings.training.output
     if out.exists() and not out.is_dir():
         raise TrainingError(f"--output {out} is a file, not a folder: choose another path")
     manifest = out / MANIFEST
@@ -222,7 +221,7 @@ def _prepare(settings: TrainSettings, kind: str) -> Path:
     return out
 
 
-def _load(path: str, settings: TrainSettings) -> tuple[Any, Any]:
+def _load(path: str, training: Training) -> tuple[Any, Any]:
     import warnings
 
     import torch
@@ -236,33 +235,33 @@ def _load(path: str, settings: TrainSettings) -> tuple[Any, Any]:
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     except OSError as exc:
-        raise ModelError(f"cannot load {settings.model!r}: {str(exc).splitlines()[0]}") from exc
+        raise ModelError(f"cannot load {training.model!r}: {str(exc).splitlines()[0]}") from exc
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer, model
 
 
-def _lora(settings: TrainSettings) -> Any:
-    if settings.full:
+def _lora(training: Training) -> Any:
+    if training.full:
         return None
     from peft import LoraConfig
 
-    return LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
+    return LoraConfig(r=training.lora_r, lora_alpha=training.lora_alpha, lora_dropout=0.0,
                       target_modules="all-linear", task_type="CAUSAL_LM")
 
 
-def _common_args(settings: TrainSettings, out: Path, *, default_lr: float) -> dict[str, Any]:
+def _common_args(training: Training, out: Path, *, default_lr: float) -> dict[str, Any]:
     import torch
 
-    cuda = torch.cuda.is_available() and settings.device != "cpu"
-    return dict(output_dir=str(out / "trainer"), learning_rate=settings.learning_rate or default_lr,
-                max_steps=settings.max_steps, num_train_epochs=settings.epochs,
-                per_device_train_batch_size=settings.batch_size,
-                gradient_accumulation_steps=settings.gradient_accumulation, logging_steps=1,
-                save_strategy="no", report_to="none", seed=settings.seed,
+    cuda = torch.cuda.is_available() and training.device != "cpu"
+    return dict(output_dir=str(out / "trainer"), learning_rate=training.learning_rate or default_lr,
+                max_steps=training.max_steps, num_train_epochs=training.epochs,
+                per_device_train_batch_size=training.batch_size,
+                gradient_accumulation_steps=training.gradient_accumulation, logging_steps=1,
+                save_strategy="no", report_to="none", seed=training.seed,
                 use_cpu=not cuda, bf16=cuda and torch.cuda.is_bf16_supported(),
-                gradient_checkpointing=cuda if settings.gradient_checkpointing is None
-                else settings.gradient_checkpointing, disable_tqdm=False)
+                gradient_checkpointing=cuda if training.gradient_checkpointing is None
+                else training.gradient_checkpointing, disable_tqdm=False)
 
 
 def _trl_prompt(tokenizer: Any, text: str) -> str:
@@ -313,16 +312,17 @@ def _reward(settings: RLSettings, tokenizer: Any, backend: TransformersBackend,
             items: dict[str, Any], split: Split, stops: Any) -> Any:
     from userturn.train.rewards import CollabReward, ProbeReward
 
-    if settings.reward == "probe":
+    if settings.method.reward == "probe":
         header = derive_markers(backend.template).assistant_header.strip()
         return ProbeReward(tokenizer, stops, header,
-                           restatement_penalty=settings.restatement_penalty,
-                           drift_penalty=settings.drift_penalty,
-                           length_penalty=settings.length_penalty,
-                           free_tokens=settings.free_tokens)
-    return CollabReward(items, split.train.scorer, backend, follow_weight=settings.follow_weight,
-                        token_weight=settings.token_weight, samples=settings.collab_samples,
-                        user_max_tokens=settings.user_max_tokens, seed=settings.seed)
+                           restatement_penalty=settings.method.restatement_penalty,
+                           drift_penalty=settings.method.drift_penalty,
+                           length_penalty=settings.method.length_penalty,
+                           free_tokens=settings.method.free_tokens)
+    method = settings.method
+    return CollabReward(items, split.train.scorer, backend, follow_weight=method.follow_weight,
+                        token_weight=method.token_weight, samples=method.collab_samples,
+                        user_max_tokens=settings.probe.user_max_tokens, seed=settings.training.seed)
 
 
 def _training_record(trainer: Any, seconds: float) -> dict[str, Any]:
@@ -335,11 +335,11 @@ def _training_record(trainer: Any, seconds: float) -> dict[str, Any]:
             "loss_last": losses[-1] if losses else None, "log_history": history}
 
 
-def _save(trainer: Any, tokenizer: Any, out: Path, settings: TrainSettings) -> Path:
+def _save(trainer: Any, tokenizer: Any, out: Path, training: Training) -> Path:
     """The adapter (LoRA) and a merged, plain model folder every backend can load."""
     checkpoint = out / "model"
     model = trainer.model
-    if not settings.full:
+    if not training.full:
         model.save_pretrained(out / "adapter")
         model = model.merge_and_unload()
     model.save_pretrained(checkpoint)
@@ -349,15 +349,16 @@ def _save(trainer: Any, tokenizer: Any, out: Path, settings: TrainSettings) -> P
 
 def _manifest(settings: TrainSettings, kind: str, ref: Any, split: Split, data: dict[str, Any],
               training: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": kind, "base_model": settings.model, "base_revision": ref.revision,
-            "settings": settings.model_dump(mode="json"), "seed": settings.seed,
-            "items": {"dataset": settings.dataset, "eval": [i.id for i in split.eval.items],
+    return {"kind": kind, "base_model": settings.training.model, "base_revision": ref.revision,
+            "settings": settings.model_dump(mode="json"), "seed": settings.training.seed,
+            "items": {"dataset": settings.training.dataset,
+                      "eval": [i.id for i in split.eval.items],
                       "eval_sha256": _items_hash(split.eval.items),
                       "train": [i.id for i in split.train.items],
                       "dropped_repeating_eval": list(split.dropped)},
             "data": data, "training": training,
             "versions": versions(("torch", "transformers", "tokenizers", "trl", "peft")),
-            "adapter": None if settings.full else "adapter", "checkpoint": "model"}
+            "adapter": None if settings.training.full else "adapter", "checkpoint": "model"}
 
 
 def _items_hash(items: Any) -> str:
@@ -374,7 +375,7 @@ def _finish(settings: TrainSettings, out: Path, manifest: dict[str, Any], split:
     log(f"trained in {manifest['training']['seconds']:.0f} s "
         f"({manifest['training']['steps']} steps); checkpoint {checkpoint}")
     result = None
-    if settings.evaluate:
+    if settings.evaluation.evaluate:
         result = evaluate_checkpoint(out, progress=progress, how=how)
     return Outcome(out, manifest, result)
 
@@ -389,11 +390,11 @@ def evaluate_checkpoint(out: Path, *, progress: Progress | None = None,
     kind = manifest["kind"]
     settings = (SFTSettings if kind == "sft" else RLSettings).model_validate(
         {**manifest["settings"], "output": str(out)})
-    split = split_dataset(settings.dataset, eval_items=settings.eval_items,
-                          train_items=settings.train_items, seed=settings.seed)
+    split = split_dataset(settings.training.dataset, eval_items=settings.training.eval_items,
+                          train_items=settings.training.train_items, seed=settings.training.seed)
     if ([i.id for i in split.eval.items] != manifest["items"]["eval"]
             or _items_hash(split.eval.items) != manifest["items"]["eval_sha256"]):
-        raise TrainingError(f"the held-out items of {settings.dataset} are not those the "
+        raise TrainingError(f"the held-out items of {settings.training.dataset} are not those the "
                             "manifest recorded; the dataset changed since training")
     if how == "":  # re-evaluation: what training recorded
         how = manifest.get("signal")
