@@ -39,7 +39,7 @@ def second_model(request: Request) -> str:
 def make_run(gsm_file: Path, folder: Path, spec: str, script: Any) -> Path:
     exp = experiment(gsm_file, folder, models=[spec])
     run_experiment(exp, backends={spec: ScriptedBackend(script, spec=spec)}).close()
-    return exp.output
+    return exp.plan.output
 
 
 @pytest.fixture
