@@ -25,7 +25,8 @@ import time
 from userturn.backends import load_backend
 from userturn.chat.render import render_user_turn
 from userturn.data import load_dataset
-from userturn.labels.classifier import Cascade, LearnedClassifier
+from userturn.labels.classifier import LearnedClassifier
+from userturn.labels.sources import labeller_named
 from userturn.records import Case, GenerationParams, Request
 
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     generations = backend.complete(requests)
     generating = time.perf_counter() - start
-    cascade = Cascade(LearnedClassifier(path=args.classifier) if args.classifier else None)
+    cascade = labeller_named("cascade").case_labeller(args.classifier)
     cascade.classifier.read(Case("Warm up.", "Loaded.", "Ready?", "Ready?"))  # loads the scorer
     cases = [Case(q, a, g.text, g.raw_text, header)
              for (q, a, header), g in zip(contexts, generations)]

@@ -11,6 +11,7 @@ import userturn.labels.classifier as classifier_module
 from userturn.errors import ConfigError
 from userturn.labels.classifier import LearnedClassifier, LinearModel
 from userturn.labels.context import CONTEXT_FEATURES, ContextReading
+from userturn.labels.sources import labeller_named
 from userturn.labels.training import Example, calibrate, context_meta, fit
 from userturn.records import Case
 
@@ -137,7 +138,7 @@ def test_the_context_labeller_on_turns_of_each_generator_and_of_people():
     which its default reader takes instead."""
     from pathlib import Path
 
-    from userturn.labels.classifier import MODEL_FILE, Cascade
+    from userturn.labels.classifier import MODEL_FILE
     from userturn.labels.context import ContextScorer
 
     fixture = Path(__file__).parent / "fixtures" / "pinned_turns.jsonl"
@@ -147,8 +148,9 @@ def test_the_context_labeller_on_turns_of_each_generator_and_of_people():
     # All eight read in one batch (eight answers: padded and masked), as a run's turns are read.
     scorer.read_many([Case(row["query"], row["answer"], row["user_turn"], row["user_turn"])
                       for row in rows.values()])
-    live = Cascade(LearnedClassifier(path=MODEL_FILE, reader=scorer.read))
-    default = Cascade(LearnedClassifier(path=MODEL_FILE))
+    cascade = labeller_named("cascade")
+    live = cascade.case_labeller(learned=LearnedClassifier(path=MODEL_FILE, reader=scorer.read))
+    default = cascade.case_labeller(learned=LearnedClassifier(path=MODEL_FILE))
     for key, (generator, expected) in PINNED.items():
         row = rows[key]
         source = row["source"]

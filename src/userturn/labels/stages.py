@@ -15,13 +15,12 @@ import warnings
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from userturn.errors import TemplateError, UserturnError
-from userturn.labels.classifier import in_chunks
+from userturn.labels.cascade import Labelling, cascade, in_chunks
 from userturn.labels.judge import Judge
 from userturn.labels.majority import store_majority
-from userturn.labels.rules import RulesClassifier
 from userturn.labels.sources import (
     RULES,
     JudgeScope,
@@ -40,16 +39,6 @@ if TYPE_CHECKING:
     from userturn.backends import Backend
     from userturn.labels.plan import JudgeSpec
     from userturn.store.sqlite import Tally
-
-
-
-class Classifier(Protocol):
-    """An offline labeller: a name and version to store its labels under, and one label a case."""
-
-    name: str
-    version: str
-
-    def classify(self, case: Case) -> Label: ...
 
 
 def label_turns(store: RunStore, labeller: Labeller | str = "cascade",
@@ -71,23 +60,27 @@ def label_turns(store: RunStore, labeller: Labeller | str = "cascade",
 def label_offline(store: RunStore, offline: OfflineLabeller,
                   backends: Mapping[str, Backend] | None = None, *,
                   classifier_path: Path | None = None, progress: Progress | None = None) -> int:
-    """The offline labels: the rules on every user turn, and the learned classifier on the turns
-    the rules abstain on (cascade) or on every turn (classifier), each for the turns it has not
-    labelled at its version. The run's turns are read once and passed from stage to stage.
-    Never generates: re-labelling an old run changes its labels only. Returns the labels added."""
+    """The offline labels: the labeller's sources through the cascade (:func:`.cascade.cascade`:
+    the rules on every user turn, the learned classifier on the turns the rules abstain on, or
+    on every turn), each source on the turns it has not labelled at its version, under its own
+    name. The run's turns are read once and a source's verdicts go to the next in memory. Never
+    generates: re-labelling an old run changes its labels only. Returns the labels added."""
     headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
-    # The classifier's parameters are loaded first: a bad file is one error before any labelling.
-    learned = offline.learned_classifier(classifier_path)
+    # Every source is built first: a bad parameters file is one error before any labelling.
+    steps = offline.build(classifier_path)
     turns = [t for t in read_turns(store, RULES) if t.labellable]
-    rules = RulesClassifier()
-    rules_labels = _stored_labels(turns, rules)
-    added = label_with(store, [rules], headers, progress, turns=turns, stored=rules_labels)
-    if learned is not None:
-        # In the cascade the classifier decides only where the rules abstain, so it labels those
-        # turns alone: each costs a reading in context. `--labeller classifier` labels the rest.
-        wanted = turns if offline.learned == "all" else [
-            t for t in turns if rules_labels.get(t.key) is None]
-        added += label_with(store, [learned], headers, progress, turns=wanted)
+    added = 0
+
+    def label(step: int, wanted: list[int]) -> dict[int, str | None]:
+        nonlocal added
+        source = steps[step].labeller
+        chosen = [turns[i] for i in wanted]
+        verdicts = {t.key: lab.label for t in chosen for lab in t.labels
+                    if lab.source == source.name and lab.version == source.version}
+        added += label_with(store, [source], headers, progress, turns=chosen, stored=verdicts)
+        return {i: verdicts.get(turns[i].key) for i in wanted}
+
+    cascade(steps, len(turns), label)
     return added
 
 
@@ -112,13 +105,7 @@ def record_sources(store: RunStore, offline: OfflineLabeller, judges: Sequence[s
     return sources
 
 
-def _stored_labels(turns: Sequence[Turn], rules: Classifier) -> dict[str, str | None]:
-    """The rules' stored verdict of each turn that has one at the rules' version, by key."""
-    return {t.key: lab.label for t in turns for lab in t.labels
-            if lab.source == rules.name and lab.version == rules.version}
-
-
-def label_with(store: RunStore, labellers: Sequence[Classifier],
+def label_with(store: RunStore, labellers: Sequence[Labelling],
                headers: Mapping[str, str] | None = None, progress: Progress | None = None, *,
                turns: Sequence[Turn] | None = None,
                stored: dict[str, str | None] | None = None) -> int:
@@ -149,9 +136,10 @@ def label_with(store: RunStore, labellers: Sequence[Classifier],
 
 def label_cases(labeller: Labeller | str, cases: Sequence[Case], classifier: Path | None = None,
                 progress: Progress | None = None) -> list[Label]:
-    """Label ``cases`` the way a run's offline labeller would: the rules, the classifier
-    (``classifier``: its parameters; default the shipped ones) or the cascade. The turns after
-    one answer are read in context together (:func:`in_chunks`)."""
+    """Label ``cases`` the way a run's offline labeller would (``classifier``: the learned
+    classifier's parameters; default the shipped ones): each case gets the label of the first of
+    its sources that decided it. The turns after one answer are read in context together
+    (:func:`.cascade.in_chunks`)."""
     source = labeller_named(labeller).case_labeller(classifier)
     order = sorted(range(len(cases)), key=lambda i: (cases[i].query, cases[i].answer))
     labels: dict[int, Label] = {}

@@ -139,8 +139,9 @@ def _run(exp: RunSpec, backends: Mapping[str, Backend], executor: Executor,
             if ARM_TABLE[arm].runs_on(backends[spec]):
                 ARM_TABLE[arm].check(backends[spec])
     judges = labelling.build_judges(judge_sleep)
-    # A classifier this machine cannot run fails before generating.
-    labelling.offline.learned_classifier(labelling.classifier)
+    # A labeller this machine cannot run (a classifier without its scorer) fails before
+    # generating.
+    labelling.offline.build(labelling.classifier)
     for dataset in datasets:
         for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
             warnings.warn(note, stacklevel=2)
