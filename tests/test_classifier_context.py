@@ -148,9 +148,10 @@ def test_the_context_labeller_on_turns_of_each_generator_and_of_people():
     # All eight read in one batch (eight answers: padded and masked), as a run's turns are read.
     scorer.read_many([Case(row["query"], row["answer"], row["user_turn"], row["user_turn"])
                       for row in rows.values()])
+    reading, shipped = LearnedClassifier(path=MODEL_FILE, reader=scorer.read), \
+        LearnedClassifier(path=MODEL_FILE)
     cascade = labeller_named("cascade")
-    live = cascade.case_labeller(learned=LearnedClassifier(path=MODEL_FILE, reader=scorer.read))
-    default = cascade.case_labeller(learned=LearnedClassifier(path=MODEL_FILE))
+    live, default = cascade.case_labeller(learned=reading), cascade.case_labeller(learned=shipped)
     for key, (generator, expected) in PINNED.items():
         row = rows[key]
         source = row["source"]
@@ -160,11 +161,11 @@ def test_the_context_labeller_on_turns_of_each_generator_and_of_people():
         # The cascade labels each right (the rules decide a query repeated word for word); the
         # classifier reading in context labels each right on its own too.
         assert live.classify(case).label == expected, key
-        label = live.classifier.classify(case)
+        label = reading.classify(case)
         assert (label.label, label.source) == (expected, "classifier"), key
         assert label.probability is not None and label.probability > 0.5
         assert default.classify(case).label == expected, key
-        stored = default.classifier.read(case)
+        stored = shipped.read(case)
         assert stored is not None
         assert np.allclose(scorer.read(case).features, stored.features, atol=2e-3)
 
