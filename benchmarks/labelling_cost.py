@@ -25,7 +25,6 @@ import time
 from userturn.backends import load_backend
 from userturn.chat.render import render_user_turn
 from userturn.data import load_dataset
-from userturn.labels.classifier import LearnedClassifier
 from userturn.labels.sources import labeller_named
 from userturn.records import Case, GenerationParams, Request
 

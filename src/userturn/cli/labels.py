@@ -18,6 +18,7 @@ from userturn.labels.sources import DEFAULT_LABELLER, LABELLERS
 from userturn.records import LABELS
 from userturn.store.atomic import refuse_to_replace, write_text
 
+
 def add_classifier_parsers(sub: Any) -> None:
     classify = sub.add_parser(
         "classify", help="label a JSONL file of user turns (query, answer, user_turn)",
