@@ -169,6 +169,10 @@ def test_a_new_kind_of_labeller_is_one_row_of_the_table(gsm_file, tmp_path, monk
         assert [(t.label, t.label_source) for t in read_turns(again)] == [
             (t.label, t.label_source) for t in turns]
 
+    # A judge is asked what the sources that decide first leave undecided: here, nothing.
+    with closing(judged_run(gsm_file, tmp_path / "judged", ["openai/a"], "hedges")) as judged:
+        assert not any(lab.source == A for t in read_turns(judged) for lab in t.labels)
+
     # One case at a time, the same cascade: the hedge, else the rules.
     labels = userturn.classify([Case("q", "a", "I am not sure."), Case("q", "a", "Thanks!")],
                                labeller="hedges")

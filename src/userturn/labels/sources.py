@@ -90,7 +90,8 @@ class OfflineLabeller:
         # decides before the judges cannot come after one that decides after them.
         deciding = [offline for offline in self.brings if offline.decides != "never"]
         places = [offline.decides for offline in deciding]
-        if not deciding or deciding[0].reads != "all" or places != sorted(places):
+        ranks = [("first", "last").index(place) for place in places]
+        if not deciding or deciding[0].reads != "all" or ranks != sorted(ranks):
             raise ValueError(f"labeller {self.name!r}: its first deciding source must read "
                              "every turn, and the sources that decide first come first")
 
@@ -118,6 +119,12 @@ class OfflineLabeller:
         if deciding and scope == "all":
             return [*deciding, *names["first"], *names["last"]]
         return [*names["first"], *deciding, *names["last"]]
+
+    def screens(self) -> list[str]:
+        """The sources whose clear cases a judge with scope ``undecided`` is not asked about:
+        all but those that decide last (the rules, in the shipped labellers, even where they
+        never decide: a ``classifier`` run's judge is asked what the rules leave undecided)."""
+        return [offline.family for offline in self.brings if offline.decides != "last"]
 
     def build(self, path: Path | None = None, learned: Labelling | None = None, *,
               deciding: bool = False) -> list[Step]:

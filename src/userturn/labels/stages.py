@@ -152,17 +152,19 @@ def label_cases(labeller: Labeller | str, cases: Sequence[Case], classifier: Pat
 
 def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: JudgeScope,
                    progress: Progress | None = None, threshold: float = 0.7, *,
-                   record: bool = True, classifier: str | None = None) -> int:
+                   record: bool = True, classifier: str | None = None,
+                   offline: OfflineLabeller | None = None) -> int:
     """Label with each judge (each under its own source); with two or more, their majority
     becomes a source of its own that decides in the judges' place (:mod:`.majority`). The run's
     turns are read once for all judges; the run's sources are recorded once, after them (unless
     ``record`` is False: the caller records them). ``classifier``: the run's learned
-    classifier's source (default: the one its recorded sources name). Returns the turns sent,
-    over all judges."""
+    classifier's source (default: the one its recorded sources name); ``offline``: the run's
+    labeller (default: the one it recorded). Returns the turns sent, over all judges."""
     turns = read_turns(store)
     classifier = classifier or classifier_of(store.label_sources())
+    offline = offline or run_labeller(store.meta())
     sent = sum(judge_turns(store, judge, scope, progress, threshold=threshold, turns=turns,
-                           classifier=classifier)
+                           classifier=classifier, offline=offline)
                for judge in judges)
     names = [judge.name for judge in judges]
     if len(judges) > 1:
@@ -170,17 +172,18 @@ def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: JudgeScope,
     # A judge none of whose verdicts ever succeeded decides nothing: the run's sources (and its
     # rates) stay as they were, and nothing says they changed.
     if record and any(store.labelled_keys(judge.name, judge.version) for judge in judges):
-        record_sources(store, run_labeller(store.meta()), names, scope, classifier)
+        record_sources(store, offline, names, scope, classifier)
     return sent
 
 
 def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
                 progress: Progress | None = None, chunk: int = 1,
                 threshold: float = 0.7, turns: Sequence[Turn] | None = None,
-                classifier: str | None = None) -> int:
+                classifier: str | None = None, offline: OfflineLabeller | None = None) -> int:
     """Label the run's user turns (``turns``, as read by the caller, or all) with an LLM judge:
-    those the rules left undecided, those the cascade labelled with a classifier probability
-    below ``threshold`` (``uncertain``), or all.
+    those the rules left undecided (``offline``'s sources that decide before the judges, which
+    default to the run's recorded labeller's), those the cascade labelled with a classifier
+    probability below ``threshold`` (``uncertain``), or all.
 
     Cached by judge name (which carries the rubric version) and generation key: turns this judge
     already labelled successfully are not sent again; a failed verdict (an error label) is
@@ -194,8 +197,10 @@ def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
     candidates = [t for t in (read_turns(store) if turns is None else turns)
                   if t.labellable and t.key not in done]
     classifier = classifier or classifier_of(store.label_sources())
-    wanted = [t for t in candidates if _judge_wanted(t, scope, threshold, classifier)]
-    undecided = [t for t in candidates if _rules_undecided(t)]
+    # The sources whose clear cases stand before the judge (the rules): the run's labeller's.
+    screens = (offline or run_labeller(store.meta())).screens()
+    wanted = [t for t in candidates if _judge_wanted(t, scope, threshold, classifier, screens)]
+    undecided = [t for t in candidates if _undecided(t, screens)]
     if scope == "uncertain" and undecided and not any(
             _stored(t, classifier) for t in undecided):
         raise UserturnError("judge scope 'uncertain' needs the classifier's labels: run "
@@ -223,17 +228,20 @@ def _stored(turn: Turn, source: str) -> StoredLabel | None:
     return next((lab for lab in turn.labels if lab.source == source), None)
 
 
-def _rules_undecided(turn: Turn) -> bool:
-    rules = _stored(turn, RULES)
-    return rules is None or rules.label is None
+def _undecided(turn: Turn, screens: Sequence[str]) -> bool:
+    """Whether none of ``screens`` (the rules, in the shipped labellers) decided the turn."""
+    return all(found is None or found.label is None
+               for found in (_stored(turn, source) for source in screens))
 
 
-def _judge_wanted(turn: Turn, scope: str, threshold: float, classifier: str) -> bool:
+def _judge_wanted(turn: Turn, scope: str, threshold: float, classifier: str,
+                  screens: Sequence[str]) -> bool:
     """Whether the judge is asked about this turn, by scope (``classifier``: the run's learned
-    classifier's source, whose probability ``uncertain`` reads)."""
+    classifier's source, whose probability ``uncertain`` reads; ``screens``: the sources whose
+    clear cases stand)."""
     if scope == "all":
         return True
-    if not _rules_undecided(turn):
+    if not _undecided(turn, screens):
         return False  # the rules' clear cases stand
     if scope == "undecided":
         return True

@@ -229,7 +229,8 @@ def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
         if judges:
             clock.timed("judge", "requests", lambda: judge_with_all(
                 store, judges, labelling.judge_scope, progress,
-                threshold=labelling.judge_threshold, record=False, classifier=classifier))
+                threshold=labelling.judge_threshold, record=False, classifier=classifier,
+                offline=labelling.offline))
     finally:
         # The run's label sources, worked out once from its plan and the judges' names; also
         # when judging stops early (Ctrl-C), so the labels it has decide where they exist.
