@@ -19,6 +19,7 @@ from inspect_ai.scorer import (
 )
 from inspect_ai.solver import TaskState
 
+from userturn.labels.sources import DEFAULT_LABELLER
 from userturn.records import Case, Labeller, is_follow_up
 
 UNDECIDED, INVALID = "undecided", "invalid"
@@ -46,7 +47,7 @@ def _label_of(score: Score) -> str:
 
 
 @scorer(metrics=[follow_up_rate()])
-def user_turn_label(labeller: Labeller = "cascade", judge: str | None = None,
+def user_turn_label(labeller: Labeller = DEFAULT_LABELLER, judge: str | None = None,
                     judge_base_url: str | None = None,
                     classifier: str | Path | None = None) -> Scorer:
     """Label the last user message of each sample with userturn's labeller.

@@ -22,6 +22,7 @@ from userturn.labels.cascade import Labelling, cascade, in_chunks
 from userturn.labels.judge import Judge
 from userturn.labels.majority import store_majority
 from userturn.labels.sources import (
+    DEFAULT_LABELLER,
     RULES,
     JudgeScope,
     OfflineLabeller,
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from userturn.store.sqlite import Tally
 
 
-def label_turns(store: RunStore, labeller: Labeller | str = "cascade",
+def label_turns(store: RunStore, labeller: Labeller = DEFAULT_LABELLER,
                 backends: Mapping[str, Backend] | None = None, *,
                 classifier_path: Path | None = None, progress: Progress | None = None) -> int:
     """Label a run offline and record its label sources (`userturn label`, an lm-eval import):
@@ -134,7 +135,7 @@ def label_with(store: RunStore, labellers: Sequence[Labelling],
     return count
 
 
-def label_cases(labeller: Labeller | str, cases: Sequence[Case], classifier: Path | None = None,
+def label_cases(labeller: Labeller, cases: Sequence[Case], classifier: Path | None = None,
                 progress: Progress | None = None) -> list[Label]:
     """Label ``cases`` the way a run's offline labeller would (``classifier``: the learned
     classifier's parameters; default the shipped ones): each case gets the label of the first of
