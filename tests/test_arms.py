@@ -159,3 +159,56 @@ def test_arms_takes_the_arm_names_only(capsys, tmp_path):
                            str(tmp_path / "x"))
     assert code == 2 and "arms" in err and "continuation" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_the_page_sets_the_arms_side_by_side_and_marks_the_role_boundary(gsm_file, tmp_path,
+                                                                        capsys, browser):
+    from playwright.sync_api import expect
+
+    store, _ = both_arms(gsm_file, tmp_path, temperatures=[0.0])
+    store.close()
+    code, _, _ = run_cli(capsys, "report", str(tmp_path / "run"), "--html")
+    assert code == 0
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_default_timeout(10_000)
+    page.goto((tmp_path / "run" / "report.html").resolve().as_uri())
+    section = page.locator("section#arms")
+    expect(section.locator("h2")).to_have_text("Who speaks next")
+    # One row per condition of the arm: the rates forced and unforced side by side.
+    cells = section.locator("tbody tr").first.locator("td")
+    expect(cells.nth(4)).to_contain_text("50%")  # 3 of 6 continuations open a user turn
+    assert section.locator("svg").count() == 1  # the next-role bars
+    expect(section.locator("svg")).to_contain_text("user header")
+    # The sample browser: the arm is a filter; a continuation's raw text marks where its turn
+    # starts, and one that opened no user turn says what it opened.
+    page.select_option("#f-arm", "continuation")
+    expect(page.locator("#match-count")).to_have_text(str(GSM_ITEMS))
+    expect(page.locator("#cards")).to_contain_text("(the continuation opened an assistant turn)")
+    card = page.locator("#cards > details", has_text=FOLLOW_UP).first
+    card.locator("summary").click()
+    card.locator("button.show").click()
+    expect(card.locator("mark.boundary")).to_have_text("▏user: ")
+    expect(card.locator("pre.raw .before-turn")).to_have_text("<|im_start|>user\n")
+    assert not errors, errors
+
+
+def test_compare_pairs_each_arm_with_the_same_arm(gsm_file, tmp_path, capsys):
+    from userturn.report.view import read_run
+    from userturn.stats.comparison import compare_turns
+
+    a, _ = both_arms(gsm_file, tmp_path / "a", temperatures=[0.0])
+    b = run_experiment(experiment(gsm_file, tmp_path / "b", arms=["opened", "continuation"],
+                                  temperatures=[0.0]),
+                       backends={"fake/scripted": ScoringScript(grounded_script)})
+    runs = [read_run(store) for store in (a, b)]
+    comparisons, _ = compare_turns(runs[0].turns, runs[0].answers, runs[1].turns,
+                                   runs[1].answers)
+    assert sorted(c.arm for c in comparisons) == ["continuation", "opened"]
+    by_arm = {c.arm: c for c in comparisons}
+    # The opened arm's turns are the same script on both sides; the continuations are not.
+    assert by_arm["opened"].follow_up.delta == 0
+    assert by_arm["continuation"].follow_up.items == GSM_ITEMS
+    code, out, _ = run_cli(capsys, "compare", str(a.folder), str(b.folder))
+    assert code == 0 and "arm" in out and "continuation" in out

@@ -153,7 +153,7 @@ def test_annotate_calibration_stores_inclusion_probabilities_the_estimator_uses(
     with closing(RunStore.open(run)) as store:
         turns = read_turns(store, "rules")
         stored = store.meta().annotation_samples["cal"].inclusion
-        assert inclusion_probabilities(store, turns) == stored
+        assert inclusion_probabilities(store.meta(), turns) == stored
     predicted = {t.key: t.follow_up for t in turns}
     assert sorted(stored[k] for k in stored if predicted[k]) == [pytest.approx(5 / 12)] * 5
     assert sorted(stored[k] for k in stored if not predicted[k]) == [pytest.approx(5 / 36)] * 5

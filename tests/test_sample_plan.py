@@ -263,7 +263,7 @@ def _weights(run: Path) -> dict[tuple[Condition, bool], float]:
     the turns they stand for, which must be the stratum's size."""
     with closing(RunStore.read(run)) as store:
         turns = read_turns(store)
-        inclusion = inclusion_probabilities(store, turns)
+        inclusion = inclusion_probabilities(store.meta(), turns)
     sums: dict[tuple[Condition, bool], float] = {}
     for t in turns:
         if t.key in inclusion:

@@ -15,7 +15,8 @@ from userturn.records import COLUMNS, Answer, Case, Label, Message, Turn
 from userturn.stats.arms import ArmRow, arm_rows
 from userturn.store.database import RunStore
 from userturn.store.meta import RunMeta
-from userturn.store.turns import flat_records, label_sources, read_answers, read_turns
+from userturn.store.turns import flat_records, read_answers
+from userturn.store.view import StoredRun, chosen_sources, read_stored_run
 
 if TYPE_CHECKING:
     from userturn.chat.render import Prompt
@@ -51,18 +52,24 @@ class Run:
             return store.meta()
 
     def label_sources(self, labels: Labels = None) -> list[str]:
-        with self._open() as store:
-            return label_sources(store, labels)
+        """The label sources a read with ``labels`` resolves turns with, in priority order."""
+        return chosen_sources(self.meta, labels)
 
     def turns(self, labels: Labels = None) -> list[Turn]:
         """Every generated user turn, with its context, its labels and its resolved label."""
-        with self._open() as store:
-            return read_turns(store, labels)
+        return self.stored(labels).turns
 
     def answers(self) -> list[Answer]:
-        """Every assistant answer the user turns follow, with its task score."""
+        """Every assistant answer the user turns follow, with its task score (the answers
+        alone are read)."""
         with self._open() as store:
             return read_answers(store)
+
+    def stored(self, labels: Labels = None) -> StoredRun:
+        """The run read once, as stored: meta, label sources, turns, answers, run state (what
+        :meth:`view` adds the corrected rates' inputs to)."""
+        with self._open() as store:
+            return read_stored_run(store, labels)
 
     def summary(self, labels: Labels = None) -> list[SummaryRow]:
         """The rows of ``userturn report``'s table: the follow-up rate with its interval, label

@@ -46,7 +46,7 @@ def judge(args: argparse.Namespace, console: Console) -> int:
     from userturn.labels.stages import judge_folder
     from userturn.report.agreement import print_agreement
     from userturn.report.terminal import print_run
-    from userturn.report.view import read_folder
+    from userturn.report.view import view_of
     from userturn.stats.agreement import pairwise_agreement
     from userturn.store.database import RunStore
     from userturn.store.lock import refuse_if_busy
@@ -62,7 +62,7 @@ def judge(args: argparse.Namespace, console: Console) -> int:
                   f"{judged.failed} failed (none generated)"
                   + ("; a failed verdict is never a label: those turns keep the next source's "
                      "label (run judge again to retry them)" if judged.failed else ""))
-    view = read_folder(args.run)
+    view = view_of(judged.run)  # the run as the judges left it: its turns not read again
     if len(judges) > 1:
         print_agreement(pairwise_agreement(view.turns, sources=names), console)
     print_run(view, console)

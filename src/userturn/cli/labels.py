@@ -121,19 +121,21 @@ def label_command(args: argparse.Namespace, console: Console) -> int:
     from userturn.labels.sources import labeller_named
     from userturn.labels.stages import label_turns
     from userturn.store.database import RunStore
+    from userturn.store.view import read_stored_run
 
     # A bad parameters file is refused before the run is touched.
     labeller_named(args.labeller).build(args.classifier)
     # no run, judge or other label writes meanwhile
     with RunStore.writing(args.run, "label") as store:
+        run = read_stored_run(store)  # once: labelled, then shown with what the labelling wrote
         with progress_bars() as progress:
             count = label_turns(store, args.labeller, classifier_path=args.classifier,
-                                progress=progress)
+                                progress=progress, turns=run.turns)
         console.print(f"{count} label(s) added ({args.labeller}); nothing generated")
         from userturn.report.terminal import print_run
-        from userturn.report.view import read_run
+        from userturn.report.view import view_of
 
-        print_run(read_run(store), console)
+        print_run(view_of(run.relabelled(store)), console)
     return 0
 
 

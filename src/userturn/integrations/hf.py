@@ -185,7 +185,7 @@ def export_run(store: RunStore, out: Path, *, force: bool = False) -> int:
     if not view.turns:
         raise StoreError(f"{store.folder} holds no user turns: nothing to export as a dataset "
                          f"(`userturn report {store.folder}` says where the run stopped)")
-    plan = ProbePlan.stored(view.meta.config)  # read once for every row and the card
+    plan = view.meta.stored(ProbePlan)  # read once for every row and the card
     rows = [turn_row(turn, plan.system_prompt) for turn in view.turns]
     splits = {"train": datasets.Dataset.from_list(rows, features=features(RUN_COLUMNS))}
     card = run_card(view.meta, plan, view.turns, view.summary(), Path(store.folder).name,

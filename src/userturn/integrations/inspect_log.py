@@ -52,7 +52,7 @@ def export_inspect(store: RunStore, out: Path, *, force: bool = False) -> int:
     meta = view.meta
     tokens = {key: (row.generation.prompt_tokens or 0, row.generation.completion_tokens or 0)
               for key, row in store.generations([turn.key for turn in view.turns]).items()}
-    plan = ProbePlan.stored(meta.config)  # read once for the whole log
+    plan = meta.stored(ProbePlan)  # read once for the whole log
     samples = [_sample(turn, plan.system_prompt, tokens.get(turn.key)) for turn in view.turns]
     log = log_module.EvalLog(
         status="success", eval=_spec(meta, plan, view.turns, Path(store.folder)),

@@ -90,7 +90,7 @@ def import_samples(paths: Sequence[Path], out: Path, *, labeller: Labeller | Non
     run = samples[0].run
     meta = _run_meta(samples[0].where, run, out, files, list(ran.values()),
                      allow_model_mismatch)
-    chosen = labeller_named(labeller or LabellingPlan.stored(meta.config).labeller).name
+    chosen = labeller_named(labeller or meta.stored(LabellingPlan).labeller).name
     with RunLock(out, "import"):
         store = RunStore.create(out)
         try:

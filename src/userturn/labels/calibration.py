@@ -54,9 +54,9 @@ from userturn.stats.planning import (
     split,
 )
 from userturn.store.database import RunStore
-from userturn.store.meta import AnnotationSample
+from userturn.store.meta import AnnotationSample, RunMeta
 from userturn.store.rows import LabelRow
-from userturn.store.turns import read_turns
+from userturn.store.turns import read_turns, with_sources
 
 PREDICTED = ("follow_up", "other")  # the calibration strata
 # Human labels come as JSON Lines (a .json file too, one object a line) or else as CSV.
@@ -242,12 +242,12 @@ def progress_of(plans: Sequence[ConditionPlan], mine: set[str]) -> dict[str, Any
             "conditions": rows, "short": len(rows) - len(reachable)}
 
 
-def inclusion_probabilities(store: RunStore, turns: Sequence[Turn]) -> dict[str, float]:
+def inclusion_probabilities(meta: RunMeta, turns: Sequence[Turn]) -> dict[str, float]:
     """``key -> inclusion probability`` of the turns labelled by the first human source that
     labelled them (the human label the correction uses, see :func:`human_label`); a turn a
     calibration sample lists (its own, or one labelled before it was drawn) takes the latest
-    such sample's probability, as labelled so far."""
-    meta = store.meta()
+    such sample's probability, as labelled so far. ``turns``: every turn of the run, as read
+    (each with all its stored labels), so nothing is read again; ``meta``: its metadata."""
     by_source: dict[str, set[str]] = {}
     for turn in turns:
         source = human_label(turn)[1]
@@ -261,7 +261,7 @@ def inclusion_probabilities(store: RunStore, turns: Sequence[Turn]) -> dict[str,
         if stored and keys <= set(stored):
             continue  # below, with every calibration sample
         if sample is not None and sample.strata_source and keys <= set(sample.keys):
-            out.update(_stratified_inclusion(store, sample, keys))
+            out.update(_stratified_inclusion(turns, sample, keys))
         else:
             out.update(dict.fromkeys(keys, min(1.0, len(keys) / max(1, len(eligible)))))
     labelled = set().union(*by_source.values()) if by_source else set()
@@ -289,11 +289,13 @@ def _realised(stored: Mapping[str, float], labelled: set[str],
     return out
 
 
-def _stratified_inclusion(store: RunStore, sample: AnnotationSample,
+def _stratified_inclusion(turns: Sequence[Turn], sample: AnnotationSample,
                           keys: set[str]) -> dict[str, float]:
-    """An annotation sample stratified by a source's seven labels: slots over stratum size."""
+    """An annotation sample stratified by a source's seven labels: slots over stratum size
+    (the strata are the run's turns resolved by that source alone)."""
+    strata = [sample.strata_source] if sample.strata_source else []
     stratum_of = {t.key: t.label or "undecided"
-                  for t in read_turns(store, sample.strata_source) if t.labellable}
+                  for t in with_sources(turns, strata) if t.labellable}
     sizes: dict[str, int] = {}
     for stratum in stratum_of.values():
         sizes[stratum] = sizes.get(stratum, 0) + 1

@@ -13,10 +13,10 @@ from collections import Counter
 from typing import Sequence
 
 from userturn.labels.sources import MAJORITY
-from userturn.records import Label
+from userturn.records import Label, Turn
 from userturn.store.database import RunStore
 from userturn.store.rows import LabelRow
-from userturn.store.turns import read_turns
+from userturn.store.turns import read_labels, read_turns, with_labels
 
 
 def majority_label(verdicts: dict[str, str | None], judges: Sequence[str]) -> Label:
@@ -29,13 +29,17 @@ def majority_label(verdicts: dict[str, str | None], judges: Sequence[str]) -> La
     return Label(None, source=MAJORITY, error=f"no majority ({split})")
 
 
-def store_majority(store: RunStore, judges: Sequence[str]) -> int:
+def store_majority(store: RunStore, judges: Sequence[str],
+                   turns: Sequence[Turn] | None = None) -> int:
     """Store the majority of ``judges`` for every turn at least one of them labelled, as a
     source of its own (``judges:majority``), which the run's sources then put where a single
-    judge would stand (:class:`.sources.OfflineLabeller`)."""
+    judge would stand (:class:`.sources.OfflineLabeller`). ``turns``: the run's turns as read
+    before the judges, whose labels are read again (the judges' verdicts); default: all read."""
     version = "+".join(judges)
     rows = []
-    for turn in read_turns(store, list(judges)):
+    read = read_turns(store, list(judges)) if turns is None else with_labels(
+        turns, read_labels(store), list(judges))
+    for turn in read:
         verdicts = {lab.source: lab.label for lab in turn.labels if lab.source in judges}
         if verdicts:
             rows.append(LabelRow(turn.key, version, majority_label(verdicts, judges)))

@@ -35,6 +35,7 @@ from userturn.records import Case, Label, Labeller, Progress, StoredLabel, Turn,
 from userturn.store.database import RunStore
 from userturn.store.rows import LabelRow
 from userturn.store.turns import read_turns
+from userturn.store.view import StoredRun, read_stored_run
 
 if TYPE_CHECKING:
     from userturn.backends import Backend
@@ -44,13 +45,15 @@ if TYPE_CHECKING:
 
 def label_turns(store: RunStore, labeller: Labeller = DEFAULT_LABELLER,
                 backends: Mapping[str, Backend] | None = None, *,
-                classifier_path: Path | None = None, progress: Progress | None = None) -> int:
+                classifier_path: Path | None = None, progress: Progress | None = None,
+                turns: Sequence[Turn] | None = None) -> int:
     """Label a run offline and record its label sources (`userturn label`, an lm-eval import):
     :func:`label_offline`, then the run's sources with the judges that already decide it kept.
-    Returns the labels added."""
+    ``turns``: the run's turns as the caller read them (default: read here). Returns the labels
+    added."""
     offline = labeller_named(labeller)
     count = label_offline(store, offline, backends, classifier_path=classifier_path,
-                          progress=progress)
+                          progress=progress, turns=turns)
     # A judged run keeps the judge (or the judges' majority) that decides it.
     judges = judge_sources(store.label_sources())
     record_sources(store, offline, judges[:1], "undecided",
@@ -60,16 +63,19 @@ def label_turns(store: RunStore, labeller: Labeller = DEFAULT_LABELLER,
 
 def label_offline(store: RunStore, offline: OfflineLabeller,
                   backends: Mapping[str, Backend] | None = None, *,
-                  classifier_path: Path | None = None, progress: Progress | None = None) -> int:
+                  classifier_path: Path | None = None, progress: Progress | None = None,
+                  turns: Sequence[Turn] | None = None) -> int:
     """The offline labels: the labeller's sources through the cascade (:func:`.cascade.cascade`:
     the rules on every user turn, the learned classifier on the turns the rules abstain on, or
     on every turn), each source on the turns it has not labelled at its version, under its own
-    name. The run's turns are read once and a source's verdicts go to the next in memory. Never
-    generates: re-labelling an old run changes its labels only. Returns the labels added."""
+    name. The run's turns (``turns``, as the caller read them, or read here) are passed from
+    source to source, with what each stored. Never generates: re-labelling an old run changes
+    its labels only. Returns the labels added."""
     headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
     # Every source is built first: a bad parameters file is one error before any labelling.
     steps = offline.build(classifier_path)
-    turns = [t for t in read_turns(store, RULES) if t.labellable]
+    # Only each turn's stored labels are read below, never its resolved label: any sources do.
+    turns = [t for t in (read_turns(store, RULES) if turns is None else turns) if t.labellable]
     added = 0
 
     def label(step: int, wanted: list[int]) -> dict[int, str | None]:
@@ -154,14 +160,17 @@ def label_cases(labeller: Labeller, cases: Sequence[Case], classifier: Path | No
 def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: JudgeScope,
                    progress: Progress | None = None, threshold: float = 0.7, *,
                    record: bool = True, classifier: str | None = None,
+                   turns: Sequence[Turn] | None = None,
                    offline: OfflineLabeller | None = None) -> int:
     """Label with each judge (each under its own source); with two or more, their majority
     becomes a source of its own that decides in the judges' place (:mod:`.majority`). The run's
-    turns are read once for all judges; the run's sources are recorded once, after them (unless
-    ``record`` is False: the caller records them). ``classifier``: the run's learned
-    classifier's source (default: the one its recorded sources name); ``offline``: the run's
-    labeller (default: the one it recorded). Returns the turns sent, over all judges."""
-    turns = read_turns(store)
+    turns (``turns``, as the caller read them with the labels stored so far, or read here) are
+    shared by all judges, and the majority re-reads only the labels; the run's sources are
+    recorded once, after them (unless ``record`` is False: the caller records them).
+    ``classifier``: the run's learned classifier's source (default: the one its recorded sources
+    name); ``offline``: the run's labeller (default: the one it recorded). Returns the turns
+    sent, over all judges."""
+    turns = read_turns(store) if turns is None else turns
     classifier = classifier or classifier_of(store.label_sources())
     offline = offline or run_labeller(store.meta())
     sent = sum(judge_turns(store, judge, scope, progress, threshold=threshold, turns=turns,
@@ -169,7 +178,7 @@ def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: JudgeScope,
                for judge in judges)
     names = [judge.name for judge in judges]
     if len(judges) > 1:
-        store_majority(store, names)
+        store_majority(store, names, turns)
     # A judge none of whose verdicts ever succeeded decides nothing: the run's sources (and its
     # rates) stay as they were, and nothing says they changed.
     if record and any(store.labelled_keys(judge.name, judge.version) for judge in judges):
@@ -261,11 +270,13 @@ def _assistant_header(backend: Backend) -> str:
 
 @dataclass(frozen=True)
 class Judged:
-    """What ``userturn judge`` did to a run: the turns sent to its judges (over all of them)
-    and the tally of their requests (failed verdicts among them)."""
+    """What ``userturn judge`` did to a run: the turns sent to its judges (over all of them),
+    the tally of their requests (failed verdicts among them) and the run as it stands after them
+    (read once, its labels and metadata read again after the judges: what the report shows)."""
 
     sent: int
     tally: Tally
+    run: StoredRun
 
     @property
     def failed(self) -> int:
@@ -278,9 +289,10 @@ def judge_folder(folder: Path, judges: Sequence[Judge], spec: JudgeSpec,
     scope and threshold), under the folder's lock: the store is checked before the lock is
     taken, so a refusal writes nothing. Generates nothing."""
     with RunStore.writing(folder, "judge") as store:
+        run = read_stored_run(store)
         sent = judge_with_all(store, judges, spec.judge_scope, progress,
-                              threshold=spec.judge_threshold)
-        return Judged(sent, store.tally)
+                              threshold=spec.judge_threshold, turns=run.turns)
+        return Judged(sent, store.tally, run.relabelled(store))
 
 
 def import_human_labels(folder: Path, file: Path, annotator: str) -> int:

@@ -54,9 +54,10 @@ from userturn.records import (
 )
 from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
-from userturn.store.meta import StageTime
+from userturn.store.meta import RunMeta, StageTime
 from userturn.store.rows import ContextRow, GenerationRow, ScoreRow
 from userturn.store.sqlite import DB_NAME, generation_key
+from userturn.store.turns import read_labels, read_turns, with_labels
 from userturn.version import __version__
 
 
@@ -146,7 +147,7 @@ def _run(exp: RunSpec, backends: Mapping[str, Backend], executor: Executor,
         for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
             warnings.warn(note, stacklevel=2)
     store = RunStore.create(plan.output)  # the caller holds the folder's RunLock
-    replaced = _replaced_settings(store.meta().config, exp)
+    replaced = _replaced_settings(store.meta(), exp)
     if replaced:
         warnings.warn(f"{plan.output} held another experiment ({replaced}): its plan is replaced "
                       "by this one, so reports show this one; everything it generated stays "
@@ -175,13 +176,13 @@ def _run(exp: RunSpec, backends: Mapping[str, Backend], executor: Executor,
 PROMPT_SETTINGS = ("tokenizer", "prompt_as")
 
 
-def _replaced_settings(stored: Mapping[str, Any] | None, exp: RunSpec) -> str:
+def _replaced_settings(stored: RunMeta, exp: RunSpec) -> str:
     """What differs between the folder's experiment and this one ("" when it is the same one,
     or the folder is new), as "limit 6 -> 3; temperatures [0.0, 1.0] -> [0.0]"."""
-    if not stored:
+    if not stored.config:
         return ""
     try:
-        before = [(ProbePlan.stored(stored), exp.plan), (EngineSpec.stored(stored), exp.engine)]
+        before = [(stored.stored(ProbePlan), exp.plan), (stored.stored(EngineSpec), exp.engine)]
     except ConfigError:
         return "an experiment this version does not read"
     changes = []
@@ -221,16 +222,20 @@ def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
             with clock.generating("user turns"):
                 user_stage(store, backends[spec], dataset, sets, plan, executor, progress)
         _human_stage(store, dataset, answers.get(answers_as(backends[probers[0]]), {}))
+    # The turns are read once for the labelling stages; the judges see the offline labels by
+    # reading the labels alone again.
+    turns = read_turns(store)
     clock.timed("labelling", "labels", lambda: label_offline(
         store, labelling.offline, backends, classifier_path=labelling.classifier,
-        progress=progress))
+        progress=progress, turns=turns))
     classifier = labelling.offline.classifier_source(labelling.classifier)
     try:
         if judges:
+            labelled = with_labels(turns, read_labels(store), store.label_sources())
             clock.timed("judge", "requests", lambda: judge_with_all(
                 store, judges, labelling.judge_scope, progress,
                 threshold=labelling.judge_threshold, record=False, classifier=classifier,
-                offline=labelling.offline))
+                turns=labelled, offline=labelling.offline))
     finally:
         # The run's label sources, worked out once from its plan and the judges' names; also
         # when judging stops early (Ctrl-C), so the labels it has decide where they exist.

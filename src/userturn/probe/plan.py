@@ -4,7 +4,7 @@ user-turn variants, with the values parsed once (a ``Perturbation``, a ``UserVar
 The probe's stages read this spec only (:mod:`.pipeline`); how the models run is the engine's spec
 (:mod:`.engine`), how turns are labelled the labelling plan (:mod:`userturn.labels.plan`), and
 ``userturn.config.Experiment`` composes the three under the YAML keys and flags users know. A run
-stores the experiment it ran; ``ProbePlan.stored(meta.config)`` reads the plan back for the report
+stores the experiment it ran; ``meta.stored(ProbePlan)`` reads the plan back for the report
 and the exports.
 """
 

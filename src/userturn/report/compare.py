@@ -14,13 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 from userturn.errors import ConfigError
-from userturn.labels.calibration import inclusion_probabilities
 from userturn.report import markup
 from userturn.report.numbers import difference, percent, temperature, temperature_label
+from userturn.report.view import RunView, read_run
 from userturn.stats.comparison import AccuracyComparison, Comparison, compare_turns
 from userturn.stats.rates import direction
 from userturn.store.database import RunStore
-from userturn.store.turns import check_label_sources, read_answers, read_turns
+from userturn.store.turns import check_label_sources
 
 
 def compare_runs(a: RunStore, b: RunStore, *,
@@ -28,10 +28,13 @@ def compare_runs(a: RunStore, b: RunStore, *,
                                                                list[AccuracyComparison]]:
     """B minus A on shared items, each run read once. ``labels``: the label sources, in priority
     order, that both runs are read with (default: each run's own)."""
-    turns_a, turns_b = read_turns(a, labels), read_turns(b, labels)
-    # Per run: the same generation (same key) can be in both runs, labelled by different samples.
-    inclusion = (inclusion_probabilities(a, turns_a), inclusion_probabilities(b, turns_b))
-    return compare_turns(turns_a, read_answers(a), turns_b, read_answers(b), inclusion)
+    return compare_views(read_run(a, labels), read_run(b, labels))
+
+
+def compare_views(a: RunView, b: RunView) -> tuple[list[Comparison], list[AccuracyComparison]]:
+    """B minus A on shared items, of two runs already read. Each run's human labels stand for
+    their own run: the same generation (same key) can be in both, labelled by different samples."""
+    return compare_turns(a.turns, a.answers, b.turns, b.answers, (a.inclusion, b.inclusion))
 
 
 def compare_folders(a: Path, b: Path, *, labels: Sequence[str] | None = None
@@ -72,13 +75,17 @@ def print_comparison(comparisons: Sequence[Comparison],
         console.print(fixed)
     table = Table(title=f"Follow-up rate{', raw' if corrected else ''}, B minus A on shared "
                         f"items (A = {names[0]}, B = {names[1]}; paired 95% CI)")
-    for column in ("A", "B", "dataset", "answerer", "perturbation", "T", "items", "A rate",
-                   "B rate", "difference [95% CI]", "McNemar p", "dropped A/B"):
-        table.add_column(column, justify="left" if column in ("A", "B", "dataset", "answerer",
-                                                              "perturbation") else "right")
+    arms = _arms(comparisons)
+    for column in ("A", "B", *(["arm"] if arms else []), "dataset", "answerer", "perturbation",
+                   "T", "items", "A rate", "B rate", "difference [95% CI]", "McNemar p",
+                   "dropped A/B"):
+        table.add_column(column, justify="left" if column in ("A", "B", "arm", "dataset",
+                                                              "answerer", "perturbation")
+                         else "right")
     for c in comparisons:
         d = c.follow_up
-        table.add_row(c.model_a, c.model_b, c.dataset, c.answerer, c.perturbation,
+        table.add_row(c.model_a, c.model_b, *([c.arm] if arms else []), c.dataset, c.answerer,
+                      c.perturbation,
                       temperature(c.temperature), str(d.items),
                       _pct(d.a.value), _pct(d.b.value), difference(d),
                       "-" if c.mcnemar is None else f"{c.mcnemar.p_value:.3g}",
@@ -172,14 +179,17 @@ def comparison_html(comparisons: Sequence[Comparison], accuracy: Sequence[Accura
     rows = [plots.ForestRow(
         group=f"{c.model_a} → {c.model_b} · {c.dataset}" + (
             f" · answerer {c.answerer}" if c.answerer != "self" else ""),
-        name=f"{c.perturbation} · {temperature_label(c.temperature)}",
+        name=f"{c.perturbation} · {temperature_label(c.temperature)}"
+             + (f" · {c.arm}" if c.arm != "opened" else ""),
         delta=c.follow_up.delta, low=c.follow_up.low, high=c.follow_up.high,
         verdict=direction(c.follow_up), note=difference(c.follow_up)) for c in comparisons]
     forest = plots.forest(rows, x_label="B minus A, follow-up rate (percentage points)",
                           legend=COMPARE_LEGEND) if rows else ""
-    header = ("A", "B", "dataset", "answerer", "perturbation", "T", "items", "A rate", "B rate",
-              "difference [95% CI]", "McNemar p", "dropped A/B")
-    body = [(c.model_a, c.model_b, c.dataset, c.answerer, c.perturbation,
+    arms = _arms(comparisons)
+    header = ("A", "B", *(["arm"] if arms else []), "dataset", "answerer", "perturbation", "T",
+              "items", "A rate", "B rate", "difference [95% CI]", "McNemar p", "dropped A/B")
+    body = [(c.model_a, c.model_b, *([c.arm] if arms else []), c.dataset, c.answerer,
+             c.perturbation,
              temperature(c.temperature), c.follow_up.items,
              _pct(c.follow_up.a.value), _pct(c.follow_up.b.value), difference(c.follow_up),
              "-" if c.mcnemar is None else f"{c.mcnemar.p_value:.3g}",
@@ -209,3 +219,8 @@ def _escaped_table(header: Sequence[str], rows: Sequence[Sequence[Any]], numeric
     """The report's table of plain values: every cell is run metadata or a number, escaped."""
     return markup.table([markup.esc(h) for h in header],
                         [[markup.esc(v) for v in row] for row in rows], numeric_from=numeric_from)
+
+
+def _arms(comparisons: Sequence[Comparison]) -> bool:
+    """Whether the comparisons name a probe arm other than the opened one (then an arm column)."""
+    return any(c.arm != "opened" for c in comparisons)

@@ -101,7 +101,7 @@ def _planned_models(meta: RunMeta) -> list[str]:
     """The models the run planned, in its order (none where it stored no plan this version
     reads: the turns then give the models)."""
     try:
-        return ProbePlan.stored(meta.config).models if meta.config else []
+        return meta.stored(ProbePlan).models if meta.config else []
     except ConfigError:
         return []
 
@@ -109,7 +109,7 @@ def _planned_models(meta: RunMeta) -> list[str]:
 def planned_perturbations(meta: RunMeta) -> list[Perturbation]:
     """The perturbations the run planned (none where it stored no plan this version reads)."""
     try:
-        return ProbePlan.stored(meta.config).perturbations if meta.config else []
+        return meta.stored(ProbePlan).perturbations if meta.config else []
     except ConfigError:
         return []
 

@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from userturn.errors import ConfigError
 from userturn.probe.plan import ProbePlan
@@ -22,6 +22,7 @@ from userturn.report.compute import Report, categories
 from userturn.report.markup import esc, fill, json_for_script, now
 from userturn.report.tables import export_tables
 from userturn.store.atomic import make_folder, refuse_to_replace, write_text
+from userturn.store.meta import RunMeta
 
 # The sample browser's long texts, stored once in the page and referred to by index.
 SHARED_TEXTS = ("query", "answer", "prompt")
@@ -37,11 +38,12 @@ def render_page(report: Report, template: str, data: dict[str, Any], links: Sequ
     parts = [sections.summary(report), sections.temperature_plot(report),
              sections.accuracy_plot(report), sections.labels_plot(report),
              sections.perturbations(report), sections.user_variants(report),
-             sections.right_wrong(report), agreement,
+             sections.arms(report), sections.right_wrong(report), agreement,
              sections.samples(), sections.export(links)]
     shown = {"perturbations": bool(report.comparisons or report.unapplied),
              "agreement": bool(agreement),
-             "user-variants": bool(report.variants)}
+             "user-variants": bool(report.variants),
+             "arms": any(turn.arm != "opened" for turn in report.turns)}
     nav = "".join(f'<a href="#{sid}">{esc(title)}</a>' for sid, title in _NAV
                   if shown.get(sid, True))
     return fill(template, {"TITLE": esc(f"userturn report: {report.folder.name}"),
@@ -68,7 +70,8 @@ def _caveats(body: str) -> str:
 
 _NAV = [("summary", "Summary"), ("temperature", "Temperature"), ("accuracy", "Accuracy"),
         ("labels", "Labels"), ("perturbations", "Perturbations"),
-        ("user-variants", "User-turn openings"), ("right-wrong", "Right vs wrong"),
+        ("user-variants", "User-turn openings"), ("arms", "Who speaks next"),
+        ("right-wrong", "Right vs wrong"),
         ("agreement", "Agreement"), ("samples", "Samples"), ("export", "Export")]
 
 
@@ -112,17 +115,17 @@ def _header(report: Report) -> str:
     facts = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in items)
     settings = "".join(f'<div><span class="k">{esc(k)}</span> {esc(_setting(v))}</div>'
                        for k, v in config.items())
-    return (f'<p class="design">{esc(_design(config))}</p><dl class="facts">{facts}</dl>'
+    return (f'<p class="design">{esc(_design(meta))}</p><dl class="facts">{facts}</dl>'
             f'<details class="config"><summary>Full experiment config</summary>'
             f'<div class="settings">{settings}</div></details>')
 
 
-def _design(config: Mapping[str, Any]) -> str:
+def _design(meta: RunMeta) -> str:
     """One line: the experiment's design, e.g. 2 models × 1 dataset × T {0, 1} × 4 samples."""
-    if not config:
+    if not meta.config:
         return "No experiment config stored in this run."
     try:
-        plan = ProbePlan.stored(config)
+        plan = meta.stored(ProbePlan)
     except ConfigError as exc:  # a run this version cannot read: said, and the rest still shown
         return str(exc)
     temps = ", ".join(f"{t:g}" for t in plan.temperatures)
@@ -188,6 +191,7 @@ def browser_data(report: Report) -> dict[str, Any]:
         record.update({name: ref(record[name]) for name in SHARED_TEXTS})
         record["labels"] = [[lab.source, lab.label, lab.rationale, lab.error]
                             for lab in turn.labels]
+        record["boundary"] = turn.boundary  # a continuation's: where the turn it opened starts
         turns.append(record)
     return {"texts": list(texts), "turns": turns, "colours": plots.LABEL_COLOURS,
             "categories": [key for key, _ in categories(report.rows)]}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from html import escape
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from userturn.report.numbers import percent, temperature_axis
 from userturn.taxonomy import TAXONOMY
@@ -214,14 +214,26 @@ def scatter_panel(title: str, note: str, dots: Sequence[Dot], *, y_top: float, s
 class Bar:
     group: str
     name: str
-    counts: dict[str, int]
+    counts: Mapping[str, float]  # counts of turns, or shares (stacked_bars(counted=False))
 
 
-def stacked_bars(bars: Sequence[Bar], categories: Sequence[tuple[str, str]]) -> str:
+# The continuation arm's next-role probabilities: the user header in the follow-up's blue family,
+# the assistant's in the drift colour's, the end of sequence grey, anything else pale.
+ROLE_COLOURS = {"user": "#0072b2", "assistant": "#d55e00", "end": "#7f7f7f", "other": "#e6e6e6"}
+
+
+def stacked_bars(bars: Sequence[Bar], categories: Sequence[tuple[str, str]], *,
+                 colours: Mapping[str, str] | None = None,
+                 axis: str = "Share of generated user turns",
+                 title: str = "Label distribution of the generated user turns",
+                 counted: bool = True) -> str:
     """Horizontal bars of shares (each bar sums to 100% of its turns), grouped under headings.
-    ``categories``: (key, legend name) in stacking order; colours from LABEL_COLOURS."""
+    ``categories``: (key, legend name) in stacking order; colours from ``colours`` (default
+    LABEL_COLOURS). ``counted``: the bars hold counts (a segment's tip says how many of how
+    many); else shares already (a segment's tip says its share)."""
+    colours = colours or LABEL_COLOURS
     width, left, bar_w = 900, 290, 550
-    legend, legend_h = _swatch_legend(categories, 8, 10, width - 16)
+    legend, legend_h = _swatch_legend(categories, 8, 10, width - 16, colours)
     body, y, group = legend, 10 + legend_h + 12, None
     for bar in bars:
         if bar.group != group:
@@ -229,34 +241,33 @@ def stacked_bars(bars: Sequence[Bar], categories: Sequence[tuple[str, str]]) -> 
             y += 8 if body is not legend else 0
             body.append(_text(8, y + 14, shorten(group, 60), weight="600"))
             y += 22
-        body.extend(_bar_row(bar, categories, y, left, bar_w))
+        body.extend(_bar_row(bar, categories, y, left, bar_w, colours, counted))
         y += 24
     axis_y = y + 4
     for k in range(5):
         x = left + k / 4 * bar_w
         body.append(_line(x, axis_y, x, axis_y + 4, MUTED))
         body.append(_text(x, axis_y + 18, percent(k / 4), anchor="middle", fill=MUTED))
-    body.append(_text(left + bar_w / 2, axis_y + 38, "Share of generated user turns",
-                      anchor="middle", weight="600"))
-    return _svg(width, axis_y + 48, body, "Label distribution of the generated user turns", "bars")
+    body.append(_text(left + bar_w / 2, axis_y + 38, axis, anchor="middle", weight="600"))
+    return _svg(width, axis_y + 48, body, title, "bars")
 
 
 def _swatch_legend(categories: Sequence[tuple[str, str]], x0: float, y0: float,
-                   room: float) -> tuple[list[str], float]:
+                   room: float, colours: Mapping[str, str]) -> tuple[list[str], float]:
     out, x, y = [], x0, y0
     for key, name in categories:
         need = 22 + CHAR * len(name) + 18
         if x + need > x0 + room:
             x, y = x0, y + 22
         out.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="14" height="14" rx="2" '
-                   f'fill="{LABEL_COLOURS[key]}" stroke="#0002"/>')
+                   f'fill="{colours[key]}" stroke="#0002"/>')
         out.append(_text(x + 20, y + 12, name))
         x += need
     return out, y - y0 + 16
 
 
 def _bar_row(bar: Bar, categories: Sequence[tuple[str, str]], y: float, left: float,
-             bar_w: float) -> list[str]:
+             bar_w: float, colours: Mapping[str, str], counted: bool) -> list[str]:
     total = sum(bar.counts.values())
     out = [_text(left - 10, y + 13, shorten(bar.name, 40), anchor="end")]
     x = left
@@ -265,8 +276,9 @@ def _bar_row(bar: Bar, categories: Sequence[tuple[str, str]], y: float, left: fl
         if not count:
             continue
         w = count / total * bar_w
-        colour = LABEL_COLOURS[key]
-        tip = f"{bar.group} · {bar.name}: {name} {count} of {total} ({percent(count / total)})"
+        colour = colours[key]
+        tip = (f"{bar.group} · {bar.name}: {name} {count} of {total} ({percent(count / total)})"
+               if counted else f"{bar.group} · {bar.name}: {name} {percent(count / total, 1)}")
         out.append(f'<rect x="{_f(x)}" y="{_f(y)}" width="{_f(w)}" height="18" fill="{colour}">'
                    f'<title>{_e(tip)}</title></rect>')
         if w >= 34:
@@ -275,7 +287,8 @@ def _bar_row(bar: Bar, categories: Sequence[tuple[str, str]], y: float, left: fl
         x += w
     if not total:
         out.append(_text(left + 4, y + 13, "no turns", fill=MUTED))
-    out.append(_text(left + bar_w + 8, y + 13, f"n={total}", fill=MUTED, size=11.5))
+    if counted:
+        out.append(_text(left + bar_w + 8, y + 13, f"n={total}", fill=MUTED, size=11.5))
     return out
 
 

@@ -20,6 +20,7 @@ from userturn.report.numbers import (
     temperature_axis,
 )
 from userturn.report.summary import correction_hint, offline_notes
+from userturn.stats.arms import arm_rows
 from userturn.stats.correction import MIN_HUMAN_LABELS
 from userturn.stats.effects import PerturbationEffect
 from userturn.stats.rates import Difference, McNemar, Rate
@@ -239,6 +240,46 @@ def _rate_n(rate: Rate) -> str:
     return f'{rate_html(rate)} <span class="ci">n={rate.n}</span>'
 
 
+# -- the continuation arm --------------------------------------------------------------------------
+def arms(report: Report) -> str:
+    """The continuation arm beside the opened one: the rates forced (opened) and unforced side by
+    side, paired over items, and the next-role probabilities per model as bars. Empty for a run
+    of the opened arm alone."""
+    rows = arm_rows(report.turns)
+    if not rows:
+        return ""
+    intro = ("The continuation arm does not hand the model the user's seat: the conversation "
+             "ends as the template ends a past turn and the model goes on. Unforced: follow-ups "
+             "over every continuation (one that had another role speak is no follow-up); of user "
+             "turns: over those it wrote; opened: the probe's own rate on the same items, and the "
+             "difference paired over items. 95% intervals clustered by item (docs/arms.md).")
+    headers = ["model", "dataset", "T", "n", "opens a user turn", "unforced follow-up",
+               "of user turns written", "opened arm", "unforced − opened, pp"]
+    body = [[esc(r.condition.model), esc(r.condition.dataset),
+             temperature(r.condition.temperature), str(r.continuations),
+             rate_html(r.opens_user), rate_html(r.unforced),
+             rate_html(r.written) if r.written else "–",
+             rate_html(r.opened) if r.opened else "–",
+             _difference_cell(r.difference) if r.difference else "–"] for r in rows]
+    names = {"user": "user header", "assistant": "assistant header", "end": "end of sequence",
+             "other": "anything else"}
+    bars = [plots.Bar(r.condition.model, f"{r.condition.dataset} · "
+                      f"{temperature(r.condition.temperature)}", r.next_role)
+            for r in rows if r.next_role]
+    svg = plots.stacked_bars(
+        bars, list(names.items()), colours=plots.ROLE_COLOURS, counted=False,
+        axis="Mean probability of what comes next after the closed conversation",
+        title="Next-role probabilities") if bars else ""
+    figure = f"<figure>{svg}</figure>" if svg else ""
+    firsts = "; ".join(f"{esc(r.condition.model)} T={temperature(r.condition.temperature)}: "
+                       + ", ".join(f"{role} {n}" for role, n in r.roles.items()) for r in rows)
+    return section("arms", "Who speaks next", intro,
+                   table(headers, body, numeric_from=2,
+                         groups=group_starts([r.condition.model for r in rows]))
+                   + f'<p class="note">What the continuations opened first: {firsts}.</p>'
+                   + figure)
+
+
 # -- joint table -----------------------------------------------------------------------------------
 def right_wrong(report: Report) -> str:
     intro = ("Does the model follow up more when its answer was wrong? The follow-up rate of "
@@ -263,7 +304,8 @@ def right_wrong(report: Report) -> str:
 # -- samples and export ----------------------------------------------------------------------------
 def samples() -> str:
     selects = "".join(f'<label>{name}<select id="f-{field}" data-field="{field}"></select></label>'
-                      for field, name in (("model", "Model"), ("answerer", "Answerer"),
+                      for field, name in (("model", "Model"), ("arm", "Arm"),
+                                          ("answerer", "Answerer"),
                                           ("dataset", "Dataset"), ("temperature", "Temperature"),
                                           ("perturbation", "Perturbation"), ("status", "Label")))
     intro = ("Every generated user turn with the query, the assistant answer it followed, every "

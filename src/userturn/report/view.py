@@ -1,9 +1,10 @@
 """A run read once: everything the terminal tables, the HTML report and the Python API show.
 
-``read_run`` is the read path of every reader of a finished (or running) run: it takes the label
-sources, reads the turns and answers with them, works out the human labels' inclusion
-probabilities and where the run stands, and returns them as one :class:`RunView`. What is shown
-is then computed from the view, never read again.
+``read_run`` is the read path of every reader of a finished (or running) run: it reads the run
+once (``userturn.store.view.read_stored_run``: metadata, label sources, turns, answers, where
+it stands), works out the human labels' inclusion probabilities from the turns read, and returns
+them as one :class:`RunView`; a command that has read the run already (to label it first) makes
+its view with :func:`view_of`. What is shown is then computed from the view, never read again.
 """
 
 from __future__ import annotations
@@ -15,28 +16,21 @@ from typing import Mapping, Sequence
 
 from userturn.labels.calibration import inclusion_probabilities
 from userturn.labels.sources import is_offline
-from userturn.records import Answer, Turn
 from userturn.report.compute import Report, build_report
 from userturn.stats.summary import SummaryRow, summarize
 from userturn.store.database import RunStore
-from userturn.store.meta import RunMeta
-from userturn.store.runstate import RunState, run_state
-from userturn.store.turns import check_label_sources, label_sources, read_answers, read_turns
+from userturn.store.turns import check_label_sources
+from userturn.store.view import Labels, StoredRun, read_stored_run
 
 
 @dataclass(frozen=True)
-class RunView:
-    """One run as its readers see it, read with one choice of label sources."""
+class RunView(StoredRun):
+    """One run as its readers see it, read with one choice of label sources: the stored run
+    (``folder``, ``meta``, ``sources``, ``turns``, ``answers``, ``state``) and what the
+    corrected rates need of it."""
 
-    folder: Path
-    meta: RunMeta
-    sources: list[str]
-    """The label sources the turns were resolved with, in priority order."""
-    turns: list[Turn]
-    answers: list[Answer]
     inclusion: Mapping[str, float]
     """Human-labelled turn key -> its inclusion probability (for the corrected rate)."""
-    state: RunState
 
     def summary(self) -> list[SummaryRow]:
         """The rows of the summary table: one per condition."""
@@ -58,13 +52,16 @@ class RunView:
         return counts
 
 
-def read_run(store: RunStore, labels: str | Sequence[str] | None = None) -> RunView:
+def view_of(run: StoredRun) -> RunView:
+    """The view of a run already read: nothing is read again."""
+    return RunView(run.folder, run.meta, run.sources, run.turns, run.answers, run.state,
+                   inclusion_probabilities(run.meta, run.turns))
+
+
+def read_run(store: RunStore, labels: Labels = None) -> RunView:
     """Read the run in ``store`` once; ``labels`` names the label sources in priority order
     (None or empty: the run's own)."""
-    sources = label_sources(store, labels or None)
-    turns = read_turns(store, sources)
-    return RunView(store.folder, store.meta(), sources, turns, read_answers(store),
-                   inclusion_probabilities(store, turns), run_state(store))
+    return view_of(read_stored_run(store, labels))
 
 
 def read_folder(folder: Path, labels: Sequence[str] | None = None) -> RunView:

@@ -43,6 +43,7 @@ class Comparison:
     # Corrected for the labeller's errors with each run's human labels (None: no human labels
     # on either side; a string: why it is not shown).
     corrected: CorrectedDifference | str | None = None
+    arm: str = "opened"  # the probe arm both sides' turns were asked for with
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,8 @@ def _compare_unit(unit: Condition, a: list[Turn], b: list[Turn],
     return Comparison(model_a, model_b or model_a, unit.dataset, unit.answerer,
                       unit.perturbation, unit.temperature,
                       paired_difference(hits_a, hits_b),
-                      single_sample_mcnemar(hits_a, hits_b), _corrected(a, b, inclusion))
+                      single_sample_mcnemar(hits_a, hits_b), _corrected(a, b, inclusion),
+                      arm=unit.arm)
 
 
 def _corrected(a: list[Turn], b: list[Turn], inclusion: tuple[Mapping[str, float], ...]

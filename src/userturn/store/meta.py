@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping, TypedDict
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from userturn.records import Labeller
+from userturn.settings import S
 
 SAMPLE_PREFIX = "annotation_sample:"
 
@@ -115,6 +116,13 @@ class RunMeta(BaseModel):
         """Whether the latest run into the folder finished (a stamp from an earlier run that a
         later one restarted does not count)."""
         return self.finished is not None and self.finished >= (self.started or 0)
+
+    def stored(self, spec: type[S]) -> S:
+        """The stored experiment's part that ``spec`` owns, typed (``meta.stored(ProbePlan)``):
+        read with this version's types, an older run's missing settings at their defaults, and a
+        run whose experiment no longer reads refused in one line (``Spec.stored``). Readers take
+        the experiment this way, never by key from :attr:`config`."""
+        return spec.stored(self.config)
 
     @classmethod
     def from_rows(cls, rows: Mapping[str, Any]) -> RunMeta:

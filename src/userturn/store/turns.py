@@ -11,7 +11,8 @@ need not import the store. The flat export's columns (:func:`flat_records`) are 
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from dataclasses import replace
+from typing import Any, Mapping, Sequence, TypedDict
 
 from userturn.errors import ConfigError
 from userturn.records import COLUMNS, DEFAULT_ARM, Answer, Item, Message, StoredLabel, Turn
@@ -73,18 +74,16 @@ def check_label_sources(store: RunStore, labels: Sequence[str] | None,
 
 
 def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> list[Turn]:
-    """Every planned user turn of the run, in the store's order.
+    """Every planned user turn of the run, in the store's order, with every label stored for it.
 
     ``labels`` names the label sources in priority order (default: the run's own); a turn takes
     the first non-empty label, and ``label_error`` keeps the first failed verdict ranked above
-    it (a failed verdict never stands in for a label).
+    it (a failed verdict never stands in for a label). The same turns resolved with other
+    sources, or with labels written since, are :func:`with_sources` and :func:`with_labels`:
+    neither reads the store again.
     """
     sources = label_sources(store, labels)
-    stored: dict[str, list[StoredLabel]] = {}
-    for found in store.label_rows():
-        stored.setdefault(found.key, []).append(StoredLabel(
-            found.source, found.version, found.label, found.rationale, found.error,
-            found.probability))
+    stored = read_labels(store)
     items: dict[str, dict[str, Item]] = {}
     turns = []
     for row in store.user_turn_rows():
@@ -92,7 +91,7 @@ def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> li
             items[row.dataset] = store.items(row.dataset)
         item = items[row.dataset].get(row.item_id)
         messages = item.messages if item is not None else ()
-        own = tuple(stored.get(row.key, ()))
+        own = stored.get(row.key, ())
         continuation = row.arm != DEFAULT_ARM
         turns.append(Turn(
             model=row.model, answerer=row.answerer, dataset=row.dataset,
@@ -114,6 +113,31 @@ def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> li
     return turns
 
 
+def read_labels(store: RunStore) -> dict[str, tuple[StoredLabel, ...]]:
+    """Every stored label, by turn key, each turn's in source order (as :func:`read_turns` gives
+    them): what a labelling stage changes, read without the turns."""
+    stored: dict[str, list[StoredLabel]] = {}
+    for found in store.label_rows():
+        stored.setdefault(found.key, []).append(StoredLabel(
+            found.source, found.version, found.label, found.rationale, found.error,
+            found.probability))
+    return {key: tuple(labels) for key, labels in stored.items()}
+
+
+def with_sources(turns: Sequence[Turn], sources: Sequence[str]) -> list[Turn]:
+    """``turns`` with each label resolved among ``sources`` instead, from the labels they hold:
+    :func:`read_turns` with those sources, without reading again."""
+    return [replace(turn, **_resolve(turn.labels, sources)) for turn in turns]
+
+
+def with_labels(turns: Sequence[Turn], labels: Mapping[str, Sequence[StoredLabel]],
+                sources: Sequence[str]) -> list[Turn]:
+    """``turns`` holding ``labels`` (key -> every stored label, :func:`read_labels`) resolved
+    among ``sources``: the turns a labelling stage changed, without reading the turns again."""
+    return [replace(turn, labels=tuple(labels.get(turn.key, ())),
+                    **_resolve(labels.get(turn.key, ()), sources)) for turn in turns]
+
+
 def _role_probabilities(row: UserTurnRow) -> dict[str, float] | None:
     """The continuation's next-role probabilities, ``other`` the rest of the mass (None: the
     backend scored none)."""
@@ -129,7 +153,16 @@ def _query(messages: Sequence[Message]) -> str:
     return users[-1] if users else ""
 
 
-def _resolve(labels: Sequence[StoredLabel], sources: Sequence[str]) -> dict[str, str | None]:
+class _Resolved(TypedDict):
+    """The fields of :class:`Turn` a choice of label sources decides."""
+
+    label: str | None
+    label_source: str | None
+    rationale: str | None
+    label_error: str | None
+
+
+def _resolve(labels: Sequence[StoredLabel], sources: Sequence[str]) -> _Resolved:
     """The first label among ``sources``, in order. A source whose verdict failed (an error: a
     judge request that failed, a reply outside the label set) decides nothing: the turn keeps
     the next source's label, and the failure is kept beside it as ``label_error``."""
