@@ -35,7 +35,6 @@ import numpy as np
 from userturn.labels.classifier import (
     MODEL_FILE,
     N_DENSE,
-    Cascade,
     LearnedClassifier,
     design_matrix,
     rule_features,
@@ -43,6 +42,7 @@ from userturn.labels.classifier import (
 )
 from userturn.labels.corpus import corpus_examples
 from userturn.labels.rules import RulesClassifier
+from userturn.labels.sources import labeller_named
 from userturn.labels.training import Example, calibrate, evaluate, fit, predict, standardised_design
 from userturn.records import LABELS, Case, Label
 
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         size = MODEL_FILE.stat().st_size
         labels, probs, speed = timed(shipped.classify, dev)
         print(row("classifier", labels, dev, speed, size, probs))
-        cascade = Cascade(shipped).classify
+        cascade = labeller_named("cascade").case_labeller(learned=shipped).classify
         labels, probs, speed = timed(cascade, dev)
         print(row("cascade", labels, dev, speed, size, probs))
         per_source(shipped, cascade, dev)
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"commonest errors of features-lr C={c:g} on dev ({sum(errors.values())} in all): "
           + ", ".join(f"{a} / {b} {n}" for (a, b), n in
                       sorted(errors.items(), key=lambda kv: -kv[1])[:4]) + "\n")
-    labels, probs, speed = timed(Cascade(clf).classify, dev)
+    labels, probs, speed = timed(labeller_named("cascade").case_labeller(learned=clf).classify, dev)
     print(row(f"cascade C={c:g}", labels, dev, speed, clf.model.weights.size * 4, probs))
 
 

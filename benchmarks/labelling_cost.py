@@ -25,7 +25,9 @@ import time
 from userturn.backends import load_backend
 from userturn.chat.render import render_user_turn
 from userturn.data import load_dataset
-from userturn.labels.classifier import Cascade, LearnedClassifier
+from userturn.labels.cascade import labels_of
+from userturn.labels.classifier import LearnedClassifier
+from userturn.labels.sources import labeller_named
 from userturn.records import Case, GenerationParams, Request
 
 
@@ -57,13 +59,13 @@ def main(argv: list[str] | None = None) -> None:
     start = time.perf_counter()
     generations = backend.complete(requests)
     generating = time.perf_counter() - start
-    cascade = Cascade(LearnedClassifier(path=args.classifier) if args.classifier else None)
-    cascade.classifier.read(Case("Warm up.", "Loaded.", "Ready?", "Ready?"))  # loads the scorer
+    learned = LearnedClassifier(path=args.classifier) if args.classifier else LearnedClassifier()
+    learned.read(Case("Warm up.", "Loaded.", "Ready?", "Ready?"))  # loads the scorer
+    cascade = labeller_named("cascade").case_labeller(learned=learned)
     cases = [Case(q, a, g.text, g.raw_text, header)
              for (q, a, header), g in zip(contexts, generations)]
     start = time.perf_counter()
-    cascade.prepare(cases)
-    labels = [cascade.classify(case) for case in cases]
+    labels = labels_of(cascade, cases)  # the turns the rules leave undecided read together
     labelling = time.perf_counter() - start
     n = len(labels)
     by: dict[str, int] = {}

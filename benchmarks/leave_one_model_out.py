@@ -28,11 +28,12 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from userturn.labels.classifier import Cascade, LearnedClassifier
+from userturn.labels.classifier import LearnedClassifier
 from userturn.labels.context import HIDDEN_SIZE, ContextReading, turn_key
 from userturn.labels.corpus import CORPUS_FILE
 from userturn.labels.readings import shipped_and_cached
 from userturn.labels.rules import RulesClassifier
+from userturn.labels.sources import labeller_named
 from userturn.labels.training import (
     Example,
     calibrate,
@@ -110,7 +111,7 @@ def labellers(train: Sequence[Example], dev: Sequence[Example], scorer: str | No
         model = calibrate(fit(train, c=0.5, context=context), dev)
         classifier = LearnedClassifier(model, reader=cached)
         out[f"classifier ({name})"] = classifier.classify
-        out[f"cascade ({name})"] = Cascade(classifier).classify
+        out[f"cascade ({name})"] = labeller_named("cascade").case_labeller(learned=classifier).classify
     return out
 
 

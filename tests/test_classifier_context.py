@@ -11,6 +11,7 @@ import userturn.labels.classifier as classifier_module
 from userturn.errors import ConfigError
 from userturn.labels.classifier import LearnedClassifier, LinearModel
 from userturn.labels.context import CONTEXT_FEATURES, ContextReading
+from userturn.labels.sources import labeller_named
 from userturn.labels.training import Example, calibrate, context_meta, fit
 from userturn.records import Case
 
@@ -137,7 +138,7 @@ def test_the_context_labeller_on_turns_of_each_generator_and_of_people():
     which its default reader takes instead."""
     from pathlib import Path
 
-    from userturn.labels.classifier import MODEL_FILE, Cascade
+    from userturn.labels.classifier import MODEL_FILE
     from userturn.labels.context import ContextScorer
 
     fixture = Path(__file__).parent / "fixtures" / "pinned_turns.jsonl"
@@ -147,8 +148,10 @@ def test_the_context_labeller_on_turns_of_each_generator_and_of_people():
     # All eight read in one batch (eight answers: padded and masked), as a run's turns are read.
     scorer.read_many([Case(row["query"], row["answer"], row["user_turn"], row["user_turn"])
                       for row in rows.values()])
-    live = Cascade(LearnedClassifier(path=MODEL_FILE, reader=scorer.read))
-    default = Cascade(LearnedClassifier(path=MODEL_FILE))
+    reading, shipped = LearnedClassifier(path=MODEL_FILE, reader=scorer.read), \
+        LearnedClassifier(path=MODEL_FILE)
+    cascade = labeller_named("cascade")
+    live, default = cascade.case_labeller(learned=reading), cascade.case_labeller(learned=shipped)
     for key, (generator, expected) in PINNED.items():
         row = rows[key]
         source = row["source"]
@@ -158,11 +161,11 @@ def test_the_context_labeller_on_turns_of_each_generator_and_of_people():
         # The cascade labels each right (the rules decide a query repeated word for word); the
         # classifier reading in context labels each right on its own too.
         assert live.classify(case).label == expected, key
-        label = live.classifier.classify(case)
+        label = reading.classify(case)
         assert (label.label, label.source) == (expected, "classifier"), key
         assert label.probability is not None and label.probability > 0.5
         assert default.classify(case).label == expected, key
-        stored = default.classifier.read(case)
+        stored = shipped.read(case)
         assert stored is not None
         assert np.allclose(scorer.read(case).features, stored.features, atol=2e-3)
 

@@ -3,8 +3,10 @@ that every labelling stage shows a classifier the same case (``Turn.case``)."""
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import pytest
-from helpers import experiment, load_family, thinking_experiment, undecided_script
+from helpers import experiment, load_family, run_scripted, thinking_experiment, undecided_script
 from openai_fake import FakeOpenAI
 
 from userturn.backends.fake import ScriptedBackend
@@ -115,3 +117,67 @@ def test_labellers_see_the_visible_turn_with_the_thinking_apart(gsm_file, tmp_pa
     assert {c.thinking for c in seen.cases} == {"The user is asking something."}
     assert all({"seen", "heldout-rules"} <= {lab.source for lab in t.labels} for t in turns)
     assert label_with(store, [seen, HeldOutRules()], {"fake/qwen3": header}) == 0  # cached
+
+
+class Hedges:
+    """A labeller kind the package does not have: a turn that says the user is unsure is a
+    follow-up; it leaves every other turn undecided."""
+
+    name, version = "hedges", "1"
+
+    def classify(self, case: Case) -> Label:
+        if "not sure" in case.user_turn:
+            return Label("follow_up", self.name, "says it is unsure")
+        return Label(None, self.name, "no hedge")
+
+
+def test_a_new_kind_of_labeller_is_one_row_of_the_table(gsm_file, tmp_path, monkeypatch, capsys):
+    """The row brings the new source first and the rules on what it leaves undecided: a run
+    (`labeller: hedges`) and `userturn label --labeller hedges` run it through the cascade and
+    record its sources; the report, `userturn classify` and the API take it; no other file."""
+    from dataclasses import replace
+
+    import userturn
+    from userturn.cli.main import main
+    from userturn.labels.sources import THE_RULES, OfflineLabeller, OfflineSource
+
+    row = OfflineLabeller("hedges", "hedges, then the rules", (
+        OfflineSource("hedges", lambda path: Hedges(), "all", decides="first"),
+        replace(THE_RULES, reads="undecided")))
+    monkeypatch.setitem(LABELLERS, "hedges", row)
+    store = run_scripted(experiment(gsm_file, tmp_path, labeller="hedges"),
+                         ScriptedBackend(undecided_script))
+    assert (store.meta().labeller, store.label_sources()) == ("hedges", ["hedges", "rules"])
+    turns = read_turns(store)
+    store.close()
+    hedged = [t for t in turns if "not sure" in t.user_turn]
+    assert hedged and len(hedged) < len(turns)
+    for turn in turns:  # the hedge decides where it finds one, the rules elsewhere, alone
+        assert (turn.label, turn.label_source) == (
+            ("follow_up", "hedges") if turn in hedged else ("generic", "rules"))
+        assert {lab.source for lab in turn.labels} == ({"hedges"} if turn in hedged else
+                                                       {"hedges", "rules"})
+
+    capsys.readouterr()
+    with pytest.warns(UserWarning, match="it is now labelled by rules"):
+        assert main(["label", str(store.folder), "--labeller", "rules"]) == 0
+    assert f"{len(hedged)} label(s) added (rules)" in capsys.readouterr().out
+    with pytest.warns(UserWarning, match="it is now labelled by hedges, then rules"):
+        assert main(["label", str(store.folder), "--labeller", "hedges"]) == 0
+    assert "0 label(s) added (hedges); nothing generated" in capsys.readouterr().out
+    with closing(RunStore.read(store.folder)) as again:
+        assert [(t.label, t.label_source) for t in read_turns(again)] == [
+            (t.label, t.label_source) for t in turns]
+
+    # A judge is asked what the sources that decide first leave undecided: here, nothing.
+    with closing(judged_run(gsm_file, tmp_path / "judged", ["openai/a"], "hedges")) as judged:
+        assert not any(lab.source == A for t in read_turns(judged) for lab in t.labels)
+
+    # One case at a time, the same cascade: the hedge, else the rules.
+    labels = userturn.classify([Case("q", "a", "I am not sure."), Case("q", "a", "Thanks!")],
+                               labeller="hedges")
+    assert [(lab.label, lab.source) for lab in labels] == [("follow_up", "hedges"),
+                                                          ("generic", "rules")]
+    with pytest.raises(SystemExit) as refused:  # argparse's refusal names the new row too
+        main(["classify", str(tmp_path / "none.jsonl"), "--labeller", "nope"])
+    assert refused.value.code == 2 and "hedges" in capsys.readouterr().err

@@ -28,8 +28,8 @@ from rule_cases import (
     as_case,
 )
 
-from userturn.labels.classifier import Cascade
 from userturn.labels.rules import RulesClassifier
+from userturn.labels.sources import labeller_named
 from userturn.records import LABELS, Case
 
 
@@ -70,7 +70,7 @@ def test_the_query_again_is_restatement(classifier: RulesClassifier, query: str)
 def test_the_issue_cases_through_the_cascade() -> None:
     """The rules decide the query asked again; "And how many people live there?" they leave to
     the classifier, which gives it a probability (issue #39: new_query, no probability)."""
-    cascade = Cascade()
+    cascade = labeller_named("cascade").case_labeller()
     again = cascade.classify(Case(Q_TIMES, A_TIMES, Q_TIMES, Q_TIMES, CHATML))
     assert (again.label, again.source, again.probability) == ("restatement", "rules", None)
     there = "And how many people live there?"

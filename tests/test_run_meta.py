@@ -42,7 +42,7 @@ def test_a_wrong_value_is_refused_before_it_is_stored(tmp_path):
     with pytest.raises(ValidationError):
         store.update_meta(skipped={"data": "many"})
     with pytest.raises(ValidationError):
-        store.update_meta(labeller="judge")
+        store.update_meta(labeller=3)  # a name the table lacks is refused where it is recorded
     assert "skipped" not in raw_meta(store) and "labeller" not in raw_meta(store)
 
 

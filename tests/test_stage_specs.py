@@ -4,22 +4,22 @@ types; one labeller table says what each labeller brings."""
 
 from __future__ import annotations
 
-import typing
+from dataclasses import replace
 from typing import Annotated
 
 import pytest
 
 from userturn.config import Experiment, load_experiment
 from userturn.errors import ConfigError
-from userturn.labels.classifier import Cascade, LearnedClassifier
+from userturn.labels.cascade import Cascade
+from userturn.labels.classifier import LearnedClassifier
 from userturn.labels.plan import JudgeSpec, LabellingPlan
 from userturn.labels.rules import RulesClassifier
-from userturn.labels.sources import LABELLERS, labeller_named, run_labeller
+from userturn.labels.sources import LABELLERS, OfflineLabeller, labeller_named, run_labeller
 from userturn.probe.engine import EngineSpec
 from userturn.probe.perturb import Perturbation
 from userturn.probe.plan import ProbePlan
 from userturn.probe.user_variants import UserVariant
-from userturn.records import Labeller
 from userturn.settings import Composed, Part
 from userturn.store.meta import RunMeta
 from userturn.train.settings import Training
@@ -115,11 +115,24 @@ def test_one_address_check_for_the_engine_and_one_list_rule():
 
 
 def test_the_labeller_table_names_every_labeller_and_how_it_labels_a_case():
-    assert set(LABELLERS) == set(typing.get_args(Labeller))
+    assert list(LABELLERS) == ["cascade", "classifier", "rules"]
     assert isinstance(LABELLERS["rules"].case_labeller(), RulesClassifier)
     assert isinstance(LABELLERS["cascade"].case_labeller(), Cascade)
     assert isinstance(LABELLERS["classifier"].case_labeller(), LearnedClassifier)
-    assert LABELLERS["rules"].learned_classifier() is None
+    # What each brings and which turns each source reads: the cascade's classifier only reads
+    # what the rules leave undecided.
+    assert [(type(step.labeller), step.reads) for step in LABELLERS["cascade"].build()] == [
+        (RulesClassifier, "all"), (LearnedClassifier, "undecided")]
+    assert [type(step.labeller) for step in LABELLERS["rules"].build()] == [RulesClassifier]
+    # A classifier run's rules are labelled (its judge asks where they abstain), never decide.
+    assert [(type(step.labeller), step.reads, step.decides)
+            for step in LABELLERS["classifier"].build()] == [
+        (RulesClassifier, "all", False), (LearnedClassifier, "all", True)]
+    # A row whose order contradicts itself stops the import, saying which row.
+    rules, learned = LABELLERS["cascade"].brings
+    for bad in ((learned, rules), (replace(rules, reads="undecided"),), ()):
+        with pytest.raises(ValueError, match="labeller 'odd': its first deciding source must"):
+            OfflineLabeller("odd", "", bad)
     for bad in ("judge", None, 3):
         with pytest.raises(ConfigError, match=r"unknown labeller .*: the labellers are "
                                               r"cascade, classifier, rules"):

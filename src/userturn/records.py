@@ -33,10 +33,27 @@ DEFAULT_ARM: Arm = "opened"
 # turn, a system turn, text outside any turn, or nothing before it ended.
 NextRole = Literal["user", "assistant", "system", "text", "none"]
 NEXT_ROLES: tuple[NextRole, ...] = get_args(NextRole)
-# The offline labellers a run can name; labels.sources.source_order says where each decides.
-Labeller = Literal["cascade", "classifier", "rules"]
+# The name of an offline labeller: a row of labels.sources.LABELLERS, which checks it (a run
+# records it; adding a labeller is a row there, not a name here).
+Labeller = str
+# The label sources' names, the one place they are written. A source that runs with other
+# parameters than the shipped ones is stored as SOURCE:VARIANT (``classifier:form``,
+# ``classifier:STEM-DIGEST``), so its labels never pass for the shipped ones'.
+RULES_SOURCE = "rules"
 CLASSIFIER_SOURCE = "classifier"  # the shipped learned classifier's label source
-LABELLERS: tuple[Labeller, ...] = get_args(Labeller)
+MAJORITY_SOURCE = "judges:majority"  # two or more judges deciding together (labels.majority)
+
+
+def variant_source(source: str, variant: str) -> str:
+    """The source name of ``source`` run with other parameters, called ``variant``."""
+    return f"{source}:{variant}"
+
+
+def source_family(source: str) -> str:
+    """The source a stored source name is a variant of (itself where it is none)."""
+    return source.partition(":")[0]
+
+
 # Which turns a judge is asked about (labels.stages).
 JudgeScopeName = Literal["undecided", "uncertain", "all"]
 HUMAN = "human"  # the pseudo-model whose user turns are the data's real next user turns

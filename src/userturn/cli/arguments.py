@@ -19,6 +19,7 @@ from userturn.config import Experiment, load_settings
 from userturn.data.files import parse_field_mappings
 from userturn.errors import ConfigError
 from userturn.labels.plan import JudgeSpec
+from userturn.labels.sources import LABELLERS
 from userturn.settings import check_folder_name
 
 Subparsers = Any  # argparse's subparsers action (its class is private to argparse)
@@ -46,6 +47,7 @@ RUN_FLAGS: dict[str, Flag] = {
     "backend_args": Flag(("--backend-arg",), repeat=True, collect=key_values,
                          metavar="KEY=VALUE"),
     "judge": Flag(repeat=True, metavar="JUDGE"),
+    "labeller": Flag(choices=lambda: list(LABELLERS)),
 }
 
 # `userturn judge` takes the judge settings of a run under shorter names.

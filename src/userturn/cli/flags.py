@@ -11,7 +11,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import yaml
 from pydantic import BaseModel
@@ -33,6 +33,8 @@ class Flag:
     collect: Callable[[list[Any]], Any] | None = None
     metavar: str | None = None
     required: bool = False
+    choices: Callable[[], Sequence[str]] | None = None
+    """The values it takes, read from their table when the parser is built."""
 
 
 def settings_of(model: type[BaseModel]) -> dict[str, FieldInfo]:
@@ -62,6 +64,8 @@ def add_flags(parser: argparse.ArgumentParser, model: type[BaseModel],
             kwargs.update(_by_type(model, name, field.annotation))
         if flag.parse is not None:
             kwargs["type"] = flag.parse
+        if flag.choices is not None:
+            kwargs["choices"] = list(flag.choices())
         if flag.repeat:
             kwargs["action"] = "append"
         if "choices" not in kwargs and kwargs.get("action") is not argparse.BooleanOptionalAction:

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from userturn.cli.judge_check import add_check_judge
 from userturn.errors import ConfigError
-from userturn.records import LABELLERS
+from userturn.labels.sources import LABELLERS
 
 Subparsers = Any  # argparse's subparsers action (its class is private to argparse)
 
@@ -42,7 +42,7 @@ def add_integration_parsers(sub: Subparsers) -> None:
                           help="samples_*.jsonl files, or lm-eval's --output_path folder")
     imported.add_argument("--from", dest="harness", choices=("lm-eval",), required=True)
     imported.add_argument("-o", "--out", type=Path, required=True, help="the new run folder")
-    imported.add_argument("--labeller", choices=LABELLERS,
+    imported.add_argument("--labeller", choices=list(LABELLERS),
                           help="offline labeller (default: the exported run's)")
     imported.add_argument("--allow-model-mismatch", action="store_true",
                           help="store the turns as the run's model's even where lm-eval's "

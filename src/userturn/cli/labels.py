@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import typing
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,10 +14,9 @@ from rich.table import Table
 
 from userturn.cli.flags import check_range, number
 from userturn.labels.fitting import CONTEXT_CHOICES
-from userturn.records import LABELS, Labeller
+from userturn.labels.sources import DEFAULT_LABELLER, LABELLERS
+from userturn.records import LABELS
 from userturn.store.atomic import refuse_to_replace, write_text
-
-LABELLERS = typing.get_args(Labeller)
 
 
 def add_classifier_parsers(sub: Any) -> None:
@@ -69,10 +67,21 @@ def add_classifier_parsers(sub: Any) -> None:
 
 
 def _labeller_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--labeller", choices=LABELLERS, default="cascade",
-                        help="cascade (rules, then the classifier; default), classifier, rules")
+    parser.add_argument("--labeller", choices=list(LABELLERS), default=DEFAULT_LABELLER,
+                        help=labeller_help())
     parser.add_argument("--classifier", type=Path, help="classifier parameters from "
                         "train-classifier (default: the shipped ones)")
+
+
+def labeller_help() -> str:
+    """``--labeller``'s help, from the labeller table: each name, with what it does where its
+    row says (``cascade (rules, then the classifier; default), classifier, rules``)."""
+    def said(name: str) -> str:
+        parts = [LABELLERS[name].summary] * bool(LABELLERS[name].summary)
+        parts += ["default"] * (name == DEFAULT_LABELLER)
+        return f"{name} ({'; '.join(parts)})" if parts else name
+
+    return ", ".join(map(said, LABELLERS))
 
 
 def classify_command(args: argparse.Namespace, console: Console) -> int:
@@ -115,7 +124,7 @@ def label_command(args: argparse.Namespace, console: Console) -> int:
     from userturn.store.view import read_stored_run
 
     # A bad parameters file is refused before the run is touched.
-    labeller_named(args.labeller).learned_classifier(args.classifier)
+    labeller_named(args.labeller).build(args.classifier)
     # no run, judge or other label writes meanwhile
     with RunStore.writing(args.run, "label") as store:
         run = read_stored_run(store)  # once: labelled, then shown with what the labelling wrote

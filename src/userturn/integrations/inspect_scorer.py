@@ -19,7 +19,8 @@ from inspect_ai.scorer import (
 )
 from inspect_ai.solver import TaskState
 
-from userturn.records import Case, Label, Labeller, is_follow_up
+from userturn.labels.sources import DEFAULT_LABELLER
+from userturn.records import Case, Labeller, is_follow_up
 
 UNDECIDED, INVALID = "undecided", "invalid"
 
@@ -46,7 +47,7 @@ def _label_of(score: Score) -> str:
 
 
 @scorer(metrics=[follow_up_rate()])
-def user_turn_label(labeller: Labeller = "cascade", judge: str | None = None,
+def user_turn_label(labeller: Labeller = DEFAULT_LABELLER, judge: str | None = None,
                     judge_base_url: str | None = None,
                     classifier: str | Path | None = None) -> Scorer:
     """Label the last user message of each sample with userturn's labeller.
@@ -94,6 +95,7 @@ def last_user_turn(messages: Sequence[tuple[str, str]]) -> Case | str:
 def _labeller(labeller: Labeller, judge: str | None, base_url: str | None,
               classifier: str | Path | None) -> Any:
     """case -> Label: the rules first where they take part; then the judge, or the classifier."""
+    from userturn.labels.cascade import Cascade, Step
     from userturn.labels.classifier import parameters_file
     from userturn.labels.rules import RulesClassifier
     from userturn.labels.sources import labeller_named
@@ -103,11 +105,6 @@ def _labeller(labeller: Labeller, judge: str | None, base_url: str | None,
         return offline.case_labeller(parameters_file(classifier) if classifier else None).classify
     from userturn.labels.judges import judge_from_spec
 
-    rules = RulesClassifier()
-    deciding = judge_from_spec(judge, base_url=base_url)
-
-    def label(case: Case) -> Label:  # the judge is asked what the rules leave undecided
-        decided = rules.classify(case)
-        return decided if decided.label is not None else deciding.classify(case)
-
-    return label
+    # The judge is asked what the rules leave undecided: the cascade, with the judge last.
+    return Cascade([Step(RulesClassifier(), "all"),
+                    Step(judge_from_spec(judge, base_url=base_url), "undecided")]).classify

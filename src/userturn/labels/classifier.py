@@ -29,14 +29,14 @@ import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
 from userturn.errors import ConfigError
 from userturn.labels.context import CONTEXT_FEATURES, ContextReading
 from userturn.labels.rules import RulesClassifier, signals_of
-from userturn.records import CLASSIFIER_SOURCE, LABELS, Case, Label
+from userturn.records import CLASSIFIER_SOURCE, LABELS, Case, Label, variant_source
 
 if TYPE_CHECKING:
     from userturn.labels.context import ContextScorer
@@ -66,9 +66,10 @@ def source_name(path: Path | str | None, model: LinearModel | None = None) -> st
     file = parameters_file(path).resolve()
     shipped = next((name for name, known in SHIPPED.items() if known.resolve() == file), None)
     if shipped is not None:  # the shipped default is the plain name
-        return CLASSIFIER_SOURCE if shipped == "context" else f"{CLASSIFIER_SOURCE}:{shipped}"
+        return CLASSIFIER_SOURCE if shipped == "context" else variant_source(CLASSIFIER_SOURCE,
+                                                                            shipped)
     model = model or LinearModel.load(file)
-    return f"{CLASSIFIER_SOURCE}:{file.stem}-{model.fingerprint()[:8]}"
+    return variant_source(CLASSIFIER_SOURCE, f"{file.stem}-{model.fingerprint()[:8]}")
 
 
 HASH_BITS = 14
@@ -124,7 +125,7 @@ def design_row(case: Case, verdict: Label | None = None, reading: ContextReading
                context: dict | None = None) -> tuple[np.ndarray, list[int]]:
     """One case as (dense features, hashed token ids) – the classifier's input. The rule that
     decided (or gave up) is a token too: its rationale without the numbers in it."""
-    verdict = verdict or RulesClassifier().classify(case)  # the cascade passes its own
+    verdict = verdict or RulesClassifier().classify(case)  # unless the caller has it
     dense = rule_features(case, verdict) + context_columns(reading, context)
     return (np.asarray(dense, dtype=np.float32),
             [*text_tokens(case), _hash("r:" + rule_of(verdict))])
@@ -329,27 +330,6 @@ class LearnedClassifier:
                      probability=float(probs[best]))
 
 
-class Cascade:
-    """The offline labeller of a run: the rules' label where they decide, the classifier's
-    (with its probability) everywhere else. Every label says which of the two gave it."""
-
-    name = "cascade"
-
-    def __init__(self, classifier: LearnedClassifier | None = None) -> None:
-        self.rules = RulesClassifier()
-        self.classifier = classifier or LearnedClassifier()
-        self.version = f"{self.rules.version}+{self.classifier.version}"
-
-    def prepare(self, cases: Sequence[Case]) -> None:
-        """Read ahead, together, the turns the rules leave to the classifier."""
-        self.classifier.prepare([case for case in cases
-                                 if self.rules.classify(case).label is None])
-
-    def classify(self, case: Case) -> Label:
-        decided = self.rules.classify(case)
-        return decided if decided.label is not None else self.classifier.classify(case, decided)
-
-
 def require_scorer() -> None:
     """ConfigError, with the fix, where this machine cannot run the context scorer (torch,
     transformers and the embedded SmolLM2 weights): checked without importing any of them."""
@@ -425,24 +405,3 @@ def shared_reader(expected: str) -> SharedReader:
     with _READERS_LOCK:
         found = _READERS[name] = _READERS.get(name) or SharedReader(name)
         return found
-
-
-class Labelling(Protocol):
-    """What :func:`in_chunks` labels with: the rules, the classifier or the cascade."""
-
-    def classify(self, case: Case) -> Label: ...
-
-
-CHUNK = 64  # turns read ahead together (a run's turns after one answer sit side by side)
-
-
-def in_chunks(source: Labelling, cases: Sequence[Case]) -> Iterator[tuple[slice, list[Label]]]:
-    """``source``'s labels of ``cases``, CHUNK at a time (which slice of ``cases``, its labels):
-    a source that reads turns in context reads each chunk ahead, together (``prepare``), so
-    give the cases with the turns after one answer side by side."""
-    prepare = getattr(source, "prepare", None)
-    for start in range(0, len(cases), CHUNK):
-        chunk = slice(start, start + CHUNK)
-        if prepare is not None:
-            prepare(cases[chunk])
-        yield chunk, [source.classify(case) for case in cases[chunk]]

@@ -25,9 +25,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from userturn.records import CLASSIFIER_SOURCE, RULES_SOURCE, variant_source
+
 CARD_FILE = Path(__file__).with_name("offline_error.json")
 # The card's figures for each shipped classifier's source, and for a run the rules label alone.
-CARDS = {"classifier": "context", "classifier:form": "form", "rules": "rules"}
+CARDS = {CLASSIFIER_SOURCE: "context", variant_source(CLASSIFIER_SOURCE, "form"): "form",
+         RULES_SOURCE: "rules"}
 PLAN_HINT = ("userturn annotate RUN --plan --half-width 0.05 sizes the human sample for the "
              "interval you need")
 Confusion = tuple[tuple[int, int], tuple[int, int]]

@@ -13,7 +13,7 @@ from typing import Annotated, Callable
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from userturn.errors import ConfigError
-from userturn.labels.sources import LABELLERS, OfflineLabeller
+from userturn.labels.sources import DEFAULT_LABELLER, OfflineLabeller, labeller_named
 from userturn.records import JudgeScopeName, Labeller
 from userturn.settings import Spec, reading_stored, url_setting
 
@@ -99,11 +99,20 @@ class LabellingPlan(JudgeSpec):
     """The offline labeller and the judges of a run."""
 
     labeller: Labeller = Field(
-        default="cascade", description="who labels the user turns offline: cascade (the rules "
+        default=DEFAULT_LABELLER, description="who labels the user turns offline: cascade (the rules "
         "decide the clear cases, the learned classifier labels every other turn), the "
         "classifier alone, or the rules alone (undecided turns stay undecided)")
     classifier: Path | None = Field(default=None, description="the classifier's parameters "
                                     "(from userturn train-classifier); default: the shipped one")
+
+    @field_validator("labeller")
+    @classmethod
+    def _known_labeller(cls, value: str) -> str:
+        """A row of the labeller table (:mod:`.sources`), else its one error."""
+        try:
+            return labeller_named(value).name
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("classifier")
     @classmethod
@@ -114,4 +123,4 @@ class LabellingPlan(JudgeSpec):
 
     @property
     def offline(self) -> OfflineLabeller:
-        return LABELLERS[self.labeller]
+        return labeller_named(self.labeller)

@@ -15,14 +15,14 @@ import warnings
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from userturn.errors import TemplateError, UserturnError
-from userturn.labels.classifier import in_chunks
+from userturn.labels.cascade import Labelling, cascade, in_chunks
 from userturn.labels.judge import Judge
 from userturn.labels.majority import store_majority
-from userturn.labels.rules import RulesClassifier
 from userturn.labels.sources import (
+    DEFAULT_LABELLER,
     RULES,
     JudgeScope,
     OfflineLabeller,
@@ -43,17 +43,7 @@ if TYPE_CHECKING:
     from userturn.store.sqlite import Tally
 
 
-
-class Classifier(Protocol):
-    """An offline labeller: a name and version to store its labels under, and one label a case."""
-
-    name: str
-    version: str
-
-    def classify(self, case: Case) -> Label: ...
-
-
-def label_turns(store: RunStore, labeller: Labeller | str = "cascade",
+def label_turns(store: RunStore, labeller: Labeller = DEFAULT_LABELLER,
                 backends: Mapping[str, Backend] | None = None, *,
                 classifier_path: Path | None = None, progress: Progress | None = None,
                 turns: Sequence[Turn] | None = None) -> int:
@@ -75,25 +65,29 @@ def label_offline(store: RunStore, offline: OfflineLabeller,
                   backends: Mapping[str, Backend] | None = None, *,
                   classifier_path: Path | None = None, progress: Progress | None = None,
                   turns: Sequence[Turn] | None = None) -> int:
-    """The offline labels: the rules on every user turn, and the learned classifier on the turns
-    the rules abstain on (cascade) or on every turn (classifier), each for the turns it has not
-    labelled at its version. The run's turns (``turns``, as the caller read them, or read here)
-    are passed from stage to stage, with what each stored. Never generates: re-labelling an old
-    run changes its labels only. Returns the labels added."""
+    """The offline labels: the labeller's sources through the cascade (:func:`.cascade.cascade`:
+    the rules on every user turn, the learned classifier on the turns the rules abstain on, or
+    on every turn), each source on the turns it has not labelled at its version, under its own
+    name. The run's turns (``turns``, as the caller read them, or read here) are passed from
+    source to source, with what each stored. Never generates: re-labelling an old run changes
+    its labels only. Returns the labels added."""
     headers = {spec: _assistant_header(b) for spec, b in (backends or {}).items()}
-    # The classifier's parameters are loaded first: a bad file is one error before any labelling.
-    learned = offline.learned_classifier(classifier_path)
+    # Every source is built first: a bad parameters file is one error before any labelling.
+    steps = offline.build(classifier_path)
     # Only each turn's stored labels are read below, never its resolved label: any sources do.
     turns = [t for t in (read_turns(store, RULES) if turns is None else turns) if t.labellable]
-    rules = RulesClassifier()
-    rules_labels = _stored_labels(turns, rules)
-    added = label_with(store, [rules], headers, progress, turns=turns, stored=rules_labels)
-    if learned is not None:
-        # In the cascade the classifier decides only where the rules abstain, so it labels those
-        # turns alone: each costs a reading in context. `--labeller classifier` labels the rest.
-        wanted = turns if offline.learned == "all" else [
-            t for t in turns if rules_labels.get(t.key) is None]
-        added += label_with(store, [learned], headers, progress, turns=wanted)
+    added = 0
+
+    def label(step: int, wanted: list[int]) -> dict[int, str | None]:
+        nonlocal added
+        source = steps[step].labeller
+        chosen = [turns[i] for i in wanted]
+        verdicts = {t.key: lab.label for t in chosen for lab in t.labels
+                    if lab.source == source.name and lab.version == source.version}
+        added += label_with(store, [source], headers, progress, turns=chosen, stored=verdicts)
+        return {i: verdicts.get(turns[i].key) for i in wanted}
+
+    cascade(steps, len(turns), label)
     return added
 
 
@@ -118,13 +112,7 @@ def record_sources(store: RunStore, offline: OfflineLabeller, judges: Sequence[s
     return sources
 
 
-def _stored_labels(turns: Sequence[Turn], rules: Classifier) -> dict[str, str | None]:
-    """The rules' stored verdict of each turn that has one at the rules' version, by key."""
-    return {t.key: lab.label for t in turns for lab in t.labels
-            if lab.source == rules.name and lab.version == rules.version}
-
-
-def label_with(store: RunStore, labellers: Sequence[Classifier],
+def label_with(store: RunStore, labellers: Sequence[Labelling],
                headers: Mapping[str, str] | None = None, progress: Progress | None = None, *,
                turns: Sequence[Turn] | None = None,
                stored: dict[str, str | None] | None = None) -> int:
@@ -153,11 +141,12 @@ def label_with(store: RunStore, labellers: Sequence[Classifier],
     return count
 
 
-def label_cases(labeller: Labeller | str, cases: Sequence[Case], classifier: Path | None = None,
+def label_cases(labeller: Labeller, cases: Sequence[Case], classifier: Path | None = None,
                 progress: Progress | None = None) -> list[Label]:
-    """Label ``cases`` the way a run's offline labeller would: the rules, the classifier
-    (``classifier``: its parameters; default the shipped ones) or the cascade. The turns after
-    one answer are read in context together (:func:`in_chunks`)."""
+    """Label ``cases`` the way a run's offline labeller would (``classifier``: the learned
+    classifier's parameters; default the shipped ones): each case gets the label of the first of
+    its sources that decided it. The turns after one answer are read in context together
+    (:func:`.cascade.in_chunks`)."""
     source = labeller_named(labeller).case_labeller(classifier)
     order = sorted(range(len(cases)), key=lambda i: (cases[i].query, cases[i].answer))
     labels: dict[int, Label] = {}
@@ -171,18 +160,21 @@ def label_cases(labeller: Labeller | str, cases: Sequence[Case], classifier: Pat
 def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: JudgeScope,
                    progress: Progress | None = None, threshold: float = 0.7, *,
                    record: bool = True, classifier: str | None = None,
-                   turns: Sequence[Turn] | None = None) -> int:
+                   turns: Sequence[Turn] | None = None,
+                   offline: OfflineLabeller | None = None) -> int:
     """Label with each judge (each under its own source); with two or more, their majority
     becomes a source of its own that decides in the judges' place (:mod:`.majority`). The run's
     turns (``turns``, as the caller read them with the labels stored so far, or read here) are
     shared by all judges, and the majority re-reads only the labels; the run's sources are
     recorded once, after them (unless ``record`` is False: the caller records them).
     ``classifier``: the run's learned classifier's source (default: the one its recorded sources
-    name). Returns the turns sent, over all judges."""
+    name); ``offline``: the run's labeller (default: the one it recorded). Returns the turns
+    sent, over all judges."""
     turns = read_turns(store) if turns is None else turns
     classifier = classifier or classifier_of(store.label_sources())
+    offline = offline or run_labeller(store.meta())
     sent = sum(judge_turns(store, judge, scope, progress, threshold=threshold, turns=turns,
-                           classifier=classifier)
+                           classifier=classifier, offline=offline)
                for judge in judges)
     names = [judge.name for judge in judges]
     if len(judges) > 1:
@@ -190,17 +182,18 @@ def judge_with_all(store: RunStore, judges: Sequence[Judge], scope: JudgeScope,
     # A judge none of whose verdicts ever succeeded decides nothing: the run's sources (and its
     # rates) stay as they were, and nothing says they changed.
     if record and any(store.labelled_keys(judge.name, judge.version) for judge in judges):
-        record_sources(store, run_labeller(store.meta()), names, scope, classifier)
+        record_sources(store, offline, names, scope, classifier)
     return sent
 
 
 def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
                 progress: Progress | None = None, chunk: int = 1,
                 threshold: float = 0.7, turns: Sequence[Turn] | None = None,
-                classifier: str | None = None) -> int:
+                classifier: str | None = None, offline: OfflineLabeller | None = None) -> int:
     """Label the run's user turns (``turns``, as read by the caller, or all) with an LLM judge:
-    those the rules left undecided, those the cascade labelled with a classifier probability
-    below ``threshold`` (``uncertain``), or all.
+    those the rules left undecided (``offline``'s sources that decide before the judges, which
+    default to the run's recorded labeller's), those the cascade labelled with a classifier
+    probability below ``threshold`` (``uncertain``), or all.
 
     Cached by judge name (which carries the rubric version) and generation key: turns this judge
     already labelled successfully are not sent again; a failed verdict (an error label) is
@@ -214,8 +207,10 @@ def judge_turns(store: RunStore, judge: Judge, scope: JudgeScope,
     candidates = [t for t in (read_turns(store) if turns is None else turns)
                   if t.labellable and t.key not in done]
     classifier = classifier or classifier_of(store.label_sources())
-    wanted = [t for t in candidates if _judge_wanted(t, scope, threshold, classifier)]
-    undecided = [t for t in candidates if _rules_undecided(t)]
+    # The sources whose clear cases stand before the judge (the rules): the run's labeller's.
+    screens = (offline or run_labeller(store.meta())).screens()
+    wanted = [t for t in candidates if _judge_wanted(t, scope, threshold, classifier, screens)]
+    undecided = [t for t in candidates if _undecided(t, screens)]
     if scope == "uncertain" and undecided and not any(
             _stored(t, classifier) for t in undecided):
         raise UserturnError("judge scope 'uncertain' needs the classifier's labels: run "
@@ -243,17 +238,20 @@ def _stored(turn: Turn, source: str) -> StoredLabel | None:
     return next((lab for lab in turn.labels if lab.source == source), None)
 
 
-def _rules_undecided(turn: Turn) -> bool:
-    rules = _stored(turn, RULES)
-    return rules is None or rules.label is None
+def _undecided(turn: Turn, screens: Sequence[str]) -> bool:
+    """Whether none of ``screens`` (the rules, in the shipped labellers) decided the turn."""
+    return all(found is None or found.label is None
+               for found in (_stored(turn, source) for source in screens))
 
 
-def _judge_wanted(turn: Turn, scope: str, threshold: float, classifier: str) -> bool:
+def _judge_wanted(turn: Turn, scope: str, threshold: float, classifier: str,
+                  screens: Sequence[str]) -> bool:
     """Whether the judge is asked about this turn, by scope (``classifier``: the run's learned
-    classifier's source, whose probability ``uncertain`` reads)."""
+    classifier's source, whose probability ``uncertain`` reads; ``screens``: the sources whose
+    clear cases stand)."""
     if scope == "all":
         return True
-    if not _rules_undecided(turn):
+    if not _undecided(turn, screens):
         return False  # the rules' clear cases stand
     if scope == "undecided":
         return True

@@ -140,8 +140,9 @@ def _run(exp: RunSpec, backends: Mapping[str, Backend], executor: Executor,
             if ARM_TABLE[arm].runs_on(backends[spec]):
                 ARM_TABLE[arm].check(backends[spec])
     judges = labelling.build_judges(judge_sleep)
-    # A classifier this machine cannot run fails before generating.
-    labelling.offline.learned_classifier(labelling.classifier)
+    # A labeller this machine cannot run (a classifier without its scorer) fails before
+    # generating.
+    labelling.offline.build(labelling.classifier)
     for dataset in datasets:
         for note in dataset.notes:  # a truncation, a skip count: said once, kept in the meta
             warnings.warn(note, stacklevel=2)
@@ -234,7 +235,7 @@ def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
             clock.timed("judge", "requests", lambda: judge_with_all(
                 store, judges, labelling.judge_scope, progress,
                 threshold=labelling.judge_threshold, record=False, classifier=classifier,
-                turns=labelled))
+                turns=labelled, offline=labelling.offline))
     finally:
         # The run's label sources, worked out once from its plan and the judges' names; also
         # when judging stops early (Ctrl-C), so the labels it has decide where they exist.

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from userturn.labels.offline_error import CARDS, PLAN_HINT, offline_error
 from userturn.labels.sources import classifier_of, is_offline
-from userturn.records import HUMAN, LABELS, Answer, is_human
+from userturn.records import HUMAN, LABELS, RULES_SOURCE, Answer, is_human
 from userturn.report import columns
 from userturn.report.numbers import LABEL_HEADERS, percent, temperature
 from userturn.stats.correction import MIN_HUMAN_LABELS
@@ -23,7 +23,7 @@ from userturn.stats.planning import LabellerError, Planned, PlanRow
 from userturn.stats.summary import SummaryRow
 
 # The offline error card's figures for each shipped classifier's source (labels/offline_error.json).
-SHIPPED_CARDS = {source: card for source, card in CARDS.items() if source != "rules"}
+SHIPPED_CARDS = {source: card for source, card in CARDS.items() if source != RULES_SOURCE}
 
 
 def correction_hint(rows: Sequence[SummaryRow]) -> str:

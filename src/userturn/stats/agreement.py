@@ -30,7 +30,7 @@ from typing import Any, Hashable, Mapping, Sequence
 
 import numpy as np
 
-from userturn.records import LABELS, Turn
+from userturn.records import HUMAN_PREFIX, LABELS, RULES_SOURCE, Turn
 from userturn.stats.rates import check_bootstrap, percentiles
 from userturn.stats.reliability import constant_baseline, gwet_ac1, pabak, per_label
 
@@ -174,11 +174,11 @@ class Agreement:
 
 def source_rank(source: str) -> tuple[int, str]:
     """Where a source stands among raters: people (0), judges (1), the rules (2), the rest (3)."""
-    if source.startswith("human:"):
+    if source.startswith(HUMAN_PREFIX):
         group = 0
     elif source.startswith("judge:"):
         group = 1
-    elif source == "rules":
+    elif source == RULES_SOURCE:
         group = 2
     else:
         group = 3

@@ -102,7 +102,7 @@ class RunMeta(BaseModel):
     dataset_notes: dict[str, list[str]] = Field(default_factory=dict)
     label_sources: list[str] = Field(default_factory=lambda: ["rules"])
     """Which sources decide a turn's label, in order: the first that labelled it wins."""
-    labeller: Labeller | None = None
+    labeller: Labeller | None = None  # a row of labels.sources.LABELLERS (run_labeller checks)
     """The offline labeller of the run (None: a run labelled before it was recorded)."""
     annotation_samples: dict[str, AnnotationSample] = Field(default_factory=dict)
     """Annotator name -> the sample they label."""

@@ -23,7 +23,7 @@ from userturn.backends import Backend
 from userturn.backends.turns import finish_turn, specials_longest_first, split_stops
 from userturn.chat.render import render_user_turn
 from userturn.data import Scorer
-from userturn.labels.classifier import Cascade
+from userturn.labels.sources import labeller_named
 from userturn.records import Case, GenerationParams, Item, Request, is_follow_up
 from userturn.taxonomy import TAXONOMY
 
@@ -43,7 +43,7 @@ class ProbeReward:
         self._stop_ids, _ = split_stops(
             self.stops, lambda m: tokenizer(m, add_special_tokens=False)["input_ids"],
             [tokenizer.eos_token_id], self._specials)
-        self.classifier = classifier or Cascade()
+        self.classifier = classifier or labeller_named("cascade").case_labeller()
         self.restatement_penalty, self.drift_penalty = restatement_penalty, drift_penalty
         # The reward of each label (the classes): the taxonomy's follow-ups and penalties.
         penalty = {"restatement": restatement_penalty, "drift": drift_penalty}
@@ -82,7 +82,7 @@ class CollabReward:
                  token_weight: float = 0.001, samples: int = 2, temperature: float = 1.0,
                  user_max_tokens: int = 64, seed: int = 0) -> None:
         self.items, self.scorer, self.user_model = items, scorer, user_model
-        self.classifier = classifier or Cascade()
+        self.classifier = classifier or labeller_named("cascade").case_labeller()
         self.follow_weight, self.token_weight = follow_weight, token_weight
         self.samples, self.seed = samples, seed
         self.params = GenerationParams(temperature, 1.0, user_max_tokens)
