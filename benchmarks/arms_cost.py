@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from rows_busy import through_the_stage  # noqa: E402  (the generation stage, timed)
 
 from userturn.backends import load_backend
 from userturn.chat.continuation import (
@@ -35,9 +37,7 @@ from userturn.chat.continuation import (
 )
 from userturn.chat.render import render_user_turn
 from userturn.data import load_dataset
-from userturn.probe.generation import generate
 from userturn.records import GenerationParams, Request
-from userturn.store.database import RunStore
 
 
 def contexts(items: int) -> list[list[dict[str, str]]]:
@@ -58,16 +58,6 @@ def requests_of(prompts: list[tuple[str, tuple[str, ...]]], samples: int, max_to
     return out
 
 
-def timed(backend, requests: list[Request]):  # type: ignore[no-untyped-def]
-    with tempfile.TemporaryDirectory() as folder:
-        store = RunStore.create(Path(folder))
-        start = time.perf_counter()
-        generations = generate(store, backend, requests, role="user")
-        elapsed = time.perf_counter() - start
-        store.close()
-    return elapsed, generations
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
@@ -86,13 +76,13 @@ def main(argv: list[str] | None = None) -> int:
                                   args.user_max_tokens, past_end=False)
     continued_requests = requests_of([(p.text, p.stop) for p in continued], args.samples,
                                      args.continuation_max_tokens, past_end=True)
-    timed(backend, opened_requests[:2])  # the weights load and warm up outside the timings
+    through_the_stage(backend, opened_requests[:2])  # the weights load and warm up outside the timings
     print(f"model {args.model}, {args.items} items x (1 greedy + {args.samples} at T=1), "
           f"opened budget {args.user_max_tokens}, continuation budget "
           f"{args.continuation_max_tokens}, batch size {size}", flush=True)
 
-    opened_s, opened_out = timed(backend, opened_requests)
-    continued_s, continued_out = timed(backend, continued_requests)
+    opened_s, opened_out = through_the_stage(backend, opened_requests)
+    continued_s, continued_out = through_the_stage(backend, continued_requests)
     markers = continuation_markers(backend.template)
     options = next_role_options(markers)
     start = time.perf_counter()
