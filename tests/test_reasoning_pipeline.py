@@ -195,12 +195,15 @@ def test_tiny_model_policy_in_the_key_and_enable_thinking_refused(tiny_backend, 
     out = tmp_path / "run"
     exp = thinking_experiment(gsm_file, out, models=["tiny"], limit=2, user_max_tokens=8, max_tokens=8)
     with pytest.raises(ConfigError, match="no effect on the chat template of tiny"):
-        run_experiment(exp.model_copy(update={"enable_thinking": [True, False]}),
+        run_experiment(thinking_experiment(gsm_file, out, models=["tiny"], limit=2,
+                                           user_max_tokens=8, max_tokens=8,
+                                           enable_thinking=[True, False]),
                        backends={"tiny": tiny_backend})
     dropped = run_experiment(exp, backends={"tiny": tiny_backend})
     before = {t.key: t for t in read_turns(dropped)}
     dropped.close()
-    kept = run_experiment(exp.model_copy(update={"thinking": "keep"}),
+    kept = run_experiment(thinking_experiment(gsm_file, out, models=["tiny"], limit=2,
+                                              user_max_tokens=8, max_tokens=8, thinking="keep"),
                           backends={"tiny": tiny_backend})
     after = {t.key: t for t in read_turns(kept)}
     # The random tiny model does not think, so the prompts are the same, but a resumed run with
