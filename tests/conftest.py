@@ -31,6 +31,27 @@ def _check_local(sock: socket.socket, address: object) -> None:
             raise NetworkUse(f"tests may open sockets to 127.0.0.1 only, not {address!r}")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread_in_the_quick_suite(request):
+    """`make test` (-m "not slow") runs torch on one thread: the tiny model's operations take
+    microseconds, and two threads on two cores wait for each other at every one (milliseconds,
+    far more when the cores are shared). The real-model tests (`make test-slow`) keep torch's
+    default."""
+    markexpr = request.config.getoption("markexpr") or ""
+    torch = None
+    if "not slow" in markexpr:
+        try:
+            import torch
+        except ImportError:  # the suite without the transformers extra
+            torch = None
+    threads = torch.get_num_threads() if torch else None
+    if torch:
+        torch.set_num_threads(1)
+    yield
+    if torch and threads:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture(autouse=True)
 def local_sockets_only(monkeypatch):
     """Every test: a connection to anything but 127.0.0.1 / localhost fails at once, so no test
