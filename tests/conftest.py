@@ -33,13 +33,13 @@ def _check_local(sock: socket.socket, address: object) -> None:
 
 @pytest.fixture(autouse=True, scope="session")
 def one_torch_thread_in_the_quick_suite(request):
-    """`make test` (-m "not slow") runs torch on one thread: the tiny model's operations take
-    microseconds, and two threads on two cores wait for each other at every one (milliseconds,
-    far more when the cores are shared). The real-model tests (`make test-slow`) keep torch's
-    default."""
+    """`make test` (and any run of test files by hand) runs torch on one thread: the tiny
+    model's operations take microseconds, and two threads on two cores wait for each other at
+    every one (milliseconds, far more when the cores are shared). A run that selects the
+    real-model tests (`make test-slow`, -m slow) keeps torch's default."""
     markexpr = request.config.getoption("markexpr") or ""
     torch = None
-    if "not slow" in markexpr:
+    if "slow" not in markexpr or "not slow" in markexpr:
         try:
             import torch
         except ImportError:  # the suite without the transformers extra

@@ -136,18 +136,6 @@ def test_vllm_is_asked_to_ignore_eos_and_stops_only_at_the_markers(monkeypatch) 
 ENGINES = ("refill", "static")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model's operations take microseconds; on shared cores, two threads waiting for
-    each other cost milliseconds per operation. One thread, restored after this file."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def ends_early(tmp_path_factory: pytest.TempPathFactory, tiny_backend: Any) -> ModelRef:
     """A copy of the tiny model that ends its continuation of the closed conversation at its

@@ -33,18 +33,6 @@ DRAWS = (GenerationParams(0.0, 1.0, 0), GenerationParams(1.0, 1.0, 0),
          GenerationParams(0.7, 0.9, 0))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The tiny model's operations take microseconds; on shared cores, two threads waiting for
-    each other cost milliseconds per operation. One thread, restored after this file."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def static() -> TransformersBackend:
     return TransformersBackend(resolve_model("tiny"), batch_size=4, batching="static")

@@ -141,10 +141,9 @@ def with_labels(turns: Sequence[Turn], labels: Mapping[str, Sequence[StoredLabel
 def _role_probabilities(row: UserTurnRow) -> dict[str, float] | None:
     """The continuation's next-role probabilities, ``other`` the rest of the mass (None: the
     backend scored none)."""
-    values = {"user": row.p_user, "assistant": row.p_assistant, "end": row.p_end}
-    if any(v is None for v in values.values()):
+    if row.p_user is None or row.p_assistant is None or row.p_end is None:
         return None
-    known = {role: float(v) for role, v in values.items() if v is not None}
+    known = {"user": row.p_user, "assistant": row.p_assistant, "end": row.p_end}
     return {**known, "other": max(0.0, 1.0 - sum(known.values()))}
 
 
