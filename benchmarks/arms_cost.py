@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     backend = load_backend(args.model, batch_size=size)
     conversations = contexts(args.items)
     opened = [render_user_turn(backend.template, m) for m in conversations]
-    continued = [render_continuation(backend.template, m) for m in conversations]
+    ends = tuple(getattr(backend, "end_texts", ()))
+    continued = [render_continuation(backend.template, m, ends=ends) for m in conversations]
     opened_requests = requests_of([(p.text, p.stop) for p in opened], args.samples,
                                   args.user_max_tokens, past_end=False)
     continued_requests = requests_of([(p.text, p.stop) for p in continued], args.samples,
@@ -83,11 +84,11 @@ def main(argv: list[str] | None = None) -> int:
 
     opened_s, opened_out = through_the_stage(backend, opened_requests)
     continued_s, continued_out = through_the_stage(backend, continued_requests)
-    markers = continuation_markers(backend.template)
+    markers = continuation_markers(backend.template, ends)
     options = next_role_options(markers)
     start = time.perf_counter()
-    roles = [next_role_probabilities(list(options), backend.score_options(
-        p.text, list(options.values()), whole=True)) for p in continued]
+    roles = [next_role_probabilities([role for role, _ in options], backend.score_options(
+        p.text, [option for _, option in options], whole=True)) for p in continued]
     scoring_s = time.perf_counter() - start
 
     for name, seconds, out in (("opened", opened_s, opened_out),

@@ -330,7 +330,7 @@ def test_every_role_is_one_a_parse_can_give():
 def test_next_role_options_are_the_headers_the_parse_reads(case):
     template = load(case)
     prompt = render_continuation(template, conversation())
-    options = next_role_options(prompt.markers)
+    options = dict(next_role_options(prompt.markers))
     assert set(options) == {"user", "assistant", "end"}
     # The user option is what the opened arm writes after the same prompt.
     assert render_user_turn(template, conversation()).text.startswith(prompt.text + options["user"])
@@ -341,10 +341,43 @@ def test_next_role_options_are_the_headers_the_parse_reads(case):
 
 
 def test_next_role_options_that_overlap_are_refused():
-    markers = continuation_markers(load("fixture/glm4"))
-    assert next_role_options(markers, "<|endoftext|>")["end"] == "<|endoftext|>"
-    with pytest.raises(TemplateError, match=r"options user \('<\|user\|>'\) and end"):
-        next_role_options(markers, "<|user|>\n")
+    template = load("fixture/glm4")
+    options = next_role_options(continuation_markers(template, ("<|observation|>",)))
+    # The template's end and the engine's, each an option of its own.
+    assert [option for role, option in options if role == "end"] == [template.eos_token,
+                                                                       "<|observation|>"]
+    with pytest.raises(TemplateError, match=r"options assistant \('<\|assistant\|>'\) and end"):
+        next_role_options(continuation_markers(template, ("<|assistant|>!",)))
+
+
+def test_a_start_token_that_is_also_an_end_is_read_as_an_end():
+    # Qwen2.5's GGUF names <|endoftext|> its BOS, and the engine ends a generation at it as at
+    # <|im_end|> (its generation config lists both). A model that writes it after the answer
+    # has stopped: the continuation is none, not the text the engine would read on into.
+    qwen = load("fixture/chatml_qwen25")
+    template = ChatTemplate(qwen.source, qwen.model, "<|endoftext|>", "<|im_end|>")
+    ends = ("<|im_end|>", "<|endoftext|>")
+    prompt = render_continuation(template, conversation(), ends=ends)
+    assert prompt.markers.bos == "" and "<|endoftext|>" in prompt.stop
+    after = "<|endoftext|>Human: and then?<|im_start|>user\nWhy?<|im_end|>"
+    assert parse_continuation(prompt.markers, after).role == "none"
+    assert parse_continuation(prompt.markers, "\n<|endoftext|>").role == "none"
+    opened = "<|im_start|>user\n" + FOLLOW_UP + "<|endoftext|>"
+    parsed = parse_continuation(prompt.markers, opened)
+    assert (parsed.role, parsed.user_turn, parsed.closed) == ("user", FOLLOW_UP, True)
+    # P(end) is the sum over every end: here the model's mass sits on <|endoftext|>.
+    options = next_role_options(prompt.markers)
+    assert [option for role, option in options if role == "end"] == list(ends)
+    roles = [role for role, _ in options]
+    probabilities = next_role_probabilities(
+        roles, [math.log(p) for p in (0.0001, 0.0002, 0.0003, 0.9990)])
+    assert probabilities["end"] == pytest.approx(0.9993)
+    assert probabilities["other"] == pytest.approx(0.0004)
+    # A BOS that is no end is still read as nothing said (a model starting a new conversation).
+    plain = ChatTemplate(qwen.source, qwen.model, "<s>", "<|im_end|>")
+    markers = render_continuation(plain, conversation()).markers
+    assert markers.bos == "<s>"
+    assert parse_continuation(markers, "<s><|im_start|>user\nWhy?<|im_end|>").role == "user"
 
 
 def test_next_role_probabilities_leave_the_rest_to_other():
@@ -373,7 +406,7 @@ def test_the_tiny_model_scores_the_tokens_it_would_read(tiny_backend):
     prompt = render_continuation(template, conversation())
     assert prompt.text.endswith("The answer is 72.<|im_end|>\n")
     assert tokenizer.eos_token in prompt.stop  # <|im_end|> ends the turn and the sequence
-    for option in next_role_options(prompt.markers).values():
+    for _, option in next_role_options(prompt.markers):
         alone = tokenizer(option, add_special_tokens=False)["input_ids"]
         assert prompt_token_ids(tokenizer, prompt.text) + alone == prompt_token_ids(
             tokenizer, prompt.text + option), option

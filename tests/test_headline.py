@@ -11,6 +11,7 @@ import pytest
 from openai_fake import Drop, FakeOpenAI
 
 from userturn.api import load_run
+from userturn.backends import openai_http
 from userturn.cli.main import main
 
 RUN = ["--model", "fake/probe", "--dataset", "gsm_symbolic", "--limit", "3", "--samples", "2"]
@@ -36,6 +37,8 @@ def run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
 def test_a_judge_whose_every_verdict_failed_changes_no_rate_and_no_export(run, tmp_path, capsys,
                                                                          monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    waits: list[float] = []  # the CLI's client backs off between attempts: recorded, not slept
+    monkeypatch.setattr(openai_http, "backoff_wait", waits.append)
     before = rates(capsys, str(run))
     turns_before = {t.key: t.label for t in load_run(run).turns()}
     with FakeOpenAI() as fake:
@@ -44,6 +47,7 @@ def test_a_judge_whose_every_verdict_failed_changes_no_rate_and_no_export(run, t
                      "--scope", "all"])
     out, err = capsys.readouterr()
     assert code == 1 and "9 of 9 judge request(s) failed" in err
+    assert waits and max(waits) <= 60.0  # it retried, each wait within the backoff's bound
     assert "a failed verdict is never a label" in out
     assert rates(capsys, str(run)) == before
     turns = load_run(run).turns()

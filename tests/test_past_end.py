@@ -23,8 +23,11 @@ from userturn.backends.fake import SCRIPTED_FOLLOW_UP, ScriptedBackend, probe_sc
 from userturn.backends.hf import TransformersBackend
 from userturn.backends.models import ModelRef, resolve_model
 from userturn.backends.openai import OpenAICompletionsBackend
+from userturn.chat.continuation import continuation_markers, next_role_options, parse_continuation
 from userturn.chat.render import render_user_turn
 from userturn.errors import ModelError
+from userturn.probe.arms import ArmBudget, ArmContext
+from userturn.probe.continuation import ContinuationArm, next_role_scores
 from userturn.records import GenerationParams, Request
 
 CONVERSATION = [{"role": "user", "content": "Tom has 3 boxes of 12 pencils. How many pencils?"},
@@ -237,3 +240,33 @@ def test_both_engines_give_the_same_continuations_and_leave_other_turns_alone(en
     assert outcomes == {(True, "stop"), (True, "length"), (False, "stop"), (False, "length")}
     for width in (2, 5):
         assert TransformersBackend(ends_early, batch_size=width).complete(batch) == expected
+
+
+
+def test_the_continuation_arm_stops_at_every_end_its_engine_has(ends_early) -> None:
+    """The arm renders, stops and parses with the engine's end tokens, not the template's alone:
+    a model whose generation config also ends at <|endoftext|> (Qwen2.5's case: its BOS) stops
+    there, the continuation reads as closed where it wrote it, and P(end) counts it."""
+    import torch
+
+    backend = TransformersBackend(ends_early)
+    assert set(backend.end_texts) == {"<|im_end|>", "<|endoftext|>"}
+    context = ArmContext(CONVERSATION, None, [(0.0, 0, 0)], "d", "i", "c", None, "self", "none")
+    (job,) = ContinuationArm().jobs(backend, context, ArmBudget(1.0, 40, 40, "drop"))
+    assert job.request.prompt == closed(backend) and "<|endoftext|>" in job.request.stop
+    (generation,) = backend.complete([job.request])
+    assert generation.raw_text.endswith("<|endoftext|>") and generation.completion_tokens == 3
+    # Read as the run reads it: words, closed at the engine's end, not read on past it.
+    markers = continuation_markers(backend.template, backend.end_texts)
+    parsed = parse_continuation(markers, generation.raw_text)
+    assert (parsed.role, parsed.closed) == ("text", True)
+    assert parsed.end_at == len(generation.raw_text) - len("<|endoftext|>")
+    # P(end) is P(<|im_end|>) + P(<|endoftext|>) at the prompt's end, as one forward pass says.
+    ids = torch.tensor([backend.tokenizer(job.request.prompt)["input_ids"]])
+    with torch.no_grad():
+        last = torch.log_softmax(backend.model(ids).logits[0, -1], dim=-1)
+    p_end = {t: float(last[backend.tokenizer.convert_tokens_to_ids(t)].exp())
+             for t in ("<|im_end|>", "<|endoftext|>")}
+    scores = next_role_scores(backend, job.request.prompt, next_role_options(markers))
+    assert scores["end"] == pytest.approx(sum(p_end.values()), rel=1e-4)
+    assert p_end["<|endoftext|>"] > 0  # the second end counts

@@ -22,7 +22,14 @@ from userturn.backends.batching import CPU_BATCH, CPU_WIDTHS, QUEUE_WIDTHS, Batc
 from userturn.backends.models import ModelRef
 from userturn.backends.refill import Row, generate_rows, refills, row_rates
 from userturn.backends.sampling import SeededSampler
-from userturn.backends.turns import as_list, finish_turn, specials_longest_first, split_stops
+from userturn.backends.turns import (
+    as_list,
+    end_texts,
+    finish_turn,
+    generation_config_file,
+    specials_longest_first,
+    split_stops,
+)
 from userturn.chat.render import ChatTemplate, prompt_token_ids
 from userturn.errors import ModelError
 from userturn.records import Generation, GenerationParams, Request
@@ -86,6 +93,11 @@ class TransformersBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.template = ChatTemplate.from_tokenizer(self.tokenizer, ref.spec)
         self._special = specials_longest_first(self.tokenizer.all_special_tokens)
+        # Read without the weights: a finished run's keys are made without loading them.
+        eos = generation_config_file(ref.path).get("eos_token_id",
+                                                   getattr(config, "eos_token_id", None))
+        self.end_texts = end_texts([*as_list(eos), self.tokenizer.eos_token_id],
+                                   lambda i: self.tokenizer.decode([i]))
         # The model's context: a prompt that does not fit fails alone, a budget that runs past it
         # is clamped to what is left (once said).
         self.context_length: int | None = getattr(config, "max_position_embeddings", None)

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 from userturn.backends.constraints import llama_grammar
 from userturn.backends.models import ModelRef
-from userturn.backends.turns import finish_turn, specials_longest_first, split_stops
+from userturn.backends.turns import end_texts, finish_turn, specials_longest_first, split_stops
 from userturn.chat.render import ChatTemplate
 from userturn.errors import ModelError
 from userturn.records import Generation, Request
@@ -76,6 +76,7 @@ class LlamaCppBackend:
         self._adds_bos = bool(self.llama._model.add_bos_token()) and self._bos_id >= 0
         self._eos_ids, controls = vocabulary_ends_and_controls(self.llama._model, lib)
         self._special = specials_longest_first(self._token_text(i) for i in controls)
+        self.end_texts = end_texts(self._eos_ids, self._token_text)
 
     def _token_text(self, token: int) -> str:
         return self.llama.detokenize([token], special=True).decode("utf-8", errors="replace")

@@ -49,7 +49,6 @@ import hashlib
 import json
 import re
 import threading
-import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -57,6 +56,7 @@ from typing import Any, Callable, Literal, Mapping, Sequence
 
 from userturn.backends.models import EMBEDDED, resolve_model
 from userturn.backends.openai_http import APIError, OpenAIHTTP
+from userturn.backends.turns import as_list, end_texts, generation_config_file
 from userturn.chat.render import ChatTemplate, prompt_token_ids
 from userturn.errors import ModelError
 from userturn.records import Generation, Request
@@ -93,7 +93,7 @@ class OpenAICompletionsBackend:
                  max_attempts: int = 5, backoff: float = 1.0, max_backoff: float = 60.0,
                  prompt_as: PromptAs = "tokens", chunk_size: int = 64,
                  extra_body: Mapping[str, Any] | None = None,
-                 sleep: Callable[[float], None] = time.sleep, probe: bool = True) -> None:
+                 sleep: Callable[[float], None] | None = None, probe: bool = True) -> None:
         if prompt_as not in ("tokens", "text"):
             raise ModelError(f"prompt_as must be 'tokens' or 'text', not {prompt_as!r}")
         urls = [base_url] if isinstance(base_url, str) else list(dict.fromkeys(base_url))
@@ -121,6 +121,10 @@ class OpenAICompletionsBackend:
         self.revision = f"openai:{where}:{model}" + (
             f":tokenizer={fingerprint}" if fingerprint else "")
         self._special = sorted(self.tokenizer.all_special_tokens, key=len, reverse=True)
+        # The served model ends where its generation config says, beside the tokenizer's EOS.
+        served = generation_config_file(self.tokenizer.name_or_path).get("eos_token_id")
+        self.end_texts = end_texts([self.tokenizer.eos_token_id, *as_list(served)],
+                                   lambda i: self.tokenizer.decode([i]))
         self._bos_added = _adds_bos(self.tokenizer)
         if probe:
             for http in self._endpoints:
@@ -347,6 +351,16 @@ def _adds_bos(tokenizer: Any) -> bool:
     if bos_id is None:
         return False
     return tokenizer("", add_special_tokens=True)["input_ids"][:1] == [bos_id]
+
+
+def _generation_ends(folder: str) -> list[int]:
+    """The end-of-sequence ids of the generation config beside a local tokenizer (the server's
+    model ends there too); none where there is no such file."""
+    file = Path(folder) / "generation_config.json"
+    try:
+        return as_list(json.loads(file.read_text()).get("eos_token_id"))
+    except (OSError, ValueError, AttributeError):
+        return []
 
 
 def load_tokenizer(name: str) -> tuple[Any, str | None]:

@@ -49,18 +49,25 @@ class APIError(Exception):
         self.detail = detail
 
 
+def backoff_wait(seconds: float) -> None:
+    """How a client without a clock of its own waits between attempts (looked up when it waits:
+    a test that drives the CLI replaces this one function, not ``time.sleep`` everywhere)."""
+    time.sleep(seconds)
+
+
 class OpenAIHTTP:
     """POSTs JSON bodies to ``{base_url}{path}``; ``parse`` turns a 200 body into the result (it
     raises ``APIError`` for a malformed one, which is not retried)."""
 
     def __init__(self, base_url: str, *, api_key: str | None, timeout: float = 60.0,
                  max_attempts: int = 5, backoff: float = 1.0, max_backoff: float = 60.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         # private: the Authorization header only; None reads OPENAI_API_KEY
         self._api_key = credentials.api_key(given=api_key)
         self.timeout, self.max_attempts = timeout, max(1, max_attempts)
-        self.backoff, self.max_backoff, self.sleep = backoff, max_backoff, sleep
+        self.backoff, self.max_backoff = backoff, max_backoff
+        self.sleep = sleep if sleep is not None else backoff_wait
         # One pooled client for every thread (httpx's Client is thread-safe); the callers' own
         # thread pools bound the requests in flight, so the pool does not.
         self._client = httpx.Client(

@@ -8,6 +8,8 @@ whichever engine produced them.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from userturn.records import Generation
@@ -61,6 +63,24 @@ def finish_turn(tokens: Sequence[int], prompt_tokens: int, stop: Sequence[str],
 
 def specials_longest_first(tokens: Iterable[str]) -> list[str]:
     return sorted({t for t in tokens if t}, key=len, reverse=True)
+
+
+def end_texts(eos_ids: Iterable[int | None], text_of: Callable[[int], str]) -> tuple[str, ...]:
+    """The text of each end-of-generation id, once each, in order: what a continuation past the
+    end reads as an end (Qwen2.5 ends a turn at ``<|im_end|>`` and a generation also at
+    ``<|endoftext|>``, its BOS)."""
+    return tuple(dict.fromkeys(t for i in eos_ids if i is not None and (t := text_of(i))))
+
+
+def generation_config_file(folder: str) -> dict[str, Any]:
+    """A model folder's generation_config.json (its end-of-sequence ids, suppressed tokens); {}
+    where there is none or it cannot be read."""
+    file = Path(folder) / "generation_config.json"
+    try:
+        config = json.loads(file.read_text()) if file.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def as_list(value: Any) -> list[int]:

@@ -29,13 +29,18 @@ Engine options (``options``) go to ``vllm.LLM`` as they are, e.g. ``tensor_paral
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from userturn.backends.constraints import vllm_structured
 from userturn.backends.models import ModelRef
-from userturn.backends.turns import as_list, finish_turn, specials_longest_first, split_stops
+from userturn.backends.turns import (
+    as_list,
+    end_texts,
+    finish_turn,
+    generation_config_file,
+    specials_longest_first,
+    split_stops,
+)
 from userturn.chat.render import ChatTemplate, prompt_token_ids
 from userturn.errors import ModelError
 from userturn.records import Generation, Request
@@ -68,9 +73,10 @@ class VLLMBackend:
         self.llm = vllm.LLM(model=ref.path, tokenizer=ref.path, **settings)
         self.revision = f"{ref.revision}:vllm:{settings.get('dtype', 'auto')}"
         self.max_model_len = self.llm.llm_engine.model_config.max_model_len
-        self._generation = _generation_config(ref.path)
+        self._generation = generation_config_file(ref.path)
         self._eos = [*as_list(self._generation.get("eos_token_id")), self.tokenizer.eos_token_id]
         self._special = specials_longest_first(self.tokenizer.all_special_tokens)
+        self.end_texts = end_texts(self._eos, lambda i: self.tokenizer.decode([i]))
         suppress = set(self._generation.get("suppress_tokens") or ())
         vocab = self.llm.llm_engine.model_config.get_vocab_size()
         self._allowed = [i for i in range(vocab) if i not in suppress] if suppress else None
@@ -152,7 +158,3 @@ class VLLMBackend:
     def _decode(self, tokens: Sequence[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=False)
 
-
-def _generation_config(folder: str) -> dict[str, Any]:
-    file = Path(folder) / "generation_config.json"
-    return json.loads(file.read_text()) if file.is_file() else {}

@@ -126,10 +126,13 @@ def continuation_markers(template: ChatTemplate, ends: Sequence[str] = ()) -> Co
     closing = [piece for piece, special in template.lexer.pieces(close) if special]
     stop = [s for s in (*turns.user_stop, assistant_end, *closing, *ending)
             if s and s not in user_header]
+    # A BOS that is also an end (Qwen2.5's <|endoftext|> starts a sequence and ends a
+    # generation) is read as an end: a model that writes it has stopped.
     bos = template.bos_token or ""
+    if any(bos in h for h in headers) or bos in ending:
+        bos = ""
     return ContinuationMarkers(user_header, assistant_header, headers[2], turns.user_stop,
-                               _unique(stop), tuple(ending),
-                               "" if any(bos in h for h in headers) else bos,
+                               _unique(stop), tuple(ending), bos,
                                template.special_tokens, thinking_format(template.source))
 
 
@@ -185,40 +188,41 @@ def parse_continuation(markers: ContinuationMarkers, text: str) -> ParsedContinu
                               bool(closer))
 
 
-def next_role_options(markers: ContinuationMarkers, eos_text: str | None = None
-                      ) -> dict[str, str]:
-    """The continuations of the prompt whose probabilities are the next-role probabilities, for
-    a backend's ``score_options(prompt, options, whole=True)``: ``user``, the user header as the
-    template writes it after a closed turn; ``assistant``, the assistant header; ``end``,
-    ``eos_text`` (default: the template's end of sequence). Trailing whitespace is left off (it
-    is layout, and a token of its own would be scored). A role whose header the template does
-    not write has no entry; ``other`` is what the entries leave (:func:`next_role_probabilities`).
+def next_role_options(markers: ContinuationMarkers) -> tuple[tuple[NextRole, str], ...]:
+    """The continuations of the prompt whose probabilities are the next-role probabilities, as
+    (role, option) pairs for a backend's ``score_options(prompt, options, whole=True)``:
+    ``user``, the user header as the template writes it after a closed turn; ``assistant``, the
+    assistant header; ``end``, once for each end-of-sequence text (the template's and the
+    engine's: Qwen2.5 ends a generation at ``<|im_end|>`` or ``<|endoftext|>``; their
+    probabilities add up). Trailing whitespace is left off (it is layout, and a token of its own
+    would be scored). A role whose header the template does not write has no entry; ``other`` is
+    what the entries leave (:func:`next_role_probabilities`).
     Raises TemplateError where one option begins another: their probabilities would overlap."""
-    end = eos_text if eos_text is not None else (markers.ends[0] if markers.ends else "")
-    options = {"user": markers.user_header.rstrip(), "assistant": markers.assistant_header.strip(),
-               "end": end}
-    options = {name: option for name, option in options.items() if option.strip()}
-    for name, option in options.items():
-        for other, longer in options.items():
-            if other != name and longer.startswith(option):
+    options: list[tuple[NextRole, str]] = [
+        ("user", markers.user_header.rstrip()), ("assistant", markers.assistant_header.strip()),
+        *(("end", end) for end in markers.ends)]
+    options = [(role, option) for role, option in options if option.strip()]
+    for index, (name, option) in enumerate(options):
+        for other_index, (other, longer) in enumerate(options):
+            if other_index != index and longer.startswith(option):
                 # Then P(option) counts P(longer) again: the probabilities would not add up.
                 raise TemplateError(f"the next-role options {name} ({option!r}) and {other} "
                                     f"({longer!r}) overlap; their probabilities cannot be told "
                                     "apart")
-    return options
+    return tuple(options)
 
 
 def next_role_probabilities(names: Sequence[str], logprobs: Sequence[float]
                             ) -> dict[str, float]:
     """The next-role probabilities from the options' log-probabilities (in the order of
-    ``names``, the keys of :func:`next_role_options`), with ``other``, one minus their sum
-    (never below zero: rounding)."""
+    ``names``, the roles of :func:`next_role_options`; a role named twice, ``end``, sums its
+    options), with ``other``, one minus their sum (never below zero: rounding)."""
     if len(names) != len(logprobs) or not set(names) <= set(get_args(NextRole)) - {"other"}:
         raise ValueError(f"next-role log-probabilities {list(logprobs)} do not match the "
                          f"options {list(names)}")
     probabilities = {role: 0.0 for role in get_args(NextRole)}
     for name, logprob in zip(names, logprobs):
-        probabilities[name] = math.exp(logprob)
+        probabilities[name] += math.exp(logprob)
     probabilities["other"] = max(0.0, 1.0 - sum(probabilities.values()))
     return probabilities
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable, Generator, Protocol, Sequence
@@ -218,7 +217,7 @@ class OpenAIChatClient:
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
                  timeout: float = 60.0, max_attempts: int = 5, backoff: float = 1.0,
-                 max_backoff: float = 60.0, sleep: Callable[[float], None] = time.sleep) -> None:
+                 max_backoff: float = 60.0, sleep: Callable[[float], None] | None = None) -> None:
         self.name = f"openai/{model}"
         self.model = model
         base = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"

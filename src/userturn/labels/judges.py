@@ -8,7 +8,6 @@ verdict is read from the labels' probabilities (:mod:`.local_judge`).
 from __future__ import annotations
 
 import os
-import time
 import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -27,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def judge_from_spec(spec: str, *, base_url: str | None = None, api_key: str | None = None,
-                    sleep: Callable[[float], None] = time.sleep,
+                    sleep: Callable[[float], None] | None = None,
                     concurrency: int = 8,
                     calibration: JudgeCalibration | None = None) -> Judge:
     """A judge from a spec: ``openai/MODEL`` is an OpenAI-compatible chat API (the paper used

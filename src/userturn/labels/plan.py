@@ -6,7 +6,6 @@ sources, each in one place."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Annotated, Callable
 
@@ -76,7 +75,7 @@ class JudgeSpec(Spec):
         """The judge specs, one or several (``judge: [A, B]``), without repeats."""
         return unique_judges(self.judge)
 
-    def build_judges(self, sleep: Callable[[float], None] = time.sleep) -> list:  # type: ignore[type-arg]
+    def build_judges(self, sleep: Callable[[float], None] | None = None) -> list:  # type: ignore[type-arg]
         """Every judge, built and checked (a spec that names no judge, a missing key, a bad
         address: one error before anything is sent). ``sleep``: how an API client waits
         between retries."""

@@ -56,7 +56,8 @@ class ContinuationArm:
                 "that returns prompt log-probabilities); run it with --arms opened")
 
     def jobs(self, backend: Backend, context: ArmContext, budget: ArmBudget) -> list[Job]:
-        prompt = render_continuation(backend.template, context.messages, context.thinking)
+        prompt = render_continuation(backend.template, context.messages, context.thinking,
+                                     ends=end_texts(backend))
         jobs = []
         for temperature, sample, seed in context.seeds:
             request = Request(prompt.text, GenerationParams(
@@ -84,7 +85,7 @@ def read_continuations(store: RunStore, backend: Backend, jobs: Sequence[Job],
             and rows[job.key].generation.error is None]
     if not todo:
         return 0
-    markers = continuation_markers(backend.template)
+    markers = continuation_markers(backend.template, end_texts(backend))
     options = next_role_options(markers)
     scores = {prompt: next_role_scores(backend, prompt, options)
               for prompt in dict.fromkeys(job.request.prompt for job in todo)}
@@ -100,11 +101,17 @@ def read_continuations(store: RunStore, backend: Backend, jobs: Sequence[Job],
     return len(readings)
 
 
-def next_role_scores(backend: Backend, prompt: str, options: Mapping[str, str]
+def next_role_scores(backend: Backend, prompt: str, options: Sequence[tuple[str, str]]
                      ) -> dict[str, float]:
-    """P(the next tokens are the user header / the assistant header / end of sequence) at the
-    prompt's end, each option scored whole in one pass over the prompt; ``other`` is the rest."""
+    """P(the next tokens are the user header / the assistant header / an end of sequence) at
+    the prompt's end, each option scored whole in one pass over the prompt; ``other`` is the
+    rest."""
     engine: Any = engine_of(backend)
-    names = list(options)
-    logprobs = engine.score_options(prompt, [options[name] for name in names], whole=True)
-    return next_role_probabilities(names, logprobs)
+    logprobs = engine.score_options(prompt, [option for _, option in options], whole=True)
+    return next_role_probabilities([role for role, _ in options], logprobs)
+
+
+def end_texts(backend: Backend) -> tuple[str, ...]:
+    """The texts of every token that ends a generation on ``backend``'s engine, beyond the
+    template's end of sequence (``end_texts`` where the engine says; none where it does not)."""
+    return tuple(getattr(engine_of(backend), "end_texts", ()))

@@ -81,7 +81,7 @@ def run_experiment(exp: RunSpec, *, backends: Mapping[str, Backend] | None = Non
                    progress: Progress | None = None,
                    datasets: Sequence[Dataset] | None = None,
                    executor: Executor | None = None,
-                   judge_sleep: Callable[[float], None] = time.sleep) -> RunStore:
+                   judge_sleep: Callable[[float], None] | None = None) -> RunStore:
     """Run (or resume) an experiment into its plan's ``output`` and return its open store.
 
     ``datasets`` replaces loading the plan's datasets (training draws its items from a split).
@@ -124,7 +124,7 @@ def backend_specs(plan: ProbePlan, engine: EngineSpec) -> list[BackendSpec]:
 
 def _run(exp: RunSpec, backends: Mapping[str, Backend], executor: Executor,
          progress: Progress, datasets: Sequence[Dataset],
-         judge_sleep: Callable[[float], None], loading: float = 0.0) -> RunStore:
+         judge_sleep: Callable[[float], None] | None, loading: float = 0.0) -> RunStore:
     """``loading``: the seconds it took to load the models here (0: loaded elsewhere)."""
     plan, labelling = exp.plan, exp.labelling
     engines = list(backends.values())  # the loaded engines (the variants below wrap them)
