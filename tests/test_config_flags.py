@@ -299,3 +299,23 @@ def test_a_setting_without_a_command_line_form_fails_when_the_parser_is_built():
         add_flags(argparse.ArgumentParser(), Odd)
     with pytest.raises(TypeError, match="names no field of Odd"):
         add_flags(argparse.ArgumentParser(), Odd, {"weight": Flag(repeat=True)})
+
+
+def test_a_copy_changes_flat_settings_through_their_specs_checks():
+    """``Experiment.model_copy(update=...)`` names settings flat, as a file or a flag does: the
+    part that owns each is made again (with its checks); a name no part takes is refused, never
+    set beside the parts where nothing reads it."""
+    exp = Experiment(models=["tiny"], user_turn_variants=["prefill:So"], limit=20)
+    copy = exp.model_copy(update={"limit": 3, "temperatures": [0.0], "judge": ["smollm2"]})
+    assert (copy.plan.limit, copy.plan.temperatures, copy.labelling.judge) == (3, [0.0],
+                                                                               ["smollm2"])
+    assert copy.plan.user_turn_variants == exp.plan.user_turn_variants  # the rest kept
+    assert exp.plan.limit == 20  # a copy: the original is as it was
+    assert copy.model_dump()["limit"] == 3  # stored flat as it reads
+    with pytest.raises(ValueError, match="has no setting limt"):
+        exp.model_copy(update={"limt": 3})
+    with pytest.raises(pydantic.ValidationError, match="greater than or equal to 1"):
+        exp.model_copy(update={"limit": -3})
+    with pytest.raises(ValueError, match="given whole"):
+        exp.model_copy(update={"plan": exp.plan, "limit": 3})
+    assert exp.model_copy(update={"plan": copy.plan}).plan.limit == 3

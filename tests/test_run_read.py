@@ -91,6 +91,42 @@ def test_label_reads_the_turns_once_and_the_labels_it_wrote_again(gsm_file, tmp_
     assert out.split("nothing generated\n", 1)[1] == again
 
 
+def test_run_reads_the_turns_once_and_prints_what_report_prints(tmp_path, reads, capsys):
+    """``userturn run`` labels the turns it read once and prints them with the labels read
+    again: the same tables as a ``report`` of the folder afterwards."""
+    folder = tmp_path / "run"
+    code, out, _ = run_cli(capsys, "run", "--model", "fake/probe", "--dataset", "gsm_symbolic",
+                           "--limit", "3", "--samples", "2", "-o", str(folder))
+    assert code == 0
+    assert reads["user_turn_rows"] == 1 and reads["label_rows"] == 2
+    code, again, _ = run_cli(capsys, "report", str(folder))
+    assert code == 0
+    assert out.split("run stored in")[0] == again
+
+
+def test_the_annotation_page_reads_the_run_once(gsm_file, tmp_path, reads):
+    """Its sample (stratified by the rules), what the page shows of each turn and the
+    per-condition plans come from one read of the run."""
+    from userturn.labels.annotate import AnnotationServer
+
+    run = make_run(gsm_file, tmp_path / "a", "fake/a", grounded_script)
+    reads.clear()
+    server = AnnotationServer(run, "ann", size=4)
+    try:
+        assert len(server.keys) == 4 and set(server.keys) <= set(server.contexts)
+        assert reads["user_turn_rows"] == 1
+    finally:
+        server._httpd.server_close()
+
+
+def test_agreement_reads_the_run_once(gsm_file, tmp_path, reads, capsys):
+    run = make_run(gsm_file, tmp_path / "a", "fake/a", grounded_script)
+    reads.clear()
+    code, out, _ = run_cli(capsys, "agreement", str(run))
+    assert code == 0 and "no two label sources share labelled turns" in out
+    assert reads["user_turn_rows"] == 1
+
+
 def _label(source: str | None, label: str | None) -> Label:
     return Label(label, source=source or "rules")  # type: ignore[arg-type]
 

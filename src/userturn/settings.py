@@ -399,6 +399,31 @@ class Composed(BaseModel):
             raise ValidationError.from_exception_data(cls.__name__, errors)
         return composed
 
+    def model_copy(self: C, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> C:
+        """A copy with settings changed, named flat as everywhere else (``limit``, not
+        ``plan.limit``), or a part given whole (``plan=ProbePlan(...)``): each changed part is
+        made again through its own checks, so a bad value is refused here, and a name no part
+        takes is refused rather than set beside the parts, where nothing would read it."""
+        if not update:
+            return super().model_copy(deep=deep)
+        parts = self.parts()
+        owner = {name: part for part, (_, names) in parts.items() for name in names}
+        unknown = sorted(key for key in update if key not in owner and key not in parts)
+        if unknown:
+            raise ValueError(f"{type(self).__name__} has no setting {', '.join(unknown)}")
+        changed: dict[str, Any] = {key: value for key, value in update.items() if key in parts}
+        for key in update:
+            if key in owner and owner[key] in changed:
+                raise ValueError(f"{key} is a setting of the {owner[key]} given whole: "
+                                     f"give the {owner[key]} or its settings, not both")
+        for part in {owner[key] for key in update if key in owner}:
+            spec = getattr(self, part)
+            kept = {name: getattr(spec, name) for name in spec.model_fields_set}
+            given = {key: value for key, value in update.items() if owner.get(key) == part}
+            changed[part] = type(spec).model_validate({**kept, **given})
+        return super().model_copy(update=changed, deep=deep)
+
     @model_serializer(mode="wrap")
     def _flat_dump(self, handler: Any) -> dict[str, Any]:
         """Written flat, each setting under its own name (a stored run's ``config``)."""

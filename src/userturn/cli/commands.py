@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 from rich.console import Console
 
@@ -26,16 +27,18 @@ def run(args: argparse.Namespace, console: Console) -> int:
     experiment = arguments.experiment_from(args)
     output = experiment.plan.output
     refuse_if_busy(output)  # in well under a second: before the pipeline's imports
-    from userturn.probe.pipeline import run_experiment
+    from userturn.probe.pipeline import run_and_read
 
     with progress_bars() as progress:
-        store = run_experiment(experiment, progress=progress)
+        store, stored = run_and_read(experiment, progress=progress)
     # Imported once the run is made: the statistics (scipy) cost a second and more, which a
     # refusal (a busy folder, a bad store) should not wait for.
     from userturn.report.terminal import print_run
-    from userturn.report.view import read_run
+    from userturn.report.view import view_of
+    from userturn.store.runstate import run_state
 
-    print_run(read_run(store), console)
+    # The run as labelled, read once; where it stands is read now the folder's lock is let go.
+    print_run(view_of(replace(stored, state=run_state(store))), console)
     console.print(f"run stored in {output}/ (userturn report {output})")
     store.close()
     store.tally.refuse_if_all_failed("generation")

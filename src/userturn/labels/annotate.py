@@ -42,7 +42,7 @@ from userturn.stats.correction import MIN_HUMAN_LABELS
 from userturn.store.database import RunStore
 from userturn.store.meta import AnnotationSample
 from userturn.store.rows import LabelRow
-from userturn.store.turns import read_turns
+from userturn.store.view import StoredRun, read_stored_run
 from userturn.taxonomy import TAXONOMY
 
 DEFAULT_SIZE = 100
@@ -112,10 +112,12 @@ def _allocate(sizes: dict[str, int], size: int, rng: random.Random) -> dict[str,
     return take
 
 
-def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | None,
-                strata_source: str, calibration: int | None = None) -> list[str]:
-    """The annotator's stored sample, or a new one stored right away (reopening gives the same).
-    ``calibration``: a calibration sample of that size instead (:mod:`.calibration`)."""
+def _sample_for(store: RunStore, run: StoredRun, annotator: str, size: int | None,
+                seed: int | None, strata_source: str, calibration: int | None = None
+                ) -> list[str]:
+    """The annotator's stored sample, or a new one stored right away (reopening gives the same)
+    from ``run``, the store's run as read. ``calibration``: a calibration sample of that size
+    instead (:mod:`.calibration`)."""
     stored = store.meta().annotation_samples.get(annotator)
     if calibration is not None:
         size = calibration
@@ -136,8 +138,7 @@ def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | N
         raise AnnotationError(f"sample size must be at least 1, got {size}")
     if calibration is not None:
         # Stratified by the run's own labeller (its label sources), the one being corrected.
-        keys, inclusion = calibration_sample(read_turns(store), size, seed,
-                                             store.label_sources())
+        keys, inclusion = calibration_sample(run.turns, size, seed, store.label_sources())
         if not keys:
             raise AnnotationError(
                 f"no condition of {store.folder} has the {MIN_HUMAN_LABELS} turns a corrected "
@@ -146,7 +147,7 @@ def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | N
         store.put_annotation_sample(annotator, AnnotationSample(
             keys=keys, size=size, seed=seed, labeller=store.label_sources(), inclusion=inclusion))
         return keys
-    keys = build_sample(read_turns(store, strata_source), size=size, seed=seed)
+    keys = build_sample(run.with_sources(strata_source).turns, size=size, seed=seed)
     if not keys:
         raise AnnotationError(f"{store.folder} has no generated user turns to annotate")
     store.put_annotation_sample(annotator, AnnotationSample(keys=keys, size=size, seed=seed,
@@ -154,12 +155,12 @@ def _sample_for(store: RunStore, annotator: str, size: int | None, seed: int | N
     return keys
 
 
-def _contexts(store: RunStore, keys: list[str]) -> dict[str, dict[str, str]]:
+def _contexts(turns: Sequence[Turn], keys: list[str]) -> dict[str, dict[str, str]]:
     """What the page may see of each sampled turn: query, answer, user turn; nothing else."""
     wanted = set(keys)
     return {turn.key: {"key": turn.key, "user_turn": turn.user_turn or "",
                        "answer": turn.answer, "query": turn.query}
-            for turn in read_turns(store) if turn.key in wanted}
+            for turn in turns if turn.key in wanted}
 
 
 # -- the server ----------------------------------------------------------------------------------
@@ -182,9 +183,11 @@ class AnnotationServer:
                                   "another --port, or leave it out for a free one") from None
         try:
             with closing(RunStore.open(self.folder)) as store:
-                sample = _sample_for(store, annotator, size, seed, strata_source, calibration)
-                self.contexts = _contexts(store, sample)
-                self.plans = condition_plans(read_turns(store), sample, self.source)
+                run = read_stored_run(store)  # read once: the sample, the page, the plans
+                sample = _sample_for(store, run, annotator, size, seed, strata_source,
+                                     calibration)
+                self.contexts = _contexts(run.turns, sample)
+                self.plans = condition_plans(run.turns, sample, self.source)
         except BaseException:
             self._httpd.server_close()
             raise

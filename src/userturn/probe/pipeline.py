@@ -15,6 +15,7 @@ import json
 import platform
 import time
 import warnings
+from dataclasses import replace
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from userturn.backends import Backend, BackendSpec
@@ -57,7 +58,8 @@ from userturn.store.lock import RunLock
 from userturn.store.meta import RunMeta, StageTime
 from userturn.store.rows import ContextRow, GenerationRow, ScoreRow
 from userturn.store.sqlite import DB_NAME, generation_key
-from userturn.store.turns import read_labels, read_turns, with_labels
+from userturn.store.turns import read_labels, with_labels
+from userturn.store.view import StoredRun, read_stored_run
 from userturn.version import __version__
 
 
@@ -87,6 +89,19 @@ def run_experiment(exp: RunSpec, *, backends: Mapping[str, Backend] | None = Non
     ``datasets`` replaces loading the plan's datasets (training draws its items from a split).
     ``executor`` with ``backends`` (its handles) replaces the executor the engine names.
     ``judge_sleep`` is how the judge's API client waits between retries."""
+    return run_and_read(exp, backends=backends, progress=progress, datasets=datasets,
+                        executor=executor, judge_sleep=judge_sleep)[0]
+
+
+def run_and_read(exp: RunSpec, *, backends: Mapping[str, Backend] | None = None,
+                 progress: Progress | None = None,
+                 datasets: Sequence[Dataset] | None = None,
+                 executor: Executor | None = None,
+                 judge_sleep: Callable[[float], None] | None = None
+                 ) -> tuple[RunStore, StoredRun]:
+    """:func:`run_experiment`, with the run as its labelling stages read it, their labels read
+    again (the turns are read once, for labelling; a report of the run made from this reads
+    nothing more but where it stands, which changes when the folder's lock is let go)."""
     progress = progress or silent_progress
     plan, engine = exp.plan, exp.engine
     if (plan.output / DB_NAME).exists():  # not a whole store: refused before the lock is made
@@ -124,7 +139,8 @@ def backend_specs(plan: ProbePlan, engine: EngineSpec) -> list[BackendSpec]:
 
 def _run(exp: RunSpec, backends: Mapping[str, Backend], executor: Executor,
          progress: Progress, datasets: Sequence[Dataset],
-         judge_sleep: Callable[[float], None] | None, loading: float = 0.0) -> RunStore:
+         judge_sleep: Callable[[float], None] | None, loading: float = 0.0
+         ) -> tuple[RunStore, StoredRun]:
     """``loading``: the seconds it took to load the models here (0: loaded elsewhere)."""
     plan, labelling = exp.plan, exp.labelling
     engines = list(backends.values())  # the loaded engines (the variants below wrap them)
@@ -163,11 +179,11 @@ def _run(exp: RunSpec, backends: Mapping[str, Backend], executor: Executor,
     if loading:
         clock.add(StageTime(stage="model load", seconds=loading, count=len(backends),
                             unit="models"))
-    _run_stages(store, plan, labelling, datasets, backends, probers, answer_models, judges,
-                executor, progress, clock)
+    run = _run_stages(store, plan, labelling, datasets, backends, probers, answer_models,
+                      judges, executor, progress, clock)
     store.check_present()
     store.update_meta(finished=time.time())
-    return store
+    return store, replace(run, meta=store.meta())
 
 
 # What a run plans (and so what its report shows) besides the output folder: the plan's
@@ -202,7 +218,8 @@ def _shown(value: Any) -> str:
 def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
                 datasets: Sequence[Dataset], backends: Mapping[str, Backend],
                 probers: Sequence[str], answer_models: Sequence[str], judges: Sequence[Judge],
-                executor: Executor, progress: Progress, clock: StageClock) -> None:
+                executor: Executor, progress: Progress, clock: StageClock) -> StoredRun:
+    """Every stage; returns the run as labelled (its turns read once, its labels again)."""
     store.keep_plan([*backends, HUMAN], [dataset.name for dataset in datasets])
     for dataset in datasets:
         store.put_items(dataset.name, dataset.items)
@@ -222,9 +239,10 @@ def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
             with clock.generating("user turns"):
                 user_stage(store, backends[spec], dataset, sets, plan, executor, progress)
         _human_stage(store, dataset, answers.get(answers_as(backends[probers[0]]), {}))
-    # The turns are read once for the labelling stages; the judges see the offline labels by
-    # reading the labels alone again.
-    turns = read_turns(store)
+    # The run is read once, for the labelling stages; the judges see the offline labels, and
+    # the caller the last labels, by reading the labels alone again.
+    run = read_stored_run(store)
+    turns = run.turns
     clock.timed("labelling", "labels", lambda: label_offline(
         store, labelling.offline, backends, classifier_path=labelling.classifier,
         progress=progress, turns=turns))
@@ -241,6 +259,7 @@ def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
         # when judging stops early (Ctrl-C), so the labels it has decide where they exist.
         record_sources(store, labelling.offline, [judge.name for judge in judges],
                        labelling.judge_scope, classifier)
+    return run.relabelled(store)
 
 
 def _human_stage(store: RunStore, dataset: Dataset,

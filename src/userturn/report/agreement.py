@@ -19,7 +19,8 @@ from userturn.report.numbers import decimal, label_header, percent
 from userturn.stats.agreement import Agreement, pairwise_agreement, source_rank
 from userturn.stats.reliability import against_people, alpha, ratings_of
 from userturn.store.database import RunStore
-from userturn.store.turns import check_label_sources, read_turns
+from userturn.store.turns import check_label_sources
+from userturn.store.view import read_stored_run
 
 _NAN = float("nan")
 
@@ -40,7 +41,7 @@ def run_agreement(folder: Path, sources: Sequence[str] | None = None) -> RunAgre
     them, or ``sources`` (``--sources``, the first the reference), which the run must hold."""
     with closing(RunStore.read(folder)) as store:
         check_label_sources(store, sources, "--sources")
-        turns = read_turns(store)
+        turns = read_stored_run(store).turns
     ratings = ratings_of(turns)
     if sources:
         ratings = {s: r for s, r in ratings.items() if s in sources}
