@@ -78,6 +78,24 @@ def test_local_and_ray_runs_store_the_same_generations(tmp_path, gsm_file):
     assert a == b
 
 
+def test_the_continuation_arm_on_ray_stores_what_it_stores_in_process(tmp_path, gsm_file):
+    """Both arms on two tiny-model actors: the continuations, their readings and their next-role
+    probabilities (scored by a replica) are those of the run in process."""
+    local = experiment(tmp_path, gsm_file, "arms-local").model_copy(
+        update={"arms": ["opened", "continuation"], "limit": 3})
+    run_experiment(local).close()
+    remote = experiment(tmp_path, gsm_file, "arms-ray").model_copy(
+        update={"arms": ["opened", "continuation"], "limit": 3})
+    ray_run(remote, [BackendSpec("tiny", batch_size=2)], replicas=2, unit_size=5)
+    a, b = stored(local.plan.output), stored(remote.plan.output)
+    assert a == b
+    with sqlite3.connect(local.plan.output / "userturn.db") as db:
+        readings = db.execute("SELECT * FROM continuations ORDER BY key").fetchall()
+    with sqlite3.connect(remote.plan.output / "userturn.db") as db:
+        assert db.execute("SELECT * FROM continuations ORDER BY key").fetchall() == readings
+    assert len(readings) == 3 * (1 + 3) and all(row[4] is not None for row in readings)
+
+
 def fault_run(tmp_path, gsm_file, factory, **settings):
     marker = tmp_path / "fault.log"
     exp = experiment(tmp_path, gsm_file, factory, model="fake/probe")

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
 from userturn.backends import BackendSpec
+from userturn.backends.options import can_score_prompts
 from userturn.chat.render import ChatTemplate
 from userturn.errors import ConfigError, ModelError
 from userturn.probe.engine import EngineSpec
@@ -39,32 +40,64 @@ IN_FLIGHT = 2  # units per actor: one running, one queued behind it
 PROBES = 10  # failed probes in a row before a restarting actor counts as gone
 
 
+@dataclass(frozen=True)
+class Described:
+    """What a replica reports of its backend: what the driver's keys, prompts and arms need."""
+
+    spec: str
+    revision: str
+    template: ChatTemplate
+    chunk_size: int
+    end_texts: tuple[str, ...]  # every end of generation (the continuation arm's stops)
+    scores_prompts: bool  # whether it has score_options (next-role probabilities, local judges)
+
+
 class BackendActor:
     """One replica: a backend built once from its spec (the Ray actor's class)."""
 
     def __init__(self, spec: BackendSpec) -> None:
         self.backend = spec.build()
 
-    def describe(self) -> tuple[str, str, ChatTemplate, int]:
+    def describe(self) -> Described:
         b = self.backend
-        return b.spec, b.revision, b.template, b.chunk_size
+        return Described(b.spec, b.revision, b.template, b.chunk_size,
+                         tuple(getattr(b, "end_texts", ())), can_score_prompts(b))
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         return self.backend.complete(requests)
 
+    def score_options(self, prompt: str, options: Sequence[str], whole: bool) -> list[float]:
+        scorer: Any = self.backend  # described with scores_prompts: it has score_options
+        return list(scorer.score_options(prompt, options, whole=whole))
+
 
 class RemoteBackend:
     """The driver's view of a model whose replicas are actors: what keys and prompts need (spec,
-    revision, template), as the replicas reported them; ``complete`` runs one unit on them."""
+    revision, template, end texts), as the replicas reported them; ``complete`` runs one unit on
+    them."""
 
-    def __init__(self, executor: RayExecutor, spec: str, revision: str, template: ChatTemplate,
-                 chunk_size: int) -> None:
-        self.executor, self.spec, self.revision = executor, spec, revision
-        self.template, self.chunk_size = template, chunk_size
+    def __init__(self, executor: RayExecutor, described: Described) -> None:
+        self.executor, self.spec, self.revision = executor, described.spec, described.revision
+        self.template, self.chunk_size = described.template, described.chunk_size
+        self.end_texts = described.end_texts
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         unit = WorkUnit(-1, self.spec, ("",) * len(requests), tuple(requests))
         return [g for result in self.executor.run([unit]) for g in result.generations]
+
+
+class RemoteScoringBackend(RemoteBackend):
+    """A model whose replicas score a prompt's continuations (``score_options``): one replica
+    scores each prompt, as the engine in process would."""
+
+    def score_options(self, prompt: str, options: Sequence[str], *,
+                      whole: bool = False) -> list[float]:
+        return self.executor.score_options(self.spec, prompt, options, whole)
+
+
+def remote_backend(executor: RayExecutor, described: Described) -> RemoteBackend:
+    kind = RemoteScoringBackend if described.scores_prompts else RemoteBackend
+    return kind(executor, described)
 
 
 @dataclass
@@ -142,18 +175,34 @@ class RayExecutor:
         backends: dict[str, RemoteBackend] = {}
         for replica in self.replicas:
             try:
-                spec, revision, template, chunk = ray.get(replica.handle.describe.remote())
+                described = ray.get(replica.handle.describe.remote())
             except ray.exceptions.RayError as exc:
                 raise ModelError(f"a replica of {replica.engine} could not build its backend: "
                                  f"{_last_line(exc)}") from None
             known = backends.get(replica.engine)
             if known is None:
-                backends[replica.engine] = RemoteBackend(self, spec, revision, template, chunk)
-            elif (known.revision, known.template.hash) != (revision, template.hash):
+                backends[replica.engine] = remote_backend(self, described)
+            elif (known.revision, known.template.hash) != (described.revision,
+                                                           described.template.hash):
                 raise ModelError(f"the replicas of {replica.engine} hold different models "
-                                 f"({known.revision} and {revision}): give every node the "
-                                 "same model files")
+                                 f"({known.revision} and {described.revision}): give every "
+                                 "node the same model files")
         return backends
+
+    def score_options(self, engine: str, prompt: str, options: Sequence[str],
+                      whole: bool) -> list[float]:
+        """``score_options`` on a live replica of ``engine`` (the first that answers)."""
+        import ray
+
+        failures = []
+        for replica in (r for r in self.replicas if r.engine == engine and r.state == "alive"):
+            try:
+                return list(ray.get(replica.handle.score_options.remote(prompt, options, whole),
+                                    timeout=self.unit_timeout))
+            except (ray.exceptions.RayError, TimeoutError) as exc:
+                failures.append(_last_line(exc))
+        raise ModelError(f"no replica of {engine} could score a prompt"
+                         + (f": {failures[-1]}" if failures else ": none is alive"))
 
     # -- the one method --------------------------------------------------------------------
     def run(self, units: Iterable[WorkUnit]) -> Iterator[UnitResult]:
