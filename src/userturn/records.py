@@ -8,7 +8,7 @@ Messages are plain ``{"role": ..., "content": ...}`` dicts, as every chat templa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, get_args
+from typing import Any, Callable, Literal, Mapping, NamedTuple, get_args
 
 from userturn.taxonomy import STATUSES as STATUSES
 from userturn.taxonomy import TAXONOMY
@@ -29,6 +29,13 @@ FinishReason = Literal["stop", "length", "error"]
 Arm = Literal["opened", "continuation"]
 ARMS: tuple[Arm, ...] = get_args(Arm)
 DEFAULT_ARM: Arm = "opened"
+# The probed model's variants, typed fields beside its name (issue #41): the user turn's opening
+# (probe.user_variants: ``native``, ``prefill:TEXT``, ``system:none``, ...) and the template's
+# ``enable_thinking`` (probe.thinking_variants: ``on``, ``off``, or ``default``, the template's
+# own). Their defaults are a run without variants, whose keys and tables they leave as they were.
+NATIVE = "native"
+DEFAULT_THINKING = "default"
+EnableThinking = Literal["on", "off", "default"]
 # What a continuation opened first (chat.continuation parses it): a user turn, an assistant
 # turn, a system turn, text outside any turn, or nothing before it ended.
 NextRole = Literal["user", "assistant", "system", "text", "none"]
@@ -42,6 +49,30 @@ Labeller = str
 RULES_SOURCE = "rules"
 CLASSIFIER_SOURCE = "classifier"  # the shipped learned classifier's label source
 MAJORITY_SOURCE = "judges:majority"  # two or more judges deciding together (labels.majority)
+
+
+def probed_name(model: str, user_variant: str = NATIVE,
+                enable_thinking: str = DEFAULT_THINKING) -> str:
+    """The name the tables print for ``model`` probed under its variants: ``MODEL``,
+    ``MODEL[thinking=on]``, ``MODEL[user=SPEC]``, ``MODEL[thinking=off][user=SPEC]``. Runs
+    before the typed fields stored this name as the model; it is composed here for display (and
+    for the generation key, which hashes it: store.sqlite.generation_key), never parsed back
+    but by the store's reader of those older runs."""
+    thinking = "" if enable_thinking == DEFAULT_THINKING else f"[thinking={enable_thinking}]"
+    user = "" if user_variant == NATIVE else f"[user={user_variant}]"
+    return f"{model}{thinking}{user}"
+
+
+class Probed(NamedTuple):
+    """A probed model and the variants it is probed under: what the plan stores of a prober."""
+
+    model: str
+    user_variant: str = NATIVE
+    enable_thinking: str = DEFAULT_THINKING
+
+    @property
+    def name(self) -> str:
+        return probed_name(self.model, self.user_variant, self.enable_thinking)
 
 
 def variant_source(source: str, variant: str) -> str:
@@ -190,8 +221,9 @@ class Score:
 # STATUSES (what a turn without a label is instead) and VERDICT_ERROR (what one source said of a
 # turn where its verdict failed) are defined beside the taxonomy, whose names may not take them.
 # The one column list of a user turn: the export, the report's user_turns table, the browser.
-COLUMNS = ("model", "arm", "answerer", "dataset", "perturbation", "temperature", "sample_index",
-           "item_id", "context", "query", "answer", "answer_correct", "user_turn",
+COLUMNS = ("model", "arm", "user_variant", "enable_thinking", "answerer", "dataset",
+           "perturbation", "temperature", "sample_index", "item_id", "context", "query",
+           "answer", "answer_correct", "user_turn",
            "raw_user_turn", "thinking", "finish_reason", "error", "label", "label_source",
            "rationale", "label_error", "status", "next_role", "prompt", "key")
 
@@ -220,7 +252,8 @@ class Turn:
     """One generated user turn of a run, with its context and its labels."""
 
     model: str
-    """The probed model that wrote the turn (``human``: the data's real next user turn)."""
+    """The probed model that wrote the turn, its spec without variants (``human``: the data's
+    real next user turn); :attr:`probed` is the name the tables print."""
     answerer: str
     """Who wrote the assistant answer: ``self``, ``reference``, ``data`` or a model spec."""
     dataset: str
@@ -277,6 +310,15 @@ class Turn:
     role_probabilities: Mapping[str, float] | None = None
     """A continuation's next-role probabilities at its prompt's end (``user``, ``assistant``,
     ``end``, ``other``); None for the opened arm or where the backend could not score them."""
+    user_variant: str = NATIVE
+    """The user turn's opening the model was probed under (``native``, ``prefill:TEXT``, ...)."""
+    enable_thinking: str = DEFAULT_THINKING
+    """The template's ``enable_thinking`` (``on``, ``off``; ``default``: the template's own)."""
+
+    @property
+    def probed(self) -> str:
+        """The probed model's name as the tables print it (:func:`probed_name`)."""
+        return probed_name(self.model, self.user_variant, self.enable_thinking)
 
     @property
     def is_user_turn(self) -> bool:
@@ -370,12 +412,12 @@ def human_label(turn: Turn) -> tuple[bool | None, str | None]:
     return None, None
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Condition:
-    """One cell of a run's design: the turns generated under the same model, answerer, dataset,
-    perturbation, temperature and probe arm. The one key every statistic groups turns by (summary rows,
-    perturbation effects, variant and run comparisons), in one order: conditions sort field by
-    field as declared here."""
+    """One cell of a run's design: the turns generated under the same model (and its variants),
+    answerer, dataset, perturbation, temperature and probe arm. The one key every statistic
+    groups turns by (summary rows, perturbation effects, variant and run comparisons), in one
+    order: conditions sort by the probed model's name, then field by field as declared here."""
 
     model: str
     answerer: str
@@ -385,11 +427,28 @@ class Condition:
     # Last, with the opened arm as its default: a run of one arm keeps the order and the keys of
     # runs before the arms.
     arm: str = DEFAULT_ARM
+    # The variants, after the arm and with the defaults of a run without them (the same reason).
+    user_variant: str = NATIVE
+    enable_thinking: str = DEFAULT_THINKING
+
+    @property
+    def probed(self) -> str:
+        """The probed model's name as the tables print it (:func:`probed_name`)."""
+        return probed_name(self.model, self.user_variant, self.enable_thinking)
+
+    def sort_key(self) -> tuple[Any, ...]:
+        # By the printed name first: a variant's rows follow its model's, as they did when the
+        # variant was a model of its own named MODEL[user=SPEC].
+        return (self.probed, self.answerer, self.dataset, self.perturbation, self.temperature,
+                self.arm, self.model, self.user_variant, self.enable_thinking)
+
+    def __lt__(self, other: Condition) -> bool:
+        return self.sort_key() < other.sort_key()
 
     @classmethod
     def of(cls, turn: Turn) -> Condition:
         return cls(turn.model, turn.answerer, turn.dataset, turn.perturbation, turn.temperature,
-                   turn.arm)
+                   turn.arm, turn.user_variant, turn.enable_thinking)
 
 
 @dataclass(frozen=True)
@@ -410,3 +469,11 @@ class Answer:
     scorer: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
     """Further metrics of the score, e.g. IFEval's loose and instruction-level accuracy."""
+    enable_thinking: str = DEFAULT_THINKING
+    """The template's ``enable_thinking`` the answer was generated under (answers have no
+    user-turn variant: every variant follows its native model's answers)."""
+
+    @property
+    def probed(self) -> str:
+        """The answering model's name as the tables print it (:func:`probed_name`)."""
+        return probed_name(self.model, NATIVE, self.enable_thinking)
