@@ -8,7 +8,7 @@ Messages are plain ``{"role": ..., "content": ...}`` dicts, as every chat templa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Mapping, NamedTuple, get_args
+from typing import Any, Callable, Literal, Mapping, get_args
 
 from userturn.taxonomy import STATUSES as STATUSES
 from userturn.taxonomy import TAXONOMY
@@ -29,13 +29,10 @@ FinishReason = Literal["stop", "length", "error"]
 Arm = Literal["opened", "continuation"]
 ARMS: tuple[Arm, ...] = get_args(Arm)
 DEFAULT_ARM: Arm = "opened"
-# The probed model's variants, typed fields beside its name (issue #41): the user turn's opening
-# (probe.user_variants: ``native``, ``prefill:TEXT``, ``system:none``, ...) and the template's
-# ``enable_thinking`` (probe.thinking_variants: ``on``, ``off``, or ``default``, the template's
-# own). Their defaults are a run without variants, whose keys and tables they leave as they were.
+# The variants a model is probed under, typed beside its spec, and their defaults (a run without
+# them): the user turn's opening (probe.user_variants) and enable_thinking (on, off, default).
 NATIVE = "native"
 DEFAULT_THINKING = "default"
-EnableThinking = Literal["on", "off", "default"]
 # What a continuation opened first (chat.continuation parses it): a user turn, an assistant
 # turn, a system turn, text outside any turn, or nothing before it ended.
 NextRole = Literal["user", "assistant", "system", "text", "none"]
@@ -51,28 +48,11 @@ CLASSIFIER_SOURCE = "classifier"  # the shipped learned classifier's label sourc
 MAJORITY_SOURCE = "judges:majority"  # two or more judges deciding together (labels.majority)
 
 
-def probed_name(model: str, user_variant: str = NATIVE,
-                enable_thinking: str = DEFAULT_THINKING) -> str:
-    """The name the tables print for ``model`` probed under its variants: ``MODEL``,
-    ``MODEL[thinking=on]``, ``MODEL[user=SPEC]``, ``MODEL[thinking=off][user=SPEC]``. Runs
-    before the typed fields stored this name as the model; it is composed here for display (and
-    for the generation key, which hashes it: store.sqlite.generation_key), never parsed back
-    but by the store's reader of those older runs."""
-    thinking = "" if enable_thinking == DEFAULT_THINKING else f"[thinking={enable_thinking}]"
-    user = "" if user_variant == NATIVE else f"[user={user_variant}]"
-    return f"{model}{thinking}{user}"
-
-
-class Probed(NamedTuple):
-    """A probed model and the variants it is probed under: what the plan stores of a prober."""
-
-    model: str
-    user_variant: str = NATIVE
-    enable_thinking: str = DEFAULT_THINKING
-
-    @property
-    def name(self) -> str:
-        return probed_name(self.model, self.user_variant, self.enable_thinking)
+def probed_name(model: str, user_variant: str = NATIVE, enable_thinking: str = DEFAULT_THINKING) -> str:
+    """The name the tables print for a model under its variants (``MODEL[thinking=on][user=SPEC]``),
+    which runs before the typed fields stored as the model; the generation key hashes it too."""
+    return model + ("" if enable_thinking == DEFAULT_THINKING else f"[thinking={enable_thinking}]") \
+        + ("" if user_variant == NATIVE else f"[user={user_variant}]")
 
 
 def variant_source(source: str, variant: str) -> str:
@@ -221,10 +201,9 @@ class Score:
 # STATUSES (what a turn without a label is instead) and VERDICT_ERROR (what one source said of a
 # turn where its verdict failed) are defined beside the taxonomy, whose names may not take them.
 # The one column list of a user turn: the export, the report's user_turns table, the browser.
-COLUMNS = ("model", "arm", "user_variant", "enable_thinking", "answerer", "dataset",
-           "perturbation", "temperature", "sample_index", "item_id", "context", "query",
-           "answer", "answer_correct", "user_turn",
-           "raw_user_turn", "thinking", "finish_reason", "error", "label", "label_source",
+COLUMNS = ("model", "arm", "user_variant", "enable_thinking", "answerer", "dataset", "perturbation",
+           "temperature", "sample_index", "item_id", "context", "query", "answer", "answer_correct",
+           "user_turn", "raw_user_turn", "thinking", "finish_reason", "error", "label", "label_source",
            "rationale", "label_error", "status", "next_role", "prompt", "key")
 
 
@@ -252,8 +231,7 @@ class Turn:
     """One generated user turn of a run, with its context and its labels."""
 
     model: str
-    """The probed model that wrote the turn, its spec without variants (``human``: the data's
-    real next user turn); :attr:`probed` is the name the tables print."""
+    """The probed model's spec (``human``: the data's real next user turn); :attr:`probed` adds its variants."""
     answerer: str
     """Who wrote the assistant answer: ``self``, ``reference``, ``data`` or a model spec."""
     dataset: str
@@ -437,8 +415,7 @@ class Condition:
         return probed_name(self.model, self.user_variant, self.enable_thinking)
 
     def sort_key(self) -> tuple[Any, ...]:
-        # By the printed name first: a variant's rows follow its model's, as they did when the
-        # variant was a model of its own named MODEL[user=SPEC].
+        # By the printed name first: a variant's rows follow its model's, as when it was a model.
         return (self.probed, self.answerer, self.dataset, self.perturbation, self.temperature,
                 self.arm, self.model, self.user_variant, self.enable_thinking)
 
@@ -470,10 +447,4 @@ class Answer:
     details: Mapping[str, Any] = field(default_factory=dict)
     """Further metrics of the score, e.g. IFEval's loose and instruction-level accuracy."""
     enable_thinking: str = DEFAULT_THINKING
-    """The template's ``enable_thinking`` the answer was generated under (answers have no
-    user-turn variant: every variant follows its native model's answers)."""
-
-    @property
-    def probed(self) -> str:
-        """The answering model's name as the tables print it (:func:`probed_name`)."""
-        return probed_name(self.model, NATIVE, self.enable_thinking)
+    """Answers have no user-turn variant: every variant follows its native model's answers."""

@@ -28,6 +28,7 @@ from userturn.store.rows import (
     ContextRow,
     GenerationRow,
     PlanRow,
+    Probed,
     ScoreRow,
     item_from_record,
     typed_model,
@@ -435,5 +436,5 @@ def _store_plan(store: RunStore, role: str, rows: Sequence[PlanRow]) -> None:
         groups.setdefault((row.model, row.dataset, row.user_variant, row.enable_thinking),
                           []).append(row)
     for (model, dataset, user_variant, enable_thinking), found in groups.items():
-        store.replace_plan(found, role=role, model=model, dataset=dataset,
-                           user_variant=user_variant, enable_thinking=enable_thinking)
+        store.replace_plan(found, role=role, probed=Probed(model, user_variant, enable_thinking),
+                           dataset=dataset)

@@ -49,7 +49,6 @@ from userturn.records import (
     GenerationParams,
     Item,
     Message,
-    Probed,
     Progress,
     Request,
     silent_progress,
@@ -57,7 +56,7 @@ from userturn.records import (
 from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.meta import RunMeta, StageTime
-from userturn.store.rows import ContextRow, GenerationRow, ScoreRow
+from userturn.store.rows import ContextRow, GenerationRow, Probed, ScoreRow
 from userturn.store.sqlite import DB_NAME, generation_key
 from userturn.store.turns import read_labels, read_turns, with_labels
 from userturn.version import __version__

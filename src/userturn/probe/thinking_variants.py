@@ -20,7 +20,8 @@ from userturn.chat.render import (
 )
 from userturn.errors import ConfigError
 from userturn.probe.plan import ProbePlan
-from userturn.records import Generation, Message, Probed, Request
+from userturn.records import Generation, Message, Request
+from userturn.store.rows import Probed
 
 
 class ThinkingVariant:

@@ -22,9 +22,9 @@ from userturn.probe.generation import Job, generate_jobs
 from userturn.probe.perturb import Perturbation
 from userturn.probe.plan import ProbePlan
 from userturn.probe.user_variants import probed
-from userturn.records import ARMS, Item, Message, Probed, Progress
+from userturn.records import ARMS, Item, Message, Progress
 from userturn.store.database import RunStore
-from userturn.store.rows import ContextRow, PlanRow
+from userturn.store.rows import ContextRow, PlanRow, Probed
 
 # How the probe asks for a user turn, by arm name (records.Arm): a new arm is its module and a
 # row here.
@@ -46,8 +46,7 @@ def replan(store: RunStore, role: str, who: Probed, dataset: str, jobs: Sequence
                     job.temperature, job.sample_index, job.assistant_key, job.answerer,
                     job.perturbation, job.arm, who.user_variant, who.enable_thinking)
             for job in jobs]
-    store.replace_plan(rows, role=role, model=who.model, dataset=dataset,
-                       user_variant=who.user_variant, enable_thinking=who.enable_thinking)
+    store.replace_plan(rows, role=role, probed=who, dataset=dataset)
 
 
 def user_stage(store: RunStore, backend: Backend, dataset: Dataset,

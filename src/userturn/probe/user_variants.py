@@ -32,7 +32,8 @@ from typing import Any, Mapping, Sequence
 
 from userturn.chat.render import ChatTemplate, Prompt, derive_markers, render_user_turn
 from userturn.errors import ConfigError, UserturnError
-from userturn.records import Generation, Message, Probed, Request
+from userturn.records import Generation, Message, Request
+from userturn.store.rows import Probed
 
 KINDS = ("native", "prefill", "system", "template", "warmup")
 # Synthetic earlier exchanges for warmup:K: short, unambiguous, closed (no open question).

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from userturn.labels.offline_error import CARDS, PLAN_HINT, offline_error
 from userturn.labels.sources import classifier_of, is_offline
-from userturn.records import HUMAN, LABELS, RULES_SOURCE, Answer, is_human
+from userturn.records import HUMAN, LABELS, RULES_SOURCE, Answer, is_human, probed_name
 from userturn.report import columns
 from userturn.report.numbers import LABEL_HEADERS, percent, temperature
 from userturn.stats.correction import MIN_HUMAN_LABELS
@@ -154,7 +154,8 @@ def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> N
     groups: dict[tuple[str, str], list[Score]] = defaultdict(list)
     for answer in answers:
         if answer.scorer in ("ifeval", "ifbench"):
-            groups[(answer.probed, answer.dataset)].append(
+            groups[(probed_name(answer.model, enable_thinking=answer.enable_thinking),
+                    answer.dataset)].append(
                 Score(bool(answer.correct), None, None, answer.details))
     if not groups:
         return

@@ -21,17 +21,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator, Sequence, cast
 
 from userturn.credentials import scrub, scrub_value
 from userturn.errors import DamagedStore, StoreError
-from userturn.records import (
-    DEFAULT_THINKING,
-    NATIVE,
-    Answer,
-    FinishReason,
-    Generation,
-    GenerationParams,
-    Item,
-    Request,
-    probed_name,
-)
+from userturn.records import Answer, FinishReason, Generation, GenerationParams, Item, Request
 from userturn.store.meta import AnnotationSample, MetaChanges, RunMeta, damaged_meta
 from userturn.store.rows import (
     ContextRow,
@@ -39,11 +29,13 @@ from userturn.store.rows import (
     GenerationRow,
     LabelRow,
     PlanRow,
+    Probed,
     ScoreRow,
     StoredLabelRow,
     UserTurnRow,
     item_from_record,
     item_record,
+    typed_fields,
     typed_model,
 )
 from userturn.store.sqlite import (
@@ -232,17 +224,15 @@ class RunStore:
         return {r["item_id"]: item_from_record(json.loads(r["data"])) for r in rows}
 
     # -- the plan -----------------------------------------------------------------------------
-    def replace_plan(self, rows: Sequence[PlanRow], *, role: str, model: str,
-                     dataset: str, user_variant: str = NATIVE,
-                     enable_thinking: str = DEFAULT_THINKING) -> None:
+    def replace_plan(self, rows: Sequence[PlanRow], *, role: str, probed: Probed,
+                     dataset: str) -> None:
         """The plan of one role, probed model (with its variants) and dataset, replaced as a
         whole, rows planned before the typed variants (under the variant's name) included."""
         with self.db:
             self.db.execute(
                 "DELETE FROM plan WHERE role = ? AND dataset = ? AND ((model = ? AND "
                 "user_variant = ? AND enable_thinking = ?) OR (model = ? AND user_variant IS NULL))",
-                (role, dataset, model, user_variant, enable_thinking,
-                 probed_name(model, user_variant, enable_thinking)))
+                (role, dataset, *probed, probed.name))
             self.db.executemany(
                 "INSERT OR REPLACE INTO plan (key, role, model, dataset, item_id, context, "
                 "temperature, sample_index, assistant_key, answerer, perturbation, arm, "
@@ -251,10 +241,10 @@ class RunStore:
                 ":perturbation, :arm, :user_variant, :enable_thinking)",
                 [asdict(row) for row in rows])
 
-    def keep_plan(self, probed: Iterable[tuple[str, str, str]], datasets: Sequence[str]) -> None:
-        """Drop planned rows of probed models (model, user_variant, enable_thinking) or datasets
-        the current experiment no longer has."""
-        kept = {tuple(p) for p in probed}
+    def keep_plan(self, probed: Iterable[Probed], datasets: Sequence[str]) -> None:
+        """Drop planned rows of probed models (with their variants) or datasets the current
+        experiment no longer has."""
+        kept = set(probed)
         marks_d = ",".join("?" * len(datasets))
         with self.db:
             for r in self.db.execute("SELECT DISTINCT model, user_variant, enable_thinking "
@@ -371,12 +361,12 @@ class RunStore:
         ORDER BY p.model, p.arm != 'opened', p.arm, p.answerer, p.dataset, p.perturbation,
                  p.temperature, p.item_id, p.sample_index
         """
-        rows = [UserTurnRow(**{**dict(r), **_typed(r), "correct": _correct(r["correct"])})
+        rows = [UserTurnRow(**{**dict(r), **typed_fields(r), "correct": _correct(r["correct"])})
                 for r in self.db.execute(query)]
         # In report order by the name the tables print: a variant's turns after its model's,
         # as when the variant was stored as a model named MODEL[user=SPEC].
         return sorted(rows, key=lambda r: (
-            probed_name(r.model, r.user_variant, r.enable_thinking), r.arm != "opened", r.arm,
+            Probed(r.model, r.user_variant, r.enable_thinking).name, r.arm != "opened", r.arm,
             r.answerer, r.dataset, r.perturbation, r.temperature, r.item_id, r.sample_index))
 
     def put_continuations(self, rows: Sequence[ContinuationRow]) -> None:
@@ -403,7 +393,7 @@ class RunStore:
         """The planned generations of one role, for exports that rebuild a run elsewhere."""
         rows = self.db.execute("SELECT * FROM plan WHERE role = ? ORDER BY model, dataset, "
                                "item_id, context, temperature, sample_index", (role,))
-        return [PlanRow(**{**dict(r), **_typed(r)}) for r in rows]
+        return [PlanRow(**{**dict(r), **typed_fields(r)}) for r in rows]
 
     def put_contexts(self, rows: Sequence[ContextRow]) -> None:
         with self.db:
@@ -423,23 +413,16 @@ class RunStore:
         """
         answers = []
         for r in self.db.execute(query):
-            fields = {**dict(r), **_typed(r), "correct": _correct(r["correct"]),
+            fields = {**dict(r), **typed_fields(r), "correct": _correct(r["correct"]),
                       "details": json.loads(r["details"]) if r["details"] else {}}
             del fields["user_variant"]  # answers are native's: every variant follows them
             answers.append(Answer(**fields))
         # By the name the tables print, as when a thinking variant was a model of its own.
-        return sorted(answers, key=lambda a: (probed_name(a.model, NATIVE, a.enable_thinking),
+        return sorted(answers, key=lambda a: (Probed(a.model, enable_thinking=a.enable_thinking).name,
                                               a.dataset, a.item_id))
 
 
 LABEL_COLUMNS = "key, source, version, label, rationale, error, probability"
-
-
-def _typed(r: sqlite3.Row) -> dict[str, str]:
-    """A plan row's model and variants as typed fields (store.rows.typed_model)."""
-    model, user_variant, enable_thinking = typed_model(r["model"], r["user_variant"],
-                                                       r["enable_thinking"])
-    return {"model": model, "user_variant": user_variant, "enable_thinking": enable_thinking}
 
 
 def _correct(stored: int | None) -> bool | None:

@@ -12,9 +12,31 @@ No ``sqlite3.Row`` or dict leaves the store.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
-from userturn.records import DEFAULT_THINKING, NATIVE, Generation, Item, Label, Request, Score
+from userturn.records import (
+    DEFAULT_THINKING,
+    NATIVE,
+    Generation,
+    Item,
+    Label,
+    Request,
+    Score,
+    probed_name,
+)
+
+
+class Probed(NamedTuple):
+    """A probed model and the variants it is probed under: what the plan stores of a prober."""
+
+    model: str
+    user_variant: str = NATIVE
+    enable_thinking: str = DEFAULT_THINKING
+
+    @property
+    def name(self) -> str:
+        """The name the tables print (records.probed_name); a run's probers go by it."""
+        return probed_name(self.model, self.user_variant, self.enable_thinking)
 
 
 @dataclass(frozen=True)
@@ -159,6 +181,13 @@ def typed_model(model: str, user_variant: str | None, enable_thinking: str | Non
         if model.endswith(f"[thinking={value}]"):
             model, thinking = model[:-len(f"[thinking={value}]")], value
     return model, user, thinking
+
+
+def typed_fields(row: Any) -> dict[str, str]:
+    """A read plan row's (``sqlite3.Row``) model and variants as the typed fields of a row out."""
+    model, user_variant, enable_thinking = typed_model(row["model"], row["user_variant"],
+                                                       row["enable_thinking"])
+    return {"model": model, "user_variant": user_variant, "enable_thinking": enable_thinking}
 
 
 def item_record(item: Item) -> dict[str, Any]:
