@@ -107,7 +107,8 @@ def test_summary_frame_is_summary_csv_column_for_column(fake_run, tmp_path):
             assert ours.fillna("").tolist() == theirs.fillna("").tolist(), name
     # No Rate objects, no mixed columns: text where summary.csv has text, numbers elsewhere.
     text = [name for name in frame.columns if not pd.api.types.is_numeric_dtype(frame[name])]
-    assert text == ["model", "arm", "answerer", "dataset", "perturbation", "correction_note"]
+    assert text == ["model", "arm", "user_variant", "enable_thinking", "answerer", "dataset",
+                    "perturbation", "correction_note"]
     assert all(pd.api.types.is_string_dtype(frame[name]) for name in text)
     assert {name: str(frame[name].dtype) for name in ("temperature", "follow_up", "items",
                                                       "follow_up_hits", "human_labels")} == {
@@ -127,8 +128,8 @@ def test_frames_are_the_reports_tables_with_numeric_columns(fake_run, tmp_path):
                if path.suffix == ".csv"}
     assert set(frames) == written - {"user_turns"}  # the turns themselves: to_pandas()
     labels = frames["labels"]
-    assert list(labels.columns) == ["model", "arm", "answerer", "dataset", "perturbation",
-                                    "temperature", "label", "count"]
+    assert list(labels.columns) == ["model", "arm", "user_variant", "enable_thinking", "answerer",
+                                    "dataset", "perturbation", "temperature", "label", "count"]
     assert str(labels["count"].dtype) == "int64" and labels["count"].sum() == 9
     assert isinstance(frames["summary"], pd.DataFrame)
 

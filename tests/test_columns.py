@@ -77,9 +77,10 @@ def people_rows() -> list[SummaryRow]:
 
 def single_rows() -> list[SummaryRow]:
     """No human labels; one answerer and one perturbation, neither the default; one dataset."""
-    return [_row(model="tiny[user=prefill:So]", answerer="reference", perturbation="truncate:0.5",
-                 deciding={"rules": 40}),
-            _row(model="tiny[user=prefill:So]", answerer="reference", perturbation="truncate:0.5",
+    return [_row(model="tiny", user_variant="prefill:So", answerer="reference",
+                 perturbation="truncate:0.5", deciding={"rules": 40}),
+            _row(model="tiny", user_variant="prefill:So", answerer="reference",
+                 perturbation="truncate:0.5",
                  temperature=1.0, turns=80, follow_up=Rate(0, 80, 0.0, 0.09), undecided=5,
                  deciding={"rules": 75})]
 

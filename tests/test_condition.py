@@ -16,7 +16,8 @@ from userturn.report.compute import build_report
 from userturn.stats.summary import summarize
 from userturn.store.turns import read_answers, read_turns
 
-FIELDS = ("model", "answerer", "dataset", "perturbation", "temperature", "arm")
+FIELDS = ("model", "answerer", "dataset", "perturbation", "temperature", "arm", "user_variant",
+          "enable_thinking")
 
 
 def test_conditions_sort_field_by_field_in_their_declared_order() -> None:
@@ -36,6 +37,16 @@ def test_conditions_sort_field_by_field_in_their_declared_order() -> None:
                                                                    0.0, "opened")
     assert sorted([Condition("a", "self", "gsm", "none", 1.0),
                    Condition("a", "self", "gsm", "none", 0.0, "continuation")])[0].temperature == 0
+    # The variants are last too, with the defaults of a run without them; a variant sorts by the
+    # name the tables print, after every row of its model, as when it was a model of its own.
+    assert Condition("a", "self", "gsm", "none", 0.0) == Condition(
+        "a", "self", "gsm", "none", 0.0, "opened", "native", "default")
+    assert sorted([Condition("a", "self", "gsm", "none", 0.0, user_variant="warmup:1"),
+                   Condition("a", "self", "math", "none", 0.0, enable_thinking="on"),
+                   Condition("a", "self", "math", "none", 0.0)]) == [
+        Condition("a", "self", "math", "none", 0.0),
+        Condition("a", "self", "math", "none", 0.0, enable_thinking="on"),  # a[thinking=on]
+        Condition("a", "self", "gsm", "none", 0.0, user_variant="warmup:1")]  # a[user=...]
     # A value: equal fields are the same key, and it cannot be changed under a dict.
     assert len({Condition("a", "self", "gsm", "none", 0.0), shuffled[-1]}) == 1
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -76,9 +87,9 @@ def test_grouping_by_condition_matches_the_tuple_grouping(tmp_path: Path) -> Non
 
     for effect in report.comparisons:
         before = hits((effect.model, "self", effect.dataset, "none", effect.temperature,
-                       "opened"))
+                       "opened", "native", "default"))
         after = hits((effect.model, "self", effect.dataset, effect.perturbation,
-                      effect.temperature, "opened"))
+                      effect.temperature, "opened", "native", "default"))
         shared = set(before) & set(after)
         assert effect.diff.items == len(shared)
         assert effect.diff.a.hits == sum(sum(before[i]) for i in shared)

@@ -385,3 +385,25 @@ def test_lm_eval_on_smollm2_writes_the_user_turns_userturn_stored(tmp_path):
     stored = {t.key: t.user_turn for t in run.turns()}
     harness = {t.key: t.user_turn for t in userturn.load_run(tmp_path / "imported").turns()}
     assert len(stored) == 3 and harness == stored
+
+
+def test_a_user_turn_variant_round_trips_with_its_typed_field_and_key(tmp_path, capsys):
+    """A variant's documents carry its plan row with the typed field: lm-eval's samples come
+    back as the same turns under the same keys, the variant in its own field, and each variant
+    is a task of its own, named as the tables name it."""
+    run = fake_probe_run(tmp_path, temperatures=[0.0], user_turn_variants=["prefill:So"])
+    out = tmp_path / "task"
+    assert main(["export-task", str(run.folder), "--harness", "lm-eval", "-o", str(out)]) == 0
+    assert sorted(task_configs(out)) == ["userturn_fake_probe_t0",
+                                         "userturn_fake_probe_user_prefill_so_t0"]
+    lm_eval_samples(out, tmp_path / "samples", run=run)
+    imported = tmp_path / "imported"
+    assert main(["import", "--from", "lm-eval", str(tmp_path / "samples"), "-o",
+                 str(imported)]) == 0
+    capsys.readouterr()
+    again = {t.key: t for t in userturn.load_run(imported).turns()}
+    original = {t.key: t for t in run.turns() if t.model != "human"}
+    assert set(again) == set(original)
+    assert {(t.model, t.user_variant) for t in again.values()} == {
+        ("fake/probe", "native"), ("fake/probe", "prefill:So")}
+    assert all(again[key].user_variant == turn.user_variant for key, turn in original.items())

@@ -43,7 +43,11 @@ def test_load_run_opens_an_old_run(old_run):
     turns = run.turns()
     assert len(turns) == 36
     assert run.label_sources() == ["rules", "classifier"]
-    assert {turn.model for turn in turns} == {"tiny", "tiny[user=prefill:So]"}
+    # The variant, a name suffix in the folder, is read as a typed field beside the model;
+    # the tables still print the name (turn.probed).
+    assert {(turn.model, turn.user_variant, turn.enable_thinking) for turn in turns} == {
+        ("tiny", "native", "default"), ("tiny", "prefill:So", "default")}
+    assert {turn.probed for turn in turns} == {"tiny", "tiny[user=prefill:So]"}
     assert sum(turn.label == "empty" for turn in turns) == 33
     assert run.meta.config["models"] == ["tiny"]
     assert run.meta.labeller == "cascade" and run.meta.finished_now

@@ -119,11 +119,22 @@ def test_enable_thinking_variants_are_models_of_their_own(gsm_file, tmp_path):
     backend = qwen3_backend()
     store = run_experiment(thinking_experiment(gsm_file, tmp_path / "a", enable_thinking=[True, False]),
                            backends={"fake/qwen3": backend})
-    answers = {(a.model, a.item_id): a for a in read_answers(store)}
-    assert {model for model, _ in answers} == {on, off}
-    assert all((a.thinking is None) is (model == off) for (model, _), a in answers.items())
+    # Each value is its own prober: the model's spec with enable_thinking typed beside it, its
+    # own answers, its own rows, printed under the name the tables give it.
+    answers = {(a.model, a.enable_thinking, a.item_id): a for a in read_answers(store)}
+    assert {(model, value) for model, value, _ in answers} == {("fake/qwen3", "on"),
+                                                               ("fake/qwen3", "off")}
+    assert all((a.thinking is None) is (value == "off")
+               for (_, value, _), a in answers.items())
     assert len(backend.requests) == 2 * (THINKING_ITEMS + THINKING_ITEMS)  # answers and user turns, per variant
-    assert {row.model for row in load_run(store).summary()} >= {on, off}
+    rows = load_run(store).summary()
+    assert {(row.model, row.enable_thinking) for row in rows if row.model != "human"} == {
+        ("fake/qwen3", "on"), ("fake/qwen3", "off")}
+    assert {row.probed for row in rows} >= {on, off}
+    assert all(row.accuracy is not None for row in rows if row.model != "human")
+    turns = read_turns(store)
+    assert {(t.model, t.enable_thinking) for t in turns if t.model != "human"} == {
+        ("fake/qwen3", "on"), ("fake/qwen3", "off")}
     variables = {m: v.template_variables for m, v in store.meta().models.items()}
     assert variables == {on: {"enable_thinking": True}, off: {"enable_thinking": False}}
 

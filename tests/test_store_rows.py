@@ -20,6 +20,7 @@ from userturn.store.rows import (
     GenerationRow,
     LabelRow,
     PlanRow,
+    Probed,
     ScoreRow,
     StoredLabelRow,
     UserTurnRow,
@@ -62,9 +63,11 @@ def _stored_run(store: RunStore) -> None:
     store.replace_plan([PlanRow("a1", "assistant", "fake/m", "gsm", "q1", "", 0.0, 0, None,
                                 "self", "none"),
                         PlanRow("a2", "assistant", "fake/m", "gsm", "q2", "", 0.0, 0, None,
-                                "self", "none")], role="assistant", model="fake/m", dataset="gsm")
+                                "self", "none")], role="assistant", probed=Probed("fake/m"),
+                       dataset="gsm")
     store.replace_plan([PlanRow("u1", "user", "fake/m", "gsm", "q1", "c1", 0.7, 2, "a1", "self",
-                                "truncate")], role="user", model="fake/m", dataset="gsm")
+                                "truncate")], role="user", probed=Probed("fake/m"),
+                       dataset="gsm")
 
 
 def test_a_generation_comes_back_as_the_row_that_was_stored(store):

@@ -19,7 +19,7 @@ from userturn.config import Experiment, load_experiment
 from userturn.errors import ConfigError
 from userturn.probe.pipeline import run_experiment
 from userturn.probe.user_variants import WARMUP, parse_user_variant, user_turn_prompt
-from userturn.stats.variants import split_variant_spec, variant_comparisons
+from userturn.stats.variants import variant_comparisons
 from userturn.store.turns import read_answers, read_turns
 
 HERE = Path(__file__).parent
@@ -91,13 +91,6 @@ def test_a_variant_listed_twice_is_refused():
         Experiment.model_validate({"user_turn_variants": ["native", "warmup:1", "warmup:01"]})
 
 
-def test_variant_model_names_split_back():
-    assert split_variant_spec("tiny[user=prefill:So, a]") == ("tiny", "prefill:So, a")
-    assert split_variant_spec("tiny[thinking=on][user=warmup:2]") == ("tiny[thinking=on]",
-                                                                        "warmup:2")
-    assert split_variant_spec("tiny") is None
-
-
 # ------------------------------------------------------------------ a run on the tiny model
 
 
@@ -107,9 +100,19 @@ def test_a_run_with_two_variants_reports_both_rates_and_the_paired_difference(
                      max_tokens=8, user_max_tokens=8, output=tmp_path / "run",
                      user_turn_variants=["prefill:Thanks", "warmup:1"])
     store = run_experiment(exp, backends={"tiny": tiny_backend})
-    models = {"tiny", "tiny[user=prefill:Thanks]", "tiny[user=warmup:1]"}
     turns = read_turns(store)
-    assert {t.model for t in turns} - {"human"} == models
+    # The variant is a typed field of the turn; the model is the model's own spec.
+    assert {(t.model, t.user_variant, t.enable_thinking) for t in turns if t.model != "human"} \
+        == {("tiny", "native", "default"), ("tiny", "prefill:Thanks", "default"),
+            ("tiny", "warmup:1", "default")}
+    assert {t.probed for t in turns} - {"human"} == {
+        "tiny", "tiny[user=prefill:Thanks]", "tiny[user=warmup:1]"}
+    # The plan table stores the model's spec and the variant in its own column.
+    planned = store.db.execute("SELECT DISTINCT model, user_variant, enable_thinking FROM plan "
+                               "WHERE role = 'user' AND model != 'human'").fetchall()
+    assert sorted(tuple(r) for r in planned) == [
+        ("tiny", "native", "default"), ("tiny", "prefill:Thanks", "default"),
+        ("tiny", "warmup:1", "default")]
     # One set of answers, shared: native and both variants are probed on the same answers.
     answers = read_answers(store)
     assert {a.model for a in answers} == {"tiny"} and len(answers) == 3
@@ -125,7 +128,7 @@ def test_a_run_with_two_variants_reports_both_rates_and_the_paired_difference(
         ("tiny", "prefill:Thanks"), ("tiny", "warmup:1")]
     for c in comparisons:
         assert c.follow_up.items == 3
-        native = [t for t in turns if t.model == "tiny"]
+        native = [t for t in turns if t.model == "tiny" and t.user_variant == "native"]
         assert c.follow_up.a.hits == sum(t.follow_up for t in native)
     store.close()
 
@@ -144,8 +147,15 @@ def test_a_run_with_two_variants_reports_both_rates_and_the_paired_difference(
                                 .open(encoding="utf-8")))
     assert [(r["model"], r["variant"], r["items"]) for r in table] == [
         ("tiny", "prefill:Thanks", "3"), ("tiny", "warmup:1", "3")]
-    native_hits = sum(t.follow_up for t in turns if t.model == "tiny")
+    native_hits = sum(t.follow_up for t in turns if t.model == "tiny"
+                      and t.user_variant == "native")
     assert all(int(r["native_follow_up_hits"]) == native_hits for r in table)
+    # summary.csv: the model's spec, the variant in its own field beside the arm.
+    summary = list(csv.DictReader((tmp_path / "run" / "report_tables" / "summary.csv")
+                                  .open(encoding="utf-8")))
+    assert list(summary[0])[:4] == ["model", "arm", "user_variant", "enable_thinking"]
+    assert [(r["model"], r["user_variant"]) for r in summary if r["model"] != "human"] == [
+        ("tiny", "native"), ("tiny", "prefill:Thanks"), ("tiny", "warmup:1")]
 
 
 def test_the_prefill_is_in_the_prompt_not_in_the_stored_turn(tmp_path, tiny_backend):
@@ -153,11 +163,12 @@ def test_the_prefill_is_in_the_prompt_not_in_the_stored_turn(tmp_path, tiny_back
                      max_tokens=4, user_max_tokens=4, output=tmp_path / "run",
                      user_turn_variants=["prefill:QQQZZZ"])
     store = run_experiment(exp, backends={"tiny": tiny_backend})
-    rows = store.db.execute("SELECT model, prompt, raw_text FROM generations WHERE role='user'"
+    rows = store.db.execute("SELECT p.model, p.user_variant, g.prompt, g.raw_text FROM "
+                            "generations g JOIN plan p ON p.key = g.key WHERE g.role='user'"
                             ).fetchall()
-    by_model = {r["model"]: r for r in rows}
-    assert by_model["tiny[user=prefill:QQQZZZ]"]["prompt"].endswith("<|im_start|>user\nQQQZZZ")
-    assert "QQQZZZ" not in by_model["tiny[user=prefill:QQQZZZ]"]["raw_text"]
+    by_variant = {(r["model"], r["user_variant"]): r for r in rows}
+    assert by_variant[("tiny", "prefill:QQQZZZ")]["prompt"].endswith("<|im_start|>user\nQQQZZZ")
+    assert "QQQZZZ" not in by_variant[("tiny", "prefill:QQQZZZ")]["raw_text"]
     store.close()
 
 

@@ -29,6 +29,10 @@ FinishReason = Literal["stop", "length", "error"]
 Arm = Literal["opened", "continuation"]
 ARMS: tuple[Arm, ...] = get_args(Arm)
 DEFAULT_ARM: Arm = "opened"
+# The variants a model is probed under, typed beside its spec, and their defaults (a run without
+# them): the user turn's opening (probe.user_variants) and enable_thinking (on, off, default).
+NATIVE = "native"
+DEFAULT_THINKING = "default"
 # What a continuation opened first (chat.continuation parses it): a user turn, an assistant
 # turn, a system turn, text outside any turn, or nothing before it ended.
 NextRole = Literal["user", "assistant", "system", "text", "none"]
@@ -42,6 +46,13 @@ Labeller = str
 RULES_SOURCE = "rules"
 CLASSIFIER_SOURCE = "classifier"  # the shipped learned classifier's label source
 MAJORITY_SOURCE = "judges:majority"  # two or more judges deciding together (labels.majority)
+
+
+def probed_name(model: str, user_variant: str = NATIVE, enable_thinking: str = DEFAULT_THINKING) -> str:
+    """The name the tables print for a model under its variants (``MODEL[thinking=on][user=SPEC]``),
+    which runs before the typed fields stored as the model; the generation key hashes it too."""
+    return model + ("" if enable_thinking == DEFAULT_THINKING else f"[thinking={enable_thinking}]") \
+        + ("" if user_variant == NATIVE else f"[user={user_variant}]")
 
 
 def variant_source(source: str, variant: str) -> str:
@@ -190,9 +201,9 @@ class Score:
 # STATUSES (what a turn without a label is instead) and VERDICT_ERROR (what one source said of a
 # turn where its verdict failed) are defined beside the taxonomy, whose names may not take them.
 # The one column list of a user turn: the export, the report's user_turns table, the browser.
-COLUMNS = ("model", "arm", "answerer", "dataset", "perturbation", "temperature", "sample_index",
-           "item_id", "context", "query", "answer", "answer_correct", "user_turn",
-           "raw_user_turn", "thinking", "finish_reason", "error", "label", "label_source",
+COLUMNS = ("model", "arm", "user_variant", "enable_thinking", "answerer", "dataset", "perturbation",
+           "temperature", "sample_index", "item_id", "context", "query", "answer", "answer_correct",
+           "user_turn", "raw_user_turn", "thinking", "finish_reason", "error", "label", "label_source",
            "rationale", "label_error", "status", "next_role", "prompt", "key")
 
 
@@ -220,7 +231,7 @@ class Turn:
     """One generated user turn of a run, with its context and its labels."""
 
     model: str
-    """The probed model that wrote the turn (``human``: the data's real next user turn)."""
+    """The probed model's spec (``human``: the data's real next user turn); :attr:`probed` adds its variants."""
     answerer: str
     """Who wrote the assistant answer: ``self``, ``reference``, ``data`` or a model spec."""
     dataset: str
@@ -277,6 +288,15 @@ class Turn:
     role_probabilities: Mapping[str, float] | None = None
     """A continuation's next-role probabilities at its prompt's end (``user``, ``assistant``,
     ``end``, ``other``); None for the opened arm or where the backend could not score them."""
+    user_variant: str = NATIVE
+    """The user turn's opening the model was probed under (``native``, ``prefill:TEXT``, ...)."""
+    enable_thinking: str = DEFAULT_THINKING
+    """The template's ``enable_thinking`` (``on``, ``off``; ``default``: the template's own)."""
+
+    @property
+    def probed(self) -> str:
+        """The probed model's name as the tables print it (:func:`probed_name`)."""
+        return probed_name(self.model, self.user_variant, self.enable_thinking)
 
     @property
     def is_user_turn(self) -> bool:
@@ -370,12 +390,12 @@ def human_label(turn: Turn) -> tuple[bool | None, str | None]:
     return None, None
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Condition:
-    """One cell of a run's design: the turns generated under the same model, answerer, dataset,
-    perturbation, temperature and probe arm. The one key every statistic groups turns by (summary rows,
-    perturbation effects, variant and run comparisons), in one order: conditions sort field by
-    field as declared here."""
+    """One cell of a run's design: the turns generated under the same model (and its variants),
+    answerer, dataset, perturbation, temperature and probe arm. The one key every statistic
+    groups turns by (summary rows, perturbation effects, variant and run comparisons), in one
+    order: conditions sort by the probed model's name, then field by field as declared here."""
 
     model: str
     answerer: str
@@ -385,11 +405,27 @@ class Condition:
     # Last, with the opened arm as its default: a run of one arm keeps the order and the keys of
     # runs before the arms.
     arm: str = DEFAULT_ARM
+    # The variants, after the arm and with the defaults of a run without them (the same reason).
+    user_variant: str = NATIVE
+    enable_thinking: str = DEFAULT_THINKING
+
+    @property
+    def probed(self) -> str:
+        """The probed model's name as the tables print it (:func:`probed_name`)."""
+        return probed_name(self.model, self.user_variant, self.enable_thinking)
+
+    def sort_key(self) -> tuple[Any, ...]:
+        # By the printed name first: a variant's rows follow its model's, as when it was a model.
+        return (self.probed, self.answerer, self.dataset, self.perturbation, self.temperature,
+                self.arm, self.model, self.user_variant, self.enable_thinking)
+
+    def __lt__(self, other: Condition) -> bool:
+        return self.sort_key() < other.sort_key()
 
     @classmethod
     def of(cls, turn: Turn) -> Condition:
         return cls(turn.model, turn.answerer, turn.dataset, turn.perturbation, turn.temperature,
-                   turn.arm)
+                   turn.arm, turn.user_variant, turn.enable_thinking)
 
 
 @dataclass(frozen=True)
@@ -410,3 +446,5 @@ class Answer:
     scorer: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
     """Further metrics of the score, e.g. IFEval's loose and instruction-level accuracy."""
+    enable_thinking: str = DEFAULT_THINKING
+    """Answers have no user-turn variant: every variant follows its native model's answers."""

@@ -56,10 +56,15 @@ MESSAGE = {"role": STRING, "content": STRING}
 SOURCE_LABEL = {"source": STRING, "version": STRING, "label": STRING, "probability": FLOAT,
                 "rationale": STRING, "error": STRING}
 RUN_COLUMNS: dict[str, tuple[Any, str]] = {
-    "model": (STRING, "the probed model that wrote the user turn (`human`: the data's real "
-              "next user turn)"),
+    "model": (STRING, "the probed model that wrote the user turn, its spec without the "
+              "variants in the two columns after `arm` (`human`: the data's real next user "
+              "turn)"),
     "arm": (STRING, "how the user turn was asked for: `opened` (the USER header opened) or "
             "`continuation` (the assistant's turn closed, the model went on)"),
+    "user_variant": (STRING, "the user turn's opening the model was probed under: `native`, "
+                     "or a variant such as `prefill:TEXT`, `system:none`, `warmup:K`"),
+    "enable_thinking": (STRING, "the chat template's enable_thinking: `on`, `off`, or "
+                        "`default` (the template's own)"),
     "answerer": (STRING, "who wrote the assistant answer: `self`, `reference`, `data` or a "
                  "model"),
     "dataset": (STRING, "the dataset of the item"),
@@ -238,7 +243,7 @@ def run_card(meta: RunMeta, plan: ProbePlan, turns: Sequence[Turn],
             "rates": [_rate(row) for row in summary],
         },
     }
-    lines = [f"| {r.model} | {r.dataset} | {r.answerer} | {r.perturbation} | {r.temperature:g} "
+    lines = [f"| {r.probed} | {r.dataset} | {r.answerer} | {r.perturbation} | {r.temperature:g} "
              f"| {r.follow_up.hits}/{r.follow_up.n} | {_pct(r.follow_up.value)} "
              f"[{_pct(r.follow_up.low)}, {_pct(r.follow_up.high)}] |" for r in summary]
     body = "\n".join([
@@ -381,7 +386,8 @@ def _short(name: str) -> str:
 
 def _rate(row: SummaryRow) -> dict[str, Any]:
     rate = row.follow_up
-    return {"model": row.model, "arm": row.arm, "dataset": row.dataset, "answerer": row.answerer,
+    return {"model": row.model, "arm": row.arm, "user_variant": row.user_variant,
+            "enable_thinking": row.enable_thinking, "dataset": row.dataset, "answerer": row.answerer,
             "perturbation": row.perturbation, "temperature": row.temperature,
             "follow_up_rate": _number(rate.value), "ci_low": _number(rate.low),
             "ci_high": _number(rate.high), "follow_ups": rate.hits, "turns": rate.n,

@@ -112,7 +112,7 @@ def _usage(turns: Sequence[Turn], tokens: Mapping[str, tuple[int, int]]) -> dict
     totals: dict[str, list[int]] = {}
     for turn in turns:
         sent, written = tokens.get(turn.key, (0, 0))
-        total = totals.setdefault(turn.model, [0, 0])
+        total = totals.setdefault(turn.probed, [0, 0])
         total[0], total[1] = total[0] + sent, total[1] + written
     return {model: ModelUsage(input_tokens=sent, output_tokens=written,
                               total_tokens=sent + written)
@@ -135,17 +135,18 @@ def _sample(turn: Turn, system: str | None, tokens: tuple[int, int] | None) -> A
                     if m["role"] in kinds]
     generated = ChatMessageUser(content=last["content"])
     output = ModelOutput.from_content(
-        turn.model, turn.user_turn, stop_reason="max_tokens" if turn.finish_reason == "length"
+        turn.probed, turn.user_turn, stop_reason="max_tokens" if turn.finish_reason == "length"
         else "stop", error=turn.error)
     usage = _usage([turn], {turn.key: tokens}) if tokens else {}
-    output.usage = usage.get(turn.model)
+    output.usage = usage.get(turn.probed)
     return EvalSample(
         model_usage=usage,
         id=turn.key, epoch=1, input=conversation, target="",
         messages=[*conversation, generated], output=output, scores={SCORER: _score(turn)},
-        metadata={"condition": condition_id(turn.model, turn.dataset, turn.temperature,
+        metadata={"condition": condition_id(turn.probed, turn.dataset, turn.temperature,
                                             turn.perturbation, turn.answerer, turn.arm),
-                  "model": turn.model, "arm": turn.arm, "next_role": turn.next_role,
+                  "model": turn.model, "arm": turn.arm, "user_variant": turn.user_variant,
+                  "enable_thinking": turn.enable_thinking, "next_role": turn.next_role,
                   "dataset": turn.dataset, "item_id": turn.item_id,
                   "temperature": turn.temperature, "sample_index": turn.sample_index,
                   "perturbation": turn.perturbation, "answerer": turn.answerer,
@@ -195,11 +196,12 @@ def _results(turns: Sequence[Turn], rows: Sequence[SummaryRow]) -> Any:
               "follow_ups": rate.hits, "turns": rate.n}
     metrics = {key: EvalMetric(name=key, value=_finite(value)) for key, value in pooled.items()}
     for row in rows:
-        key = condition_id(row.model, row.dataset, row.temperature, row.perturbation,
+        key = condition_id(row.probed, row.dataset, row.temperature, row.perturbation,
                            row.answerer, row.arm)
         metrics[key] = EvalMetric(
             name=key, group="follow_up_rate", value=_finite(row.follow_up.value),
-            metadata={"model": row.model, "arm": row.arm, "dataset": row.dataset,
+            metadata={"model": row.model, "arm": row.arm, "user_variant": row.user_variant,
+                      "enable_thinking": row.enable_thinking, "dataset": row.dataset,
                       "answerer": row.answerer, "perturbation": row.perturbation,
                       "temperature": row.temperature, "ci_low": _finite(row.follow_up.low),
                       "ci_high": _finite(row.follow_up.high),

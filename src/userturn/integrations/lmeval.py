@@ -29,7 +29,7 @@ from userturn.errors import ModelError, UserturnError
 from userturn.integrations.folders import write_folder
 from userturn.records import HUMAN
 from userturn.store.database import RunStore
-from userturn.store.rows import GenerationRow, PlanRow, item_record
+from userturn.store.rows import GenerationRow, PlanRow, Probed, item_record
 
 FORMAT = "userturn-lm-eval/1"
 DOCS_LOADER = "userturn_docs.py"
@@ -108,17 +108,21 @@ def export_task(store: RunStore, out: Path, *, force: bool = False) -> list[Expo
            "versions": meta.versions, "source": str(Path(store.folder).resolve()),
            "export": export}
     groups: dict[tuple[str, float, float, int, tuple[str, ...]], list[dict[str, Any]]] = {}
+    bases: dict[str, str] = {}  # a task's model, as the tables print it -> its spec
     for row in plan:
         gen = generations[row.key]
         params = gen.request.params
-        group = (row.model, params.temperature, params.top_p, params.max_tokens,
-                 gen.request.stop)
+        # One task per probed model and its variants, named as the tables name it.
+        name = Probed(row.model, row.user_variant, row.enable_thinking).name
+        bases[name] = row.model
+        group = (name, params.temperature, params.top_p, params.max_tokens, gen.request.stop)
         answer = answers.get(row.assistant_key) if row.assistant_key else None
         item = items[row.dataset].get(row.item_id)
         groups.setdefault(group, []).append(_doc(
             row, _generation_record(gen), answer, contexts.get(row.context),
             item_record(item) if item is not None else None, run))
-    tasks = [replace(task, location=locations.get(task.model)) for task in _name_tasks(groups)]
+    tasks = [replace(task, location=locations.get(bases[task.model]))
+             for task in _name_tasks(groups)]
 
     def build(folder: Path) -> None:
         (folder / DOCS_LOADER).write_text(LOADER_SOURCE, encoding="utf-8")

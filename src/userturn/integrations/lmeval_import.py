@@ -24,7 +24,15 @@ from userturn.settings import DocumentError, bad_text, parse_json, utf8_reason
 from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.meta import RunMeta
-from userturn.store.rows import ContextRow, GenerationRow, PlanRow, ScoreRow, item_from_record
+from userturn.store.rows import (
+    ContextRow,
+    GenerationRow,
+    PlanRow,
+    Probed,
+    ScoreRow,
+    item_from_record,
+    typed_model,
+)
 from userturn.store.sqlite import generation_key
 
 
@@ -296,11 +304,11 @@ def _typed(where: str, payload: Mapping[str, Any], response: str) -> _Sample:
     write): lm-eval's text as the user turn, stripped as userturn's backends strip it (lm-eval
     already cut it at the stop marker and dropped special tokens). lm-eval's log does not say
     whether a turn ended at its marker or at the budget, so it is stored as stopped."""
-    plan = PlanRow(**payload["plan"])
+    plan = _plan_row(payload["plan"])
     if plan.key != payload["key"] or plan.role != "user":
         raise ValueError("its plan row is not of its user turn")
     request = payload["request"]
-    user = GenerationRow(plan.key, "user", request["model"], request["revision"],
+    user = GenerationRow(plan.key, "user", plan.model, request["revision"],
                          request["template_hash"], _request(request), request["sample_index"],
                          Generation(response.strip(), response, "stop"))
     context = None
@@ -328,7 +336,16 @@ def _answer(key: str, found: Mapping[str, Any]) -> _Answer:
                                                         score["extracted"], score["reference"],
                                                         score["details"]))
                    for score in found["scores"])
-    return _Answer(PlanRow(**found["plan"]) if found.get("plan") else None, row, scores)
+    return _Answer(_plan_row(found["plan"]) if found.get("plan") else None, row, scores)
+
+
+def _plan_row(record: Mapping[str, Any]) -> PlanRow:
+    """An exported plan row; one exported before the typed variants has them in its model's
+    name, read as the store reads its own such rows."""
+    model, user_variant, enable_thinking = typed_model(
+        record["model"], record.get("user_variant"), record.get("enable_thinking"))
+    return PlanRow(**{**record, "model": model, "user_variant": user_variant,
+                      "enable_thinking": enable_thinking})
 
 
 def _check(where: str, record: Mapping[str, Any], payload: Mapping[str, Any]) -> None:
@@ -376,9 +393,14 @@ def _response(where: str, record: Mapping[str, Any]) -> str:
 def _key(payload: Mapping[str, Any]) -> str:
     request = payload["request"]
     thinking = ((payload["run"].get("config") or {}).get("thinking")) or "drop"
-    return generation_key(request["role"], request["model"], request["revision"],
+    # The variants are typed in the plan row; an export from before them has them in the
+    # request's model name.
+    plan = payload["plan"]
+    model, user_variant, enable_thinking = typed_model(
+        request["model"], plan.get("user_variant"), plan.get("enable_thinking"))
+    return generation_key(request["role"], model, request["revision"],
                           request["template_hash"], _request(request), request["sample_index"],
-                          thinking)
+                          thinking, user_variant=user_variant, enable_thinking=enable_thinking)
 
 
 def _request(row: Mapping[str, Any]) -> Request:
@@ -409,8 +431,10 @@ def _store_samples(store: RunStore, samples: Sequence[_Sample]) -> None:
 
 
 def _store_plan(store: RunStore, role: str, rows: Sequence[PlanRow]) -> None:
-    groups: dict[tuple[str, str], list[PlanRow]] = {}
+    groups: dict[tuple[str, str, str, str], list[PlanRow]] = {}
     for row in rows:
-        groups.setdefault((row.model, row.dataset), []).append(row)
-    for (model, dataset), found in groups.items():
-        store.replace_plan(found, role=role, model=model, dataset=dataset)
+        groups.setdefault((row.model, row.dataset, row.user_variant, row.enable_thinking),
+                          []).append(row)
+    for (model, dataset, user_variant, enable_thinking), found in groups.items():
+        store.replace_plan(found, role=role, probed=Probed(model, user_variant, enable_thinking),
+                           dataset=dataset)

@@ -292,7 +292,7 @@ class AnnotationServer:
             planned = p.others + len(p.keys)
             what = ("a corrected rate needs " f"{MIN_HUMAN_LABELS}: this sample cannot give one"
                     if planned < MIN_HUMAN_LABELS else "")
-            lines.append(f"  {c.model} {c.dataset} {c.perturbation} T={c.temperature:g}: "
+            lines.append(f"  {c.probed} {c.dataset} {c.perturbation} T={c.temperature:g}: "
                          f"{len(p.keys)} to label" + (f" (+{p.others} by others)" if p.others
                                                       else "") + (f"; {what}" if what else ""))
         return lines

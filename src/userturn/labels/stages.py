@@ -130,7 +130,7 @@ def label_with(store: RunStore, labellers: Sequence[Labelling],
         # them together (see `prepare`).
         todo = sorted((t for t in turns if t.key not in done), key=lambda t: (t.query, t.answer))
         advance = (progress or silent_progress)(f"label · {source.name}", len(todo))
-        cases = [t.case((headers or {}).get(t.model, "")) for t in todo]
+        cases = [t.case((headers or {}).get(t.probed, "")) for t in todo]
         for chunk, labels in in_chunks(source, cases):  # each chunk stored as it is labelled
             store.put_labels([LabelRow(t.key, source.version, label)
                               for t, label in zip(todo[chunk], labels)])

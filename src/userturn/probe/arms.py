@@ -21,7 +21,7 @@ from typing import Mapping, Protocol, Sequence
 
 from userturn.backends import Backend
 from userturn.probe.generation import Job
-from userturn.probe.user_variants import user_prompt_of
+from userturn.probe.user_variants import probed, user_prompt_of
 from userturn.records import GenerationParams, Message, Request
 from userturn.store.database import RunStore
 from userturn.store.rows import GenerationRow
@@ -88,13 +88,15 @@ class OpenedArm:
 
     def jobs(self, backend: Backend, context: ArmContext, budget: ArmBudget) -> list[Job]:
         prompt = user_prompt_of(backend, context.messages, context.thinking)
-        jobs = []
+        jobs, who = [], probed(backend)
         for temperature, sample, seed in context.seeds:
             request = Request(prompt.text,
                               GenerationParams(temperature, budget.top_p, budget.user_max_tokens),
                               prompt.stop, seed)
-            key = generation_key("user", backend.spec, backend.revision, prompt.template_hash,
-                                 request, sample, budget.thinking_policy)
+            key = generation_key("user", who.model, backend.revision, prompt.template_hash,
+                                 request, sample, budget.thinking_policy,
+                                 user_variant=who.user_variant,
+                                 enable_thinking=who.enable_thinking)
             jobs.append(Job(key, request, sample, context.dataset, context.item_id,
                             context.context, temperature, context.assistant_key,
                             context.answerer, context.perturbation))

@@ -30,7 +30,7 @@ from userturn.chat.continuation import (
 from userturn.errors import ConfigError
 from userturn.probe.arms import ArmBudget, ArmContext
 from userturn.probe.generation import Job, engine_of
-from userturn.probe.user_variants import UserVariantBackend
+from userturn.probe.user_variants import UserVariantBackend, probed
 from userturn.records import GenerationParams, Request
 from userturn.store.database import RunStore
 from userturn.store.rows import ContinuationRow, GenerationRow
@@ -58,13 +58,14 @@ class ContinuationArm:
     def jobs(self, backend: Backend, context: ArmContext, budget: ArmBudget) -> list[Job]:
         prompt = render_continuation(backend.template, context.messages, context.thinking,
                                      ends=end_texts(backend))
-        jobs = []
+        jobs, who = [], probed(backend)
         for temperature, sample, seed in context.seeds:
             request = Request(prompt.text, GenerationParams(
                 temperature, budget.top_p, budget.continuation_max_tokens), prompt.stop, seed,
                 past_end=True)
-            key = generation_key("user", backend.spec, backend.revision, prompt.template_hash,
-                                 request, sample, arm=self.name)
+            key = generation_key("user", who.model, backend.revision, prompt.template_hash,
+                                 request, sample, arm=self.name, user_variant=who.user_variant,
+                                 enable_thinking=who.enable_thinking)
             jobs.append(Job(key, request, sample, context.dataset, context.item_id,
                             context.context, temperature, context.assistant_key,
                             context.answerer, context.perturbation, arm=self.name))

@@ -19,7 +19,7 @@ from userturn.chat.thinking import (
 )
 from userturn.probe.executor import Executor, LocalExecutor, WorkUnit, cut_units
 from userturn.probe.thinking_variants import ThinkingVariant
-from userturn.probe.user_variants import UserVariantBackend
+from userturn.probe.user_variants import UserVariantBackend, probed
 from userturn.records import Generation, Progress, Request, silent_progress
 from userturn.store.database import RunStore
 from userturn.store.rows import GenerationRow
@@ -74,8 +74,11 @@ def generate(store: RunStore, backend: Backend, requests: Sequence[Request], *,
     is committed to ``store`` in one transaction before the next one starts. A request the store
     already holds finished (same role, model, prompt, parameters, seed and position) is read back,
     not generated again. Failures are data: a failed request comes back with ``error`` set."""
-    jobs = [Job(generation_key(role, backend.spec, backend.revision, backend.template.hash,
-                               request, index), request, index, "generate", str(index), context="")
+    who = probed(backend)
+    jobs = [Job(generation_key(role, who.model, backend.revision, backend.template.hash,
+                               request, index, user_variant=who.user_variant,
+                               enable_thinking=who.enable_thinking),
+                request, index, "generate", str(index), context="")
             for index, request in enumerate(requests)]
     engine = engine_of(backend)
     rows = generate_jobs(store, backend, role, jobs, executor or LocalExecutor({engine.spec: engine}),
@@ -93,7 +96,7 @@ def store_unit(store: RunStore, backend: Backend, role: str, unit: WorkUnit,
     for key, generation in zip(unit.keys, generations):
         if key not in have and key not in rows:
             job = jobs[key]
-            rows[key] = GenerationRow(key, role, backend.spec, backend.revision,
+            rows[key] = GenerationRow(key, role, probed(backend).model, backend.revision,
                                       backend.template.hash, job.request, job.sample_index,
                                       split_thinking_out(generation, job.request, fmt))
             store.tally.count("generation", generation.error, generation.completion_tokens)

@@ -170,7 +170,7 @@ def unapplied(turns: Sequence[Turn], perturbations: Sequence[Perturbation]) -> l
     originals: dict[tuple[str, str, str], dict[str, str]] = {}
     for turn in turns:
         if turn.perturbation == "none":
-            originals.setdefault((turn.model, turn.answerer, turn.dataset), {})[turn.item_id] = \
+            originals.setdefault((turn.probed, turn.answerer, turn.dataset), {})[turn.item_id] = \
                 turn.answer
     found = []
     for (model, answerer, dataset), answers in sorted(originals.items()):

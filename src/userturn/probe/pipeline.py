@@ -40,6 +40,7 @@ from userturn.probe.user_stage import ARM_TABLE, conversation, replan, user_stag
 from userturn.probe.user_variants import (
     answers_as,
     expand_user_variants,
+    probed,
     user_prompt_of,
     variant_meta,
 )
@@ -56,7 +57,7 @@ from userturn.records import (
 from userturn.store.database import RunStore
 from userturn.store.lock import RunLock
 from userturn.store.meta import RunMeta, StageTime
-from userturn.store.rows import ContextRow, GenerationRow, ScoreRow
+from userturn.store.rows import ContextRow, GenerationRow, Probed, ScoreRow
 from userturn.store.sqlite import DB_NAME, generation_key
 from userturn.store.turns import read_labels, with_labels
 from userturn.store.view import StoredRun, read_stored_run
@@ -220,7 +221,8 @@ def _run_stages(store: RunStore, plan: ProbePlan, labelling: LabellingPlan,
                 probers: Sequence[str], answer_models: Sequence[str], judges: Sequence[Judge],
                 executor: Executor, progress: Progress, clock: StageClock) -> StoredRun:
     """Every stage; returns the run as labelled (its turns read once, its labels again)."""
-    store.keep_plan([*backends, HUMAN], [dataset.name for dataset in datasets])
+    store.keep_plan([*(probed(b) for b in backends.values()), Probed(HUMAN)],
+                    [dataset.name for dataset in datasets])
     for dataset in datasets:
         store.put_items(dataset.name, dataset.items)
     for dataset in datasets:
@@ -285,7 +287,7 @@ def _human_stage(store: RunStore, dataset: Dataset,
                                   Generation(real, real, "stop", 0, 0)))
     store.put_contexts(contexts)
     store.put_generations(rows)
-    replan(store, "user", HUMAN, dataset.name, jobs)
+    replan(store, "user", Probed(HUMAN), dataset.name, jobs)
 
 
 def _answer_models(plan: ProbePlan, probers: Sequence[str]) -> list[str]:
@@ -323,7 +325,7 @@ def _assistant_stage(store: RunStore, backend: Backend, dataset: Dataset, plan: 
         request = Request(prompt.text, params, prompt.stop, seed=0)
         key = _key("assistant", backend, prompt, request, 0)
         jobs.append(Job(key, request, 0, dataset.name, item.id, context=""))
-    replan(store, "assistant", backend.spec, dataset.name, jobs)
+    replan(store, "assistant", probed(backend), dataset.name, jobs)
     rows = generate_jobs(store, backend, "assistant", jobs, executor, progress,
                      f"{backend.spec} · {dataset.name} · assistant turns")
     _score(store, dataset, jobs, rows)
@@ -346,8 +348,10 @@ def _score(store: RunStore, dataset: Dataset, jobs: Sequence[Job],
 
 def _key(role: str, backend: Backend, prompt: Prompt, request: Request, sample: int,
          thinking: str = "drop") -> str:
-    return generation_key(role, backend.spec, backend.revision, prompt.template_hash, request,
-                          sample, thinking)
+    who = probed(backend)  # an answerer: a model, or a thinking variant of one
+    return generation_key(role, who.model, backend.revision, prompt.template_hash, request,
+                          sample, thinking, user_variant=who.user_variant,
+                          enable_thinking=who.enable_thinking)
 
 
 def _model_meta(backends: Mapping[str, Backend], conversation: Sequence[Message]

@@ -106,8 +106,9 @@ class ProbePlan(Spec):
         "wrong_answer, swap, empty, refusal; the unperturbed context always runs too")
     user_turn_variants: UserVariants = Field(
         default_factory=list, description="the user turn's opening as a factor: native, "
-        "prefill:TEXT, system:none|default|TEXT, template:FILE, warmup:K; each a model of its "
-        "own (MODEL[user=SPEC]) paired with native, which always runs too")
+        "prefill:TEXT, system:none|default|TEXT, template:FILE, warmup:K; each a condition of "
+        "its own (the user_variant column; MODEL[user=SPEC] in the tables) paired with native, "
+        "which always runs too")
     fields: dict[str, str] = Field(
         default_factory=dict, description="your file's columns: query, answer, id, system")
     skip_invalid: bool = Field(default=False, description="record and count malformed rows "
@@ -120,7 +121,8 @@ class ProbePlan(Spec):
         "drop (as the template drops it from history) or keep (shown before the answer)")
     enable_thinking: list[bool] | None = Field(
         default=None, description="Qwen3-style templates: probe each model with thinking on "
-        "and/or off, each a model of its own, e.g. MODEL[thinking=on]; unset: template default")
+        "and/or off, each a condition of its own (the enable_thinking column; "
+        "MODEL[thinking=on] in the tables); unset: template default")
 
     @field_validator("temperatures")
     @classmethod

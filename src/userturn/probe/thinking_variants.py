@@ -1,8 +1,9 @@
-"""enable_thinking as an experiment factor: each value makes a probed model of its own.
+"""enable_thinking as an experiment factor: each value makes a prober of its own.
 
-``MODEL[thinking=on]`` and ``MODEL[thinking=off]`` share the base backend (one set of weights) and
-differ in the template variable, so they are separate models in the plan, the tables, the report
-and compare.
+Thinking on and off share the base backend (one set of weights) and differ in the template
+variable. Each is its own prober and its own condition: the plan stores the base model with
+``enable_thinking`` (``on``, ``off``) typed beside it, and the tables print it as
+``MODEL[thinking=on]`` (records.probed_name), as runs before the typed field named it.
 """
 
 from __future__ import annotations
@@ -20,25 +21,24 @@ from userturn.chat.render import (
 from userturn.errors import ConfigError
 from userturn.probe.plan import ProbePlan
 from userturn.records import Generation, Message, Request
+from userturn.store.rows import Probed
 
 
 class ThinkingVariant:
-    """A probed model with ``enable_thinking`` fixed: a model of its own in the plan, the report
-    and compare (``MODEL[thinking=on]``); generation is the base backend's."""
+    """A probed model with ``enable_thinking`` fixed: a prober of its own (``probed``, its
+    base model and the typed value; ``spec``, its name, tells it from the other probers of the
+    run); generation is the base backend's."""
 
     def __init__(self, base: Backend, enable: bool) -> None:
         self.base, self.enable = base, enable
-        self.spec = variant_spec(base.spec, enable)
+        self.probed = Probed(base.spec, enable_thinking="on" if enable else "off")
+        self.spec = self.probed.name
         self.template: ChatTemplate = replace(
             base.template, variables={**base.template.variables, "enable_thinking": enable})
         self.revision, self.chunk_size = base.revision, base.chunk_size
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         return self.base.complete(requests)
-
-
-def variant_spec(spec: str, enable: bool) -> str:
-    return f"{spec}[thinking={'on' if enable else 'off'}]"
 
 
 def thinking_variants(backends: Mapping[str, Backend], messages: Sequence[Message],

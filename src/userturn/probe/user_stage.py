@@ -21,9 +21,10 @@ from userturn.probe.executor import Executor
 from userturn.probe.generation import Job, generate_jobs
 from userturn.probe.perturb import Perturbation
 from userturn.probe.plan import ProbePlan
+from userturn.probe.user_variants import probed
 from userturn.records import ARMS, Item, Message, Progress
 from userturn.store.database import RunStore
-from userturn.store.rows import ContextRow, PlanRow
+from userturn.store.rows import ContextRow, PlanRow, Probed
 
 # How the probe asks for a user turn, by arm name (records.Arm): a new arm is its module and a
 # row here.
@@ -38,13 +39,14 @@ def conversation(item: Item, plan: ProbePlan) -> list[Message]:
     return [*system, *item.messages]
 
 
-def replan(store: RunStore, role: str, model: str, dataset: str, jobs: Sequence[Job]) -> None:
-    """The plan of one role, model and dataset, replaced by these jobs."""
-    rows = [PlanRow(job.key, role, model, job.dataset, job.item_id, job.context,
+def replan(store: RunStore, role: str, who: Probed, dataset: str, jobs: Sequence[Job]) -> None:
+    """The plan of one role, probed model (its base model and variants, typed) and dataset,
+    replaced by these jobs."""
+    rows = [PlanRow(job.key, role, who.model, job.dataset, job.item_id, job.context,
                     job.temperature, job.sample_index, job.assistant_key, job.answerer,
-                    job.perturbation, job.arm)
+                    job.perturbation, job.arm, who.user_variant, who.enable_thinking)
             for job in jobs]
-    store.replace_plan(rows, role=role, model=model, dataset=dataset)
+    store.replace_plan(rows, role=role, probed=who, dataset=dataset)
 
 
 def user_stage(store: RunStore, backend: Backend, dataset: Dataset,
@@ -79,7 +81,7 @@ def user_stage(store: RunStore, backend: Backend, dataset: Dataset,
                 for arm in arms:
                     jobs.extend(arm.jobs(backend, where, budget))
     store.put_contexts(contexts)
-    replan(store, "user", backend.spec, dataset.name, jobs)
+    replan(store, "user", probed(backend), dataset.name, jobs)
     rows = generate_jobs(store, backend, "user", jobs, executor, progress,
                          f"{backend.spec} · {dataset.name} · user turns")
     for arm in arms:

@@ -17,11 +17,11 @@ and ``native`` are measured on the same contexts and pair item by item:
   user-turn stops.
 - ``warmup:K``: K earlier synthetic user/assistant exchanges before the probed one.
 
-Each variant other than ``native`` is a probed model of its own, ``MODEL[user=SPEC]``, so it is
-its own condition in the plan, the generation key (the model spec is part of it), the metadata,
-the tables and ``compare``; ``native`` keeps the model's plain spec, so its keys are those of a
-run without variants. Each variant against native, paired over items, is
-:func:`userturn.stats.variants.variant_comparisons`.
+Each variant other than ``native`` is a prober of its own and its own condition: the plan stores
+the base model with the variant typed beside it (``user_variant``), the generation key hashes the
+name runs before the typed field gave it, and the tables print that name, ``MODEL[user=SPEC]``
+(records.probed_name); ``native`` keeps the model's keys of a run without variants. Each variant
+against native, paired over items, is :func:`userturn.stats.variants.variant_comparisons`.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 from userturn.chat.render import ChatTemplate, Prompt, derive_markers, render_user_turn
 from userturn.errors import ConfigError, UserturnError
 from userturn.records import Generation, Message, Request
+from userturn.store.rows import Probed
 
 KINDS = ("native", "prefill", "system", "template", "warmup")
 # Synthetic earlier exchanges for warmup:K: short, unambiguous, closed (no open question).
@@ -91,10 +92,6 @@ def parse_user_variants(values: Sequence[str], check_files: bool = True) -> list
     return variants
 
 
-def variant_model_spec(spec: str, variant: UserVariant) -> str:
-    return spec if variant.kind == "native" else f"{spec}[user={variant.spec}]"
-
-
 def user_turn_prompt(template: ChatTemplate, messages: Sequence[Message],
                      variant: UserVariant | None = None, thinking: str | None = None,
                      override: ChatTemplate | None = None) -> Prompt:
@@ -147,12 +144,14 @@ def _override_prompt(template: ChatTemplate, override: ChatTemplate,
 
 
 class UserVariantBackend:
-    """A probed model under one user-turn variant: ``MODEL[user=SPEC]``. It generates with the
-    base backend and answers with the base model's answers (``answers_as``)."""
+    """A probed model under one user-turn variant (``probed``: its base model and the typed
+    variant; ``spec``, its name, tells it from the other probers of the run). It generates with
+    the base backend and answers with the base model's answers (``answers_as``)."""
 
     def __init__(self, base: Any, variant: UserVariant) -> None:
         self.base, self.variant = base, variant
-        self.spec = variant_model_spec(base.spec, variant)
+        self.probed = probed(base)._replace(user_variant=variant.spec)
+        self.spec = self.probed.name
         self.answers_as = getattr(base, "answers_as", base.spec)
         self.revision, self.chunk_size = base.revision, base.chunk_size
         self.template: ChatTemplate = base.template
@@ -207,6 +206,12 @@ def expand_user_variants(backends: Mapping[str, Any], probers: Sequence[str],
             out[backend.spec] = backend
             split.append(backend.spec)
     return out, split
+
+
+def probed(backend: Any) -> Probed:
+    """What the plan stores of a prober: its base model and the variants it is probed under
+    (a plain backend: its spec, native, the template's default thinking)."""
+    return getattr(backend, "probed", None) or Probed(backend.spec)
 
 
 def answers_as(backend: Any) -> str:

@@ -27,7 +27,7 @@ def temperature_series(report: Report) -> list[plots.Series]:
     groups: dict[tuple[str, str, str], list[SummaryRow]] = defaultdict(list)
     for r in report.rows:
         if r.perturbation == "none":
-            groups[(r.model, r.answerer, r.dataset)].append(r)
+            groups[(r.probed, r.answerer, r.dataset)].append(r)
     order = sorted(groups, key=lambda k: (model_index(report, k[0]), k[1] != "self", k[1:]))
     return [plots.Series(report.condition(*key), plots.model_colour(i), [
         plots.Point(r.temperature, r.follow_up.value, r.follow_up.low, r.follow_up.high,
@@ -77,11 +77,11 @@ def panel_scale(report: Report) -> tuple[float, float]:
 
 # -- plot 3: label distribution -------------------------------------------------------------------
 def label_bars(report: Report) -> list[plots.Bar]:
-    rows = sorted(report.rows, key=lambda r: (model_index(report, r.model), r.answerer,
+    rows = sorted(report.rows, key=lambda r: (model_index(report, r.probed), r.answerer,
                                               r.dataset, r.temperature, r.arm != "opened",
                                               r.perturbation != "none", r.perturbation))
     arms = any(r.arm != "opened" for r in report.rows)
-    return [plots.Bar(report.condition(r.model, r.answerer, r.dataset),
+    return [plots.Bar(report.condition(r.probed, r.answerer, r.dataset),
                       temperature_label(r.temperature) + (f" · {r.arm}" if arms else "") + (
                           f" · {r.perturbation}" if report.varies("perturbation") else ""),
                       r.status_counts()) for r in rows]
@@ -89,12 +89,12 @@ def label_bars(report: Report) -> list[plots.Bar]:
 
 # -- plot 4: perturbation effects -----------------------------------------------------------------
 def sorted_effects(report: Report) -> list[PerturbationEffect]:
-    return sorted(report.comparisons, key=lambda c: (model_index(report, c.model), c.answerer,
+    return sorted(report.comparisons, key=lambda c: (model_index(report, c.probed), c.answerer,
                                                      c.dataset, c.perturbation, c.temperature))
 
 
 def forest_rows(report: Report) -> list[plots.ForestRow]:
-    return [plots.ForestRow(report.condition(c.model, c.answerer, c.dataset),
+    return [plots.ForestRow(report.condition(c.probed, c.answerer, c.dataset),
                             f"{c.perturbation} · {temperature_label(c.temperature)}",
                             c.diff.delta, c.diff.low, c.diff.high, c.verdict, _forest_note(c),
                             _forest_tip(c))
@@ -112,6 +112,6 @@ def _forest_note(c: PerturbationEffect) -> str:
 
 def _forest_tip(c: PerturbationEffect) -> str:
     d = c.diff
-    return (f"{c.model} · {c.perturbation} · T = {temperature_axis(c.temperature)}: original "
+    return (f"{c.probed} · {c.perturbation} · T = {temperature_axis(c.temperature)}: original "
             f"{percent(d.a.value)} (n = {d.a.n}), perturbed {percent(d.b.value)} "
             f"(n = {d.b.n}); {plots.VERDICTS[c.verdict][0]}")

@@ -77,7 +77,7 @@ class Format:
 
 
 # A name (a model, a dataset, an answerer): literal text in the terminal, never rich markup (a
-# variant's name, MODEL[user=...], would read as a style tag).
+# variant's printed name, MODEL[user=...], would read as a style tag).
 NAME = Format(text=Text, html=lambda v: [esc(v)], numeric=False)
 TEMPERATURE = Format(text=temperature, html=lambda v: [temperature_axis(v)])
 COUNT = Format(text=str, html=lambda v: [str(v)])
@@ -228,9 +228,17 @@ def _corrected(row: SummaryRow) -> Corrected | str:
 # in the terminal only), a column says so for one surface: the tables read as they did before
 # the list.
 COLUMNS: list[Column] = [
-    Column("model", "model", lambda r: r.model, NAME, condition=True),
+    # The terminal and the page print the probed model's name with its variants
+    # (records.probed_name: MODEL[thinking=on][user=SPEC], as before the typed fields);
+    # summary.csv has the model's spec and each variant in a field of its own.
+    Column("probed", "model", lambda r: r.probed, NAME, csv=False, condition=True),
+    Column("model", "model", lambda r: r.model, NAME, shown=never, condition=True),
     # How the user turn was asked for (records.ARMS): shown once a row is not the opened arm.
     Column("arm", "arm", lambda r: r.arm, NAME, shown=departs("opened"), condition=True),
+    Column("user_variant", "user-turn variant", lambda r: r.user_variant, NAME, shown=never,
+           condition=True),
+    Column("enable_thinking", "enable_thinking", lambda r: r.enable_thinking, NAME,
+           shown=never, condition=True),
     Column("answerer", "answerer", lambda r: r.answerer, NAME, shown=varies,
            terminal=departs("self"), condition=True),
     # The terminal lists the perturbation before the dataset, the page and CSV after it.

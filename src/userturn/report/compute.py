@@ -88,7 +88,7 @@ def build_report(turns: Sequence[Turn], answers: Sequence[Answer], *, folder: Pa
                      offline=[source for source in sources if is_offline(source)])
     ordered = sorted(turns, key=_turn_order)
     models = list(dict.fromkeys(_planned_models(meta)))
-    models += sorted({r.model for r in rows} - set(models))
+    models += sorted({r.probed for r in rows} - set(models))
     agreement = [r for r in pairwise_agreement(ordered) if r.n >= 2]
     return Report(Path(folder).resolve(), meta, list(sources), rows,
                   perturbation_effects(ordered, EXPECTED), accuracy_panels(rows),
@@ -116,5 +116,5 @@ def planned_perturbations(meta: RunMeta) -> list[Perturbation]:
 
 def _turn_order(t: Turn) -> tuple[Any, ...]:
     """The store's order, with each condition's original context before its perturbations."""
-    return (t.model, t.answerer, t.dataset, t.perturbation != "none", t.perturbation,
+    return (t.probed, t.answerer, t.dataset, t.perturbation != "none", t.perturbation,
             t.temperature, t.item_id, t.sample_index)

@@ -188,6 +188,7 @@ def browser_data(report: Report) -> dict[str, Any]:
     turns = []
     for turn in report.turns:
         record = turn.record()
+        record["model"] = turn.probed  # the browser filters by the name the tables print
         record.update({name: ref(record[name]) for name in SHARED_TEXTS})
         record["labels"] = [[lab.source, lab.label, lab.rationale, lab.error]
                             for lab in turn.labels]

@@ -35,7 +35,7 @@ NOTE_UNDECIDED = ("undecided turns count as not follow-up, so a rate is a lower 
 
 # -- summary ---------------------------------------------------------------------------------------
 def summary(report: Report) -> str:
-    groups = group_starts([r.model for r in report.rows])
+    groups = group_starts([r.probed for r in report.rows])
     main = _columns_table(columns.page_columns(report.rows), report.rows, groups=groups)
     keys = columns.page_columns(report.rows, conditions=True)
     shown = categories(report.rows)
@@ -60,7 +60,7 @@ def summary(report: Report) -> str:
                      f"shown from {MIN_HUMAN_LABELS} human labels on; docs/statistics.md). Human "
                      "only: the same rate from the human labels alone; the corrected interval is "
                      "narrower where the labeller's verdicts carry information.")
-        notes += [f"{r.model} · {r.dataset} · T = {temperature(r.temperature)}: no correction: "
+        notes += [f"{r.probed} · {r.dataset} · T = {temperature(r.temperature)}: no correction: "
                   f"{r.correction_note}." for r in report.rows if r.correction_note]
         if any(r.labels_to_correct for r in report.rows):
             notes.append(correction_hint(report.rows) + ".")
@@ -218,7 +218,7 @@ def _effects_table(report: Report, cs: Sequence[PerturbationEffect]) -> str:
             "only, one turn per item): exact p, with the items that switched to a follow-up (↑) "
             "and away from one (↓). dropped: items with turns on the original / perturbed side "
             "only (a perturbation that does not apply to an item, e.g. no number to change).")
-    headings = [report.condition(c.model, c.answerer, c.dataset) for c in cs]
+    headings = [report.condition(c.probed, c.answerer, c.dataset) for c in cs]
     return (table(headers, rows, numeric_from=1, headings=headings, cls="grouped")
             + f'<p class="note">{esc(note)}</p>')
 
@@ -255,7 +255,7 @@ def arms(report: Report) -> str:
              "difference paired over items. 95% intervals clustered by item (docs/arms.md).")
     headers = ["model", "dataset", "T", "n", "opens a user turn", "unforced follow-up",
                "of user turns written", "opened arm", "unforced − opened, pp"]
-    body = [[esc(r.condition.model), esc(r.condition.dataset),
+    body = [[esc(r.condition.probed), esc(r.condition.dataset),
              temperature(r.condition.temperature), str(r.continuations),
              rate_html(r.opens_user), rate_html(r.unforced),
              rate_html(r.written) if r.written else "–",
@@ -263,7 +263,7 @@ def arms(report: Report) -> str:
              _difference_cell(r.difference) if r.difference else "–"] for r in rows]
     names = {"user": "user header", "assistant": "assistant header", "end": "end of sequence",
              "other": "anything else"}
-    bars = [plots.Bar(r.condition.model, f"{r.condition.dataset} · "
+    bars = [plots.Bar(r.condition.probed, f"{r.condition.dataset} · "
                       f"{temperature(r.condition.temperature)}", r.next_role)
             for r in rows if r.next_role]
     svg = plots.stacked_bars(
@@ -271,11 +271,11 @@ def arms(report: Report) -> str:
         axis="Mean probability of what comes next after the closed conversation",
         title="Next-role probabilities") if bars else ""
     figure = f"<figure>{svg}</figure>" if svg else ""
-    firsts = "; ".join(f"{esc(r.condition.model)} T={temperature(r.condition.temperature)}: "
+    firsts = "; ".join(f"{esc(r.condition.probed)} T={temperature(r.condition.temperature)}: "
                        + ", ".join(f"{role} {n}" for role, n in r.roles.items()) for r in rows)
     return section("arms", "Who speaks next", intro,
                    table(headers, body, numeric_from=2,
-                         groups=group_starts([r.condition.model for r in rows]))
+                         groups=group_starts([r.condition.probed for r in rows]))
                    + f'<p class="note">What the continuations opened first: {firsts}.</p>'
                    + figure)
 
@@ -292,13 +292,13 @@ def right_wrong(report: Report) -> str:
     keys = [k for k in ("answerer", "dataset") if report.varies(k)]
     headers = ["model", *keys, "T", "after a right answer [95% CI]", "turns", "items",
                "after a wrong answer [95% CI]", "turns", "items", "items in both"]
-    rows = [[esc(c.model), *(esc(getattr(c, k)) for k in keys), temperature_axis(c.temperature),
+    rows = [[esc(c.probed), *(esc(getattr(c, k)) for k in keys), temperature_axis(c.temperature),
              rate_html(j.correct), str(j.correct.n), str(j.items_correct),
              rate_html(j.wrong), str(j.wrong.n), str(j.items_wrong), str(j.items_mixed)]
             for c, j in report.joints]
     return section("right-wrong", "Right vs wrong answers", intro,
                     table(headers, rows, numeric_from=1 + len(keys),
-                           groups=group_starts([c.model for c, _ in report.joints])))
+                           groups=group_starts([c.probed for c, _ in report.joints])))
 
 
 # -- samples and export ----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from userturn.labels.offline_error import CARDS, PLAN_HINT, offline_error
 from userturn.labels.sources import classifier_of, is_offline
-from userturn.records import HUMAN, LABELS, RULES_SOURCE, Answer, is_human
+from userturn.records import HUMAN, LABELS, RULES_SOURCE, Answer, is_human, probed_name
 from userturn.report import columns
 from userturn.report.numbers import LABEL_HEADERS, percent, temperature
 from userturn.stats.correction import MIN_HUMAN_LABELS
@@ -91,7 +91,7 @@ def print_summary(rows: list[SummaryRow], console: Console, *, sources: Sequence
                      "the human labels alone")
         if any(row.labels_to_correct for row in rows):
             notes.append(correction_hint(rows))
-        notes += [f"{row.model} {row.dataset} T={temperature(row.temperature)}: correction not "
+        notes += [f"{row.probed} {row.dataset} T={temperature(row.temperature)}: correction not "
                   f"shown: {row.correction_note}" for row in rows if row.correction_note]
     notes += offline_notes(rows, sources)
     if assistant_failures:
@@ -125,7 +125,7 @@ def offline_notes(rows: Sequence[SummaryRow], sources: Sequence[str]) -> list[st
         for source, count in row.deciding.items():
             if not is_offline(source) and not is_human(source):
                 judged.setdefault(source, []).append(
-                    f"{row.model} {row.dataset} T={temperature(row.temperature)}: {count} of "
+                    f"{row.probed} {row.dataset} T={temperature(row.temperature)}: {count} of "
                     f"{row.follow_up.n}")
     notes += [judge_note(judge, where, correction_hint(rows)) for judge, where in judged.items()]
     return notes
@@ -154,7 +154,8 @@ def print_instruction_accuracy(answers: Sequence[Answer], console: Console) -> N
     groups: dict[tuple[str, str], list[Score]] = defaultdict(list)
     for answer in answers:
         if answer.scorer in ("ifeval", "ifbench"):
-            groups[(answer.model, answer.dataset)].append(
+            groups[(probed_name(answer.model, enable_thinking=answer.enable_thinking),
+                    answer.dataset)].append(
                 Score(bool(answer.correct), None, None, answer.details))
     if not groups:
         return
@@ -192,7 +193,7 @@ def print_plan(folder: Path, half_width: float, console: Console) -> None:
         table.add_column(name, justify="left" if name in ("model", "dataset", *extra) else "right")
     for row in rows:
         c, d, planned = row.condition, row.design, row.planned
-        table.add_row(Text(c.model), *(getattr(c, name) for name in extra), Text(c.dataset),
+        table.add_row(Text(c.probed), *(getattr(c, name) for name in extra), Text(c.dataset),
                       temperature(c.temperature), str(d.turns), str(d.items),
                       percent(d.predicted / d.turns), percent(d.rate), str(d.given),
                       *_planned_cells(planned))

@@ -32,7 +32,8 @@ def tables(report: Report) -> dict[str, list[dict[str, Any]]]:
                  "rho_high": csv_number(p.correlation.high)} for p in report.panels],
             "perturbations": [_comparison_record(c) for c in report.comparisons],
             "user_turn_variants": [
-                {"model": v.native, "variant": v.variant, "dataset": v.dataset,
+                {"model": v.model, "enable_thinking": v.enable_thinking,
+                 "variant": v.variant, "dataset": v.dataset,
                  "answerer": v.answerer, "perturbation": v.perturbation,
                  "temperature": v.temperature, "items": v.follow_up.items,
                  **rate_fields("native_follow_up", v.follow_up.a),
@@ -48,7 +49,8 @@ def tables(report: Report) -> dict[str, list[dict[str, Any]]]:
 
 def _comparison_record(c: PerturbationEffect) -> dict[str, Any]:
     d, m = c.diff, c.mcnemar
-    return {"model": c.model, "answerer": c.answerer, "dataset": c.dataset,
+    return {"model": c.model, "user_variant": c.user_variant,
+            "enable_thinking": c.enable_thinking, "answerer": c.answerer, "dataset": c.dataset,
             "perturbation": c.perturbation, "temperature": c.temperature, "items": d.items,
             **rate_fields("original", d.a), **rate_fields("perturbed", d.b),
             "difference": csv_number(d.delta), "difference_low": csv_number(d.low),
@@ -61,7 +63,8 @@ def _comparison_record(c: PerturbationEffect) -> dict[str, Any]:
 
 def _joint_record(joint: Joint) -> dict[str, Any]:
     c, j = joint.condition, joint.table
-    return {"model": c.model, "answerer": c.answerer, "dataset": c.dataset,
+    return {"model": c.model, "user_variant": c.user_variant,
+            "enable_thinking": c.enable_thinking, "answerer": c.answerer, "dataset": c.dataset,
             "temperature": c.temperature,
             **rate_fields("when_right", j.correct), **rate_fields("when_wrong", j.wrong),
             "items_right": j.items_correct, "items_wrong": j.items_wrong,

@@ -80,14 +80,14 @@ def print_arms(rows: Sequence[ArmRow], console: Console) -> None:
         c = row.condition
         probabilities = "-" if row.next_role is None else " / ".join(
             percent(row.next_role[role]) for role in ROLE_OPTIONS)
-        table.add_row(Text(c.model), *(Text(read(c)) for _, read in keys), Text(c.dataset),
+        table.add_row(Text(c.probed), *(Text(read(c)) for _, read in keys), Text(c.dataset),
                       temperature(c.temperature), str(row.continuations),
                       rate_interval(row.opens_user), rate_interval(row.unforced),
                       rate_interval(row.written), rate_interval(row.opened),
                       "-" if row.difference is None else difference(row.difference),
                       probabilities)
     console.print(table)
-    firsts = "; ".join(f"{r.condition.model} T={temperature(r.condition.temperature)}: " + ", ".join(
+    firsts = "; ".join(f"{r.condition.probed} T={temperature(r.condition.temperature)}: " + ", ".join(
         f"{role} {n}" for role, n in r.roles.items()) for r in rows)
     console.print(f"what the continuations opened first: {firsts}", style="dim", markup=False,
                   highlight=False, soft_wrap=True)

@@ -19,7 +19,17 @@ from dataclasses import dataclass, replace
 from typing import Hashable, Iterable, Mapping, Sequence
 
 from userturn.errors import StoreError
-from userturn.records import HUMAN, Answer, Condition, Turn, human_label, is_human
+from userturn.records import (
+    DEFAULT_THINKING,
+    HUMAN,
+    NATIVE,
+    Answer,
+    Condition,
+    Turn,
+    human_label,
+    is_human,
+    probed_name,
+)
 from userturn.stats.correction import CorrectedDifference, Observation, corrected_difference
 from userturn.stats.rates import (
     Difference,
@@ -74,8 +84,10 @@ def compare_turns(turns_a: Sequence[Turn], answers_a: Sequence[Answer],
 
 
 def _models(turns: Iterable[Turn]) -> list[str]:
-    """The probed models; the data's own human turns are the same in both runs."""
-    return sorted({t.model for t in turns} - {HUMAN})
+    """The probed models by the names the tables print (a variant is a model of its own here,
+    paired with the same variant of the other run); the data's own human turns are the same in
+    both runs."""
+    return sorted({t.probed for t in turns} - {HUMAN})
 
 
 def _model_pairs(models_a: Sequence[str], models_b: Sequence[str]) -> list[tuple[str, str]]:
@@ -94,8 +106,10 @@ def _by_unit(turns: Iterable[Turn], pairs: Sequence[tuple[str, str]],
              for pair in pairs}
     units: dict[Condition, list[Turn]] = defaultdict(list)
     for turn in turns:
-        if turn.model in names and turn.counts_toward_rate:
-            units[replace(Condition.of(turn), model=names[turn.model])].append(turn)
+        if turn.probed in names and turn.counts_toward_rate:
+            # The unit's model is the pairing of printed names, which hold the variants.
+            units[replace(Condition.of(turn), model=names[turn.probed], user_variant=NATIVE,
+                          enable_thinking=DEFAULT_THINKING)].append(turn)
     return units
 
 
@@ -143,7 +157,8 @@ def _compare_accuracy(a: Sequence[Answer], b: Sequence[Answer],
 def _scores(answers: Sequence[Answer], model: str) -> dict[str, dict[Hashable, bool]]:
     scores: dict[str, dict[Hashable, bool]] = defaultdict(dict)
     for answer in answers:
-        if answer.model == model and answer.correct is not None:
+        if probed_name(answer.model, NATIVE, answer.enable_thinking) == model \
+                and answer.correct is not None:
             scores[answer.dataset][answer.item_id] = answer.correct
     return scores
 

@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Mapping, NamedTuple, Sequence
 
-from userturn.records import Condition, Turn
+from userturn.records import DEFAULT_THINKING, NATIVE, Condition, Turn, probed_name
 from userturn.stats.rates import (
     Correlation,
     Difference,
@@ -38,6 +38,13 @@ class PerturbationEffect:
     diff: Difference
     expected: str  # "up" or "down", from probe.perturb.EXPECTED
     mcnemar: McNemar | None  # greedy: one outcome per item on each side
+    user_variant: str = NATIVE
+    enable_thinking: str = DEFAULT_THINKING
+
+    @property
+    def probed(self) -> str:
+        """The probed model's name as the tables print it (records.probed_name)."""
+        return probed_name(self.model, self.user_variant, self.enable_thinking)
 
     @property
     def verdict(self) -> str:
@@ -47,7 +54,7 @@ class PerturbationEffect:
 class PanelPoint(NamedTuple):
     """One model of a panel: the accuracy of its answers and the follow-up rate after them."""
 
-    model: str
+    model: str  # the probed model's name as the tables print it (records.probed_name)
     accuracy: Rate
     follow_up: Rate
 
@@ -86,8 +93,9 @@ def perturbation_effects(turns: Sequence[Turn],
         out.append(PerturbationEffect(c.model, c.answerer, c.dataset, c.perturbation,
                                       c.temperature, paired_difference(before, after),
                                       expected.get(c.perturbation.split(":")[0], "up"),
-                                      single_sample_mcnemar(before, after)))
-    return sorted(out, key=lambda c: (c.model, c.answerer, c.dataset, c.perturbation,
+                                      single_sample_mcnemar(before, after),
+                                      c.user_variant, c.enable_thinking))
+    return sorted(out, key=lambda c: (c.probed, c.answerer, c.dataset, c.perturbation,
                                       c.temperature))
 
 
@@ -97,7 +105,7 @@ def accuracy_panels(rows: Sequence[SummaryRow]) -> list[Panel]:
     chosen = [r for r in rows if r.answerer == "self" and r.perturbation == "none"]
     panels = []
     for dataset, temperature in sorted({(r.dataset, r.temperature) for r in chosen}):
-        points = [PanelPoint(r.model, r.accuracy, r.follow_up) for r in chosen
+        points = [PanelPoint(r.probed, r.accuracy, r.follow_up) for r in chosen
                   if (r.dataset, r.temperature) == (dataset, temperature)
                   and r.accuracy is not None and r.accuracy.n and r.follow_up.n]
         corr = rank_correlation([p.accuracy.value for p in points],

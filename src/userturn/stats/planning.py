@@ -295,11 +295,11 @@ def design_effect(pairs: Sequence[tuple[Hashable, bool]]) -> float:
 
 
 def condition_order(condition: Condition) -> tuple[object, ...]:
-    """The summary's row order: by model, the opened arm before the continuation arm, each
-    condition's original context before its perturbations."""
+    """The summary's row order: by the probed model's printed name, the opened arm before the
+    continuation arm, each condition's original context before its perturbations."""
     c = condition
-    return (c.model, c.arm != "opened", c.arm, c.answerer, c.dataset, c.perturbation != "none",
-            c)
+    return (c.probed, c.arm != "opened", c.arm, c.answerer, c.dataset,
+            c.perturbation != "none", c)
 
 
 def plan_run(turns: Sequence[Turn], error_of: ErrorOf, target: float, level: float = 0.95,

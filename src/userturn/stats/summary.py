@@ -11,12 +11,15 @@ from typing import Any, Collection, Mapping, Sequence
 
 from userturn.records import (
     DEFAULT_ARM,
+    DEFAULT_THINKING,
     HUMAN,
+    NATIVE,
     Answer,
     Condition,
     Turn,
     human_label,
     is_human,
+    probed_name,
 )
 from userturn.stats.correction import MIN_HUMAN_LABELS, Corrected, Observation, corrected_rate
 from userturn.stats.planning import condition_order
@@ -64,6 +67,13 @@ class SummaryRow:
     # Continuations that opened no user turn (another role spoke, or nobody): in the rate's
     # denominator as no follow-up (the unforced rate), with no label.
     no_user_turn: int = 0
+    user_variant: str = NATIVE
+    enable_thinking: str = DEFAULT_THINKING
+
+    @property
+    def probed(self) -> str:
+        """The probed model's name as the tables print it (records.probed_name)."""
+        return probed_name(self.model, self.user_variant, self.enable_thinking)
 
     @property
     def labels_to_correct(self) -> int | None:
@@ -110,13 +120,14 @@ def summarize(turns: Sequence[Turn], answers: Sequence[Answer],
             labels=dict(Counter(t.label for t in group if t.error is None and t.label)),
             undecided=status["undecided"], errors=status["failed"],
             label_errors=sum(1 for t in group if t.error is None and t.label_error),
-            accuracy=accuracy.get((c.model if c.answerer == "self" else c.answerer, c.dataset)),
+            accuracy=_accuracy_of(accuracy, c),
             answerer=c.answerer, perturbation=c.perturbation,
             similarity=_similarity(group) if c.model != HUMAN else None,
             offline_only=_offline_only(group, offline),
             deciding=dict(Counter(t.label_source for t in group
                                   if t.counts_toward_rate and t.label_source)),
-            arm=c.arm, no_user_turn=status["no user turn"],
+            arm=c.arm, no_user_turn=status["no user turn"], user_variant=c.user_variant,
+            enable_thinking=c.enable_thinking,
             **_correction(group, probability),
         ))
     return rows
@@ -170,12 +181,24 @@ def word_f1(generated: str, reference: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def _accuracy(answers: Sequence[Answer]) -> dict[tuple[str, str], Rate]:
-    scored: dict[tuple[str, str], list[tuple[str, bool]]] = defaultdict(list)
+def _accuracy(answers: Sequence[Answer]) -> dict[tuple[str, str, str], Rate]:
+    scored: dict[tuple[str, str, str], list[tuple[str, bool]]] = defaultdict(list)
     for answer in answers:
         if answer.correct is not None:
-            scored[(answer.model, answer.dataset)].append((answer.item_id, answer.correct))
+            scored[(answer.model, answer.enable_thinking, answer.dataset)].append(
+                (answer.item_id, answer.correct))
     return {key: clustered_rate(pairs) for key, pairs in scored.items()}
+
+
+def _accuracy_of(accuracy: Mapping[tuple[str, str, str], Rate], c: Condition) -> Rate | None:
+    """The task accuracy of the answers a condition's turns follow: its own model's (under its
+    thinking) or its answerer's. A user-turn variant's row leaves it to native's row, whose
+    answers it shares: the accuracy is shown once, as when the variant was a model of its own."""
+    if c.answerer != "self":
+        return accuracy.get((c.answerer, DEFAULT_THINKING, c.dataset))
+    if c.user_variant != NATIVE:
+        return None
+    return accuracy.get((c.model, c.enable_thinking, c.dataset))
 
 
 def assistant_errors(answers: Sequence[Answer]) -> int:

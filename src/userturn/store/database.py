@@ -29,11 +29,14 @@ from userturn.store.rows import (
     GenerationRow,
     LabelRow,
     PlanRow,
+    Probed,
     ScoreRow,
     StoredLabelRow,
     UserTurnRow,
     item_from_record,
     item_record,
+    typed_fields,
+    typed_model,
 )
 from userturn.store.sqlite import (
     DB_NAME,
@@ -221,23 +224,35 @@ class RunStore:
         return {r["item_id"]: item_from_record(json.loads(r["data"])) for r in rows}
 
     # -- the plan -----------------------------------------------------------------------------
-    def replace_plan(self, rows: Sequence[PlanRow], *, role: str, model: str,
+    def replace_plan(self, rows: Sequence[PlanRow], *, role: str, probed: Probed,
                      dataset: str) -> None:
-        """The plan of one role, model and dataset, replaced as a whole."""
+        """The plan of one role, probed model (with its variants) and dataset, replaced as a
+        whole, rows planned before the typed variants (under the variant's name) included."""
         with self.db:
-            self.db.execute("DELETE FROM plan WHERE role = ? AND model = ? AND dataset = ?",
-                            (role, model, dataset))
+            self.db.execute(
+                "DELETE FROM plan WHERE role = ? AND dataset = ? AND ((model = ? AND "
+                "user_variant = ? AND enable_thinking = ?) OR (model = ? AND user_variant IS NULL))",
+                (role, dataset, *probed, probed.name))
             self.db.executemany(
-                "INSERT OR REPLACE INTO plan VALUES (:key, :role, :model, :dataset, :item_id, "
-                ":context, :temperature, :sample_index, :assistant_key, :answerer, "
-                ":perturbation, :arm)", [asdict(row) for row in rows])
+                "INSERT OR REPLACE INTO plan (key, role, model, dataset, item_id, context, "
+                "temperature, sample_index, assistant_key, answerer, perturbation, arm, "
+                "user_variant, enable_thinking) VALUES (:key, :role, :model, :dataset, "
+                ":item_id, :context, :temperature, :sample_index, :assistant_key, :answerer, "
+                ":perturbation, :arm, :user_variant, :enable_thinking)",
+                [asdict(row) for row in rows])
 
-    def keep_plan(self, models: Sequence[str], datasets: Sequence[str]) -> None:
-        """Drop planned rows of models or datasets the current experiment no longer has."""
-        marks_m, marks_d = ",".join("?" * len(models)), ",".join("?" * len(datasets))
+    def keep_plan(self, probed: Iterable[Probed], datasets: Sequence[str]) -> None:
+        """Drop planned rows of probed models (with their variants) or datasets the current
+        experiment no longer has."""
+        kept = set(probed)
+        marks_d = ",".join("?" * len(datasets))
         with self.db:
-            self.db.execute(f"DELETE FROM plan WHERE model NOT IN ({marks_m}) "
-                            f"OR dataset NOT IN ({marks_d})", [*models, *datasets])
+            for r in self.db.execute("SELECT DISTINCT model, user_variant, enable_thinking "
+                                     "FROM plan").fetchall():
+                if typed_model(*r) not in kept:
+                    self.db.execute("DELETE FROM plan WHERE model = ? AND user_variant IS ? AND "
+                                    "enable_thinking IS ?", tuple(r))
+            self.db.execute(f"DELETE FROM plan WHERE dataset NOT IN ({marks_d})", [*datasets])
 
     # -- generations --------------------------------------------------------------------------
     def finished_keys(self, keys: Sequence[str]) -> set[str]:
@@ -335,7 +350,7 @@ class RunStore:
                p.answerer, p.perturbation, p.key, g.text, g.raw_text, g.thinking,
                g.finish_reason, g.error, g.prompt, COALESCE(c.answer, a.text) AS answer,
                s.correct, p.arm, n.next_role, n.user_turn, n.boundary, n.p_user,
-               n.p_assistant, n.p_end
+               n.p_assistant, n.p_end, p.user_variant, p.enable_thinking
         FROM plan p
         JOIN generations g ON g.key = p.key
         LEFT JOIN generations a ON a.key = p.assistant_key
@@ -346,8 +361,13 @@ class RunStore:
         ORDER BY p.model, p.arm != 'opened', p.arm, p.answerer, p.dataset, p.perturbation,
                  p.temperature, p.item_id, p.sample_index
         """
-        return [UserTurnRow(**{**dict(r), "correct": _correct(r["correct"])})
+        rows = [UserTurnRow(**{**dict(r), **typed_fields(r), "correct": _correct(r["correct"])})
                 for r in self.db.execute(query)]
+        # In report order by the name the tables print: a variant's turns after its model's,
+        # as when the variant was stored as a model named MODEL[user=SPEC].
+        return sorted(rows, key=lambda r: (
+            Probed(r.model, r.user_variant, r.enable_thinking).name, r.arm != "opened", r.arm,
+            r.answerer, r.dataset, r.perturbation, r.temperature, r.item_id, r.sample_index))
 
     def put_continuations(self, rows: Sequence[ContinuationRow]) -> None:
         """How continuation-arm generations read (their parsed role and user turn) and their
@@ -373,7 +393,7 @@ class RunStore:
         """The planned generations of one role, for exports that rebuild a run elsewhere."""
         rows = self.db.execute("SELECT * FROM plan WHERE role = ? ORDER BY model, dataset, "
                                "item_id, context, temperature, sample_index", (role,))
-        return [PlanRow(**dict(r)) for r in rows]
+        return [PlanRow(**{**dict(r), **typed_fields(r)}) for r in rows]
 
     def put_contexts(self, rows: Sequence[ContextRow]) -> None:
         with self.db:
@@ -385,14 +405,21 @@ class RunStore:
         scorer, one with the score fields None where the answer is not scored."""
         query = """
         SELECT p.model, p.dataset, p.item_id, p.key, g.text, g.thinking, g.error,
-               g.finish_reason, s.correct, s.extracted, s.reference, s.scorer, s.details
+               g.finish_reason, s.correct, s.extracted, s.reference, s.scorer, s.details,
+               p.user_variant, p.enable_thinking
         FROM plan p JOIN generations g ON g.key = p.key
         LEFT JOIN scores s ON s.key = p.key
         WHERE p.role = 'assistant' ORDER BY p.model, p.dataset, p.item_id
         """
-        return [Answer(**{**dict(r), "correct": _correct(r["correct"]),
-                             "details": json.loads(r["details"]) if r["details"] else {}})
-                for r in self.db.execute(query)]
+        answers = []
+        for r in self.db.execute(query):
+            fields = {**dict(r), **typed_fields(r), "correct": _correct(r["correct"]),
+                      "details": json.loads(r["details"]) if r["details"] else {}}
+            del fields["user_variant"]  # answers are native's: every variant follows them
+            answers.append(Answer(**fields))
+        # By the name the tables print, as when a thinking variant was a model of its own.
+        return sorted(answers, key=lambda a: (Probed(a.model, enable_thinking=a.enable_thinking).name,
+                                              a.dataset, a.item_id))
 
 
 LABEL_COLUMNS = "key, source, version, label, rationale, error, probability"

@@ -12,9 +12,31 @@ No ``sqlite3.Row`` or dict leaves the store.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
-from userturn.records import Generation, Item, Label, Request, Score
+from userturn.records import (
+    DEFAULT_THINKING,
+    NATIVE,
+    Generation,
+    Item,
+    Label,
+    Request,
+    Score,
+    probed_name,
+)
+
+
+class Probed(NamedTuple):
+    """A probed model and the variants it is probed under: what the plan stores of a prober."""
+
+    model: str
+    user_variant: str = NATIVE
+    enable_thinking: str = DEFAULT_THINKING
+
+    @property
+    def name(self) -> str:
+        """The name the tables print (records.probed_name); a run's probers go by it."""
+        return probed_name(self.model, self.user_variant, self.enable_thinking)
 
 
 @dataclass(frozen=True)
@@ -52,6 +74,10 @@ class PlanRow:
     perturbation: str
     arm: str = "opened"
     """How the user turn is asked for (records.ARMS); answers are of the opened arm."""
+    user_variant: str = NATIVE
+    """The user turn's opening (probe.user_variants); answers are native's."""
+    enable_thinking: str = DEFAULT_THINKING
+    """The template's enable_thinking (``on``, ``off``, ``default``: the template's own)."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +157,37 @@ class UserTurnRow:
     p_user: float | None = None
     p_assistant: float | None = None
     p_end: float | None = None
+    user_variant: str = NATIVE
+    enable_thinking: str = DEFAULT_THINKING
+
+
+def typed_model(model: str, user_variant: str | None, enable_thinking: str | None
+                ) -> tuple[str, str, str]:
+    """A plan row's model and variants as typed fields: (model, user_variant, enable_thinking).
+
+    Reads run folders written before the typed fields, whose plan rows have the variants in
+    the model's name (``tiny[user=prefill:So]``, ``tiny[thinking=on][user=warmup:2]``) and NULL
+    in their columns (added by the store's migration, in a reader's copy as well, so a
+    read-only folder reads the same). The one place that parses such a name: a row planned since
+    sets both columns, and its model is read as it is, brackets and all (a local folder named
+    ``m[user=x]`` is a model, not a variant)."""
+    if user_variant is not None and enable_thinking is not None:
+        return model, user_variant, enable_thinking
+    user, thinking = NATIVE, DEFAULT_THINKING
+    at = model.rfind("[user=")
+    if at >= 0 and model.endswith("]"):
+        model, user = model[:at], model[at + len("[user="):-1]
+    for value in ("on", "off"):
+        if model.endswith(f"[thinking={value}]"):
+            model, thinking = model[:-len(f"[thinking={value}]")], value
+    return model, user, thinking
+
+
+def typed_fields(row: Any) -> dict[str, str]:
+    """A read plan row's (``sqlite3.Row``) model and variants as the typed fields of a row out."""
+    model, user_variant, enable_thinking = typed_model(row["model"], row["user_variant"],
+                                                       row["enable_thinking"])
+    return {"model": model, "user_variant": user_variant, "enable_thinking": enable_thinking}
 
 
 def item_record(item: Item) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 from userturn.credentials import scrub
 from userturn.errors import DamagedStore, RequestsFailed, StoreError
-from userturn.records import Request
+from userturn.records import DEFAULT_THINKING, NATIVE, Request, probed_name
 from userturn.store.rows import GenerationRow
 
 DB_NAME = "userturn.db"
@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS plan (
   item_id TEXT NOT NULL, context TEXT NOT NULL, temperature REAL NOT NULL,
   sample_index INTEGER NOT NULL, assistant_key TEXT,
   answerer TEXT NOT NULL DEFAULT 'self', perturbation TEXT NOT NULL DEFAULT 'none',
-  arm TEXT NOT NULL DEFAULT 'opened');
+  arm TEXT NOT NULL DEFAULT 'opened', user_variant TEXT NOT NULL DEFAULT 'native',
+  enable_thinking TEXT NOT NULL DEFAULT 'default');
 CREATE TABLE IF NOT EXISTS contexts (
   context TEXT PRIMARY KEY, perturbation TEXT NOT NULL, answer TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS scores (
@@ -65,9 +66,15 @@ CREATE TABLE IF NOT EXISTS labels (
 
 
 def generation_key(role: str, model: str, revision: str, template_hash: str, request: Request,
-                   sample_index: int, thinking: str = "drop", arm: str = "opened") -> str:
+                   sample_index: int, thinking: str = "drop", arm: str = "opened", *,
+                   user_variant: str = NATIVE, enable_thinking: str = DEFAULT_THINKING) -> str:
+    """The content key of one generation. ``model`` is the model's spec, the variants it is
+    probed under are typed beside it; the key hashes the name runs before the typed fields gave
+    the variant (``MODEL[thinking=on][user=SPEC]``), so every key is what it was and a run folder
+    of any release resumes without generating."""
     payload = {
-        "role": role, "model": model, "revision": revision, "template": template_hash,
+        "role": role, "model": probed_name(model, user_variant, enable_thinking),
+        "revision": revision, "template": template_hash,
         "prompt": request.prompt, "params": asdict(request.params), "stop": list(request.stop),
         "sample_index": sample_index, "seed": request.seed,
     }
@@ -311,6 +318,10 @@ def generation_values(row: GenerationRow, created: float) -> tuple[Any, ...]:
 ADDED_COLUMNS = (("plan", "answerer", "TEXT NOT NULL DEFAULT 'self'"),
                   ("plan", "perturbation", "TEXT NOT NULL DEFAULT 'none'"),
                   ("plan", "arm", "TEXT NOT NULL DEFAULT 'opened'"),  # before the arms: opened
+                  # NULL: planned before the typed variants, whose name holds them
+                  # (store.rows.typed_model reads it); every row planned since sets both.
+                  ("plan", "user_variant", "TEXT"),
+                  ("plan", "enable_thinking", "TEXT"),
                   ("scores", "details", "TEXT NOT NULL DEFAULT '{}'"),
                   ("generations", "thinking", "TEXT"),  # NULL: generated before the split
                   ("labels", "probability", "REAL"))  # NULL: the source gives none

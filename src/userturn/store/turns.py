@@ -109,7 +109,8 @@ def read_turns(store: RunStore, labels: str | Sequence[str] | None = None) -> li
             labels=own, **_resolve(own, sources), arm=row.arm,
             next_role=row.next_role if continuation else None,
             boundary=row.boundary if continuation else None,
-            role_probabilities=_role_probabilities(row) if continuation else None))
+            role_probabilities=_role_probabilities(row) if continuation else None,
+            user_variant=row.user_variant, enable_thinking=row.enable_thinking))
     return turns
 
 

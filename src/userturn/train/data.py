@@ -104,7 +104,7 @@ def self_generated(backend: Backend, train: Dataset, exp: Experiment, *, next_an
     stats.answers_correct = sum(bool(a.correct) for a in answers)
     conversations: list[Conversation] = []
     for turn in read_turns(store):  # the run's own labels: rules, then the classifier
-        if turn.error is not None or turn.model != backend.spec:
+        if turn.error is not None or turn.probed != backend.spec:
             continue
         stats.user_turns += 1
         stats.labels[turn.status] = stats.labels.get(turn.status, 0) + 1
