@@ -48,10 +48,15 @@ train-demo: $(STAMP)
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -m "not slow" -n 2 --dist loadfile --durations=10
 
-# The same suite in a random order (pytest-random-order; the seed is printed, and
-# `--random-order-seed=N` repeats an order): no test may lean on what another left behind.
+# The same suite in a random order (pytest-random-order), on the same two workers: the seed is
+# drawn here and printed, so that both workers shuffle alike; `make test-random SEED=N` repeats
+# an order. No test may lean on what another left behind.
+ifndef SEED
+SEED := $(shell $(PYTHON) -c 'import random; print(random.randrange(1, 100000))')
+endif
 test-random: $(STAMP) chromium
-	$(BIN)/python -m pytest -q -m "not slow" --random-order
+	@echo "random order, seed $(SEED) (make test-random SEED=$(SEED) repeats it)"
+	$(BIN)/python -m pytest -q -m "not slow" -n 2 --dist loadfile --random-order-seed=$(SEED)
 
 # The report and annotation pages are tested in a real headless Chromium: install it where it is
 # missing and we can (root with apt-get, as in CI); otherwise those tests skip and say why.
