@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from rows_busy import through_the_stage  # noqa: E402  (the generation stage, timed)
 
 from userturn.backends import load_backend
+from userturn.backends.options import engine_end_texts
 from userturn.chat.continuation import (
     continuation_markers,
     next_role_options,
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = load_backend(args.model, batch_size=size)
     conversations = contexts(args.items)
     opened = [render_user_turn(backend.template, m) for m in conversations]
-    ends = tuple(getattr(backend, "end_texts", ()))
+    ends = engine_end_texts(backend)
     continued = [render_continuation(backend.template, m, ends=ends) for m in conversations]
     opened_requests = requests_of([(p.text, p.stop) for p in opened], args.samples,
                                   args.user_max_tokens, past_end=False)

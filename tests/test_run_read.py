@@ -116,7 +116,7 @@ def test_the_annotation_page_reads_the_run_once(gsm_file, tmp_path, reads):
         assert len(server.keys) == 4 and set(server.keys) <= set(server.contexts)
         assert reads["user_turn_rows"] == 1
     finally:
-        server._httpd.server_close()
+        server.stop()
 
 
 def test_agreement_reads_the_run_once(gsm_file, tmp_path, reads, capsys):

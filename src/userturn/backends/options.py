@@ -54,6 +54,12 @@ def can_score_prompts(backend: object) -> bool:
     return isinstance(backend, OptionScorer)
 
 
+def engine_end_texts(backend: object) -> tuple[str, ...]:
+    """The texts of every token that ends a generation on ``backend``'s engine (its
+    ``end_texts``; none where it does not say): the continuation arm's stops and end options."""
+    return tuple(getattr(backend, "end_texts", ()))
+
+
 OPTION_ROOM = 8  # tokens an option may take after the prompt
 
 

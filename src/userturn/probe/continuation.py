@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from userturn.backends import Backend
-from userturn.backends.options import can_score_prompts
+from userturn.backends.options import can_score_prompts, engine_end_texts
 from userturn.chat.continuation import (
     continuation_markers,
     next_role_options,
@@ -57,7 +57,7 @@ class ContinuationArm:
 
     def jobs(self, backend: Backend, context: ArmContext, budget: ArmBudget) -> list[Job]:
         prompt = render_continuation(backend.template, context.messages, context.thinking,
-                                     ends=end_texts(backend))
+                                     ends=engine_end_texts(engine_of(backend)))
         jobs, who = [], probed(backend)
         for temperature, sample, seed in context.seeds:
             request = Request(prompt.text, GenerationParams(
@@ -86,7 +86,7 @@ def read_continuations(store: RunStore, backend: Backend, jobs: Sequence[Job],
             and rows[job.key].generation.error is None]
     if not todo:
         return 0
-    markers = continuation_markers(backend.template, end_texts(backend))
+    markers = continuation_markers(backend.template, engine_end_texts(engine_of(backend)))
     options = next_role_options(markers)
     scores = {prompt: next_role_scores(backend, prompt, options)
               for prompt in dict.fromkeys(job.request.prompt for job in todo)}
@@ -111,8 +111,3 @@ def next_role_scores(backend: Backend, prompt: str, options: Sequence[tuple[str,
     logprobs = engine.score_options(prompt, [option for _, option in options], whole=True)
     return next_role_probabilities([role for role, _ in options], logprobs)
 
-
-def end_texts(backend: Backend) -> tuple[str, ...]:
-    """The texts of every token that ends a generation on ``backend``'s engine, beyond the
-    template's end of sequence (``end_texts`` where the engine says; none where it does not)."""
-    return tuple(getattr(engine_of(backend), "end_texts", ()))

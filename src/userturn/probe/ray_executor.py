@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
 from userturn.backends import BackendSpec
-from userturn.backends.options import can_score_prompts
+from userturn.backends.options import can_score_prompts, engine_end_texts
 from userturn.chat.render import ChatTemplate
 from userturn.errors import ConfigError, ModelError
 from userturn.probe.engine import EngineSpec
@@ -61,7 +61,7 @@ class BackendActor:
     def describe(self) -> Described:
         b = self.backend
         return Described(b.spec, b.revision, b.template, b.chunk_size,
-                         tuple(getattr(b, "end_texts", ())), can_score_prompts(b))
+                         engine_end_texts(b), can_score_prompts(b))
 
     def complete(self, requests: Sequence[Request]) -> list[Generation]:
         return self.backend.complete(requests)
